@@ -1,0 +1,124 @@
+"""The project's one error tree.
+
+Every error raised on purpose derives from :class:`RlmError`. Retry loops look only at the
+``retriable`` flag, never at concrete classes, so a plugin can mark its own errors retriable
+without the daemon knowing about them. SDK errors are translated at the plugin edge with
+``raise ... from e``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class RlmError(Exception):
+    """Root of every error this project raises on purpose."""
+
+    retriable: bool = False
+
+    def __init__(self, message: str, *, retriable: bool | None = None) -> None:
+        super().__init__(message)
+        if retriable is not None:
+            self.retriable = retriable
+
+
+class ConfigError(RlmError):
+    """Configuration is missing, unknown or invalid; the message names the key."""
+
+
+class PluginLoadError(RlmError):
+    """A plugin could not be found or imported; the message says what to install."""
+
+
+# ---- on-disk formats (rlm.log) ---------------------------------------------------------------
+class LogFormatError(RlmError):
+    """A Kafka file (segment, index, snapshot, checkpoint) is corrupt, truncated or unsupported.
+
+    ``path`` and ``position`` (byte offset in that file) say where; ``str()`` gives
+    ``"<path>: <position>: <reason>"`` so CLIs can print it as one line.
+    """
+
+    def __init__(self, reason: str, *, path: str | Path | None = None, position: int | None = None) -> None:
+        self.reason = reason
+        self.path = str(path) if path is not None else "<bytes>"
+        self.position = position
+        where = f"{self.path}: {position if position is not None else '-'}"
+        super().__init__(f"{where}: {reason}")
+
+
+class CorruptRecordError(LogFormatError):
+    """A record batch or message fails a structural check (sizes, varints, record count)."""
+
+
+class CrcMismatchError(CorruptRecordError):
+    """A batch, message or snapshot CRC does not match its content."""
+
+
+class CompressionError(CorruptRecordError):
+    """A compressed payload cannot be decoded with its declared codec."""
+
+
+class IndexFormatError(LogFormatError):
+    """An index file (.index, .timeindex, .txnindex) is malformed."""
+
+
+class CheckpointFormatError(LogFormatError):
+    """A text checkpoint/metadata file (leader-epoch-checkpoint, partition.metadata, ...) is malformed."""
+
+
+class SnapshotFormatError(LogFormatError):
+    """A producer-state snapshot is malformed or fails its CRC."""
+
+
+# ---- remote storage (rsm_plugins) ------------------------------------------------------------
+class RemoteStorageError(RlmError):
+    """A remote storage operation failed. ``retriable`` says whether trying again may help."""
+
+
+class RemoteResourceNotFoundError(RemoteStorageError):
+    """The remote object (segment, index) does not exist."""
+
+
+class RemoteStorageIntegrityError(RemoteStorageError):
+    """Data read back from remote storage does not match the checksum recorded at copy time."""
+
+
+# ---- remote log metadata (rlmm) --------------------------------------------------------------
+class RemoteLogMetadataError(RlmError):
+    """A metadata manager operation failed."""
+
+
+class InvalidStateTransitionError(RemoteLogMetadataError):
+    """A segment or partition state change that Kafka's state machine forbids; nothing was changed."""
+
+
+class RemoteLogSegmentNotFoundError(RemoteLogMetadataError):
+    """An update names a segment the metadata manager does not know."""
+
+
+class MetadataTimeoutError(RemoteLogMetadataError):
+    """A write was not confirmed durable and visible in time; it may or may not have happened."""
+
+    retriable = True
+
+
+class MetadataUnavailableError(RemoteLogMetadataError):
+    """The metadata store (Kafka cluster, file store) cannot be reached right now."""
+
+    retriable = True
+
+
+class MetadataDecodeError(RemoteLogMetadataError):
+    """A metadata record cannot be decoded. Names the metadata partition and offset when known."""
+
+    def __init__(self, reason: str, *, partition: int | None = None, offset: int | None = None,
+                 source: str | None = None) -> None:
+        self.reason = reason
+        self.partition = partition
+        self.offset = offset
+        where = source or "__remote_log_metadata"
+        if partition is not None:
+            where += f"-{partition}"
+        if offset is not None:
+            where += f"@{offset}"
+        super().__init__(f"{where}: {reason}")

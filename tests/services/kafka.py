@@ -1,0 +1,239 @@
+"""A real Apache Kafka (KRaft) cluster on 127.0.0.1 for tests: one combined node or three.
+
+Jars come from Maven Central (``deploy/local/kafka/pom.xml``). Each node is a combined
+broker+controller with a static quorum, so ``StorageTool format`` needs no bootstrap flags.
+Kafka's own tools (DumpLogSegments, the console consumer, the metadata formatter) run from
+the same jars through :meth:`KafkaCluster.run_class`.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.services.proc import RUN_DIR, ServiceError, ensure_jars, free_ports, java, spawn, stop, tcp_open, wait_until
+
+LOG4J2 = """\
+appender.err.type = Console
+appender.err.name = ERR
+appender.err.target = SYSTEM_ERR
+appender.err.layout.type = PatternLayout
+appender.err.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.err.ref = ERR
+"""
+
+
+def kafka_uuid() -> str:
+    """A Kafka ``Uuid`` text: URL-safe base64 of 16 random bytes, no padding, never starting with '-'."""
+    while True:
+        raw = os.urandom(16)
+        text = base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+        if not text.startswith("-") and raw not in (bytes(16), bytes(15) + b"\x01"):
+            return text
+
+
+@dataclass
+class KafkaNode:
+    node_id: int
+    broker_port: int
+    controller_port: int
+    log_dir: Path
+    config: Path
+    log: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+
+@dataclass
+class KafkaCluster:
+    """One or three KRaft nodes. ``extra`` server properties apply to every node."""
+
+    nodes: int = 1
+    extra: dict[str, str] = field(default_factory=dict)
+    name: str = "kafka"
+    heap: str = "512m"
+    _nodes: list[KafkaNode] = field(default_factory=list)
+    _lib: Path | None = None
+    _base: Path | None = None
+    cluster_id: str = ""
+
+    # ---- paths and addresses -------------------------------------------------------------
+    @property
+    def lib(self) -> Path:
+        if self._lib is None:
+            self._lib = ensure_jars("kafka")
+        return self._lib
+
+    @property
+    def classpath(self) -> str:
+        return str(self.lib / "*")
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{n.broker_port}" for n in self._nodes)
+
+    @property
+    def log_dir(self) -> Path:
+        """The (first) node's log dir: where its partition directories live."""
+        return self._nodes[0].log_dir
+
+    def node(self, node_id: int) -> KafkaNode:
+        return next(n for n in self._nodes if n.node_id == node_id)
+
+    @property
+    def node_ids(self) -> list[int]:
+        return [n.node_id for n in self._nodes]
+
+    # ---- lifecycle -----------------------------------------------------------------------
+    def start(self, timeout: float = 120.0) -> KafkaCluster:
+        _ = self.lib
+        self._base = RUN_DIR / f"{self.name}-{os.getpid()}-{time.time_ns()}"
+        self._base.mkdir(parents=True)
+        (self._base / "log4j2.properties").write_text(LOG4J2)
+        ports = free_ports(2 * self.nodes)
+        self._nodes = [
+            KafkaNode(node_id=i + 1, broker_port=ports[2 * i], controller_port=ports[2 * i + 1],
+                      log_dir=self._base / f"node{i + 1}" / "data", config=self._base / f"node{i + 1}" / "server.properties",
+                      log=self._base / f"node{i + 1}" / "server.log")
+            for i in range(self.nodes)
+        ]
+        self.cluster_id = kafka_uuid()
+        for n in self._nodes:
+            n.config.parent.mkdir(parents=True)
+            n.config.write_text(self._properties(n))
+            self.run_class("kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c", str(n.config),
+                           "--ignore-formatted", check=True, heap="256m")
+        for n in self._nodes:
+            self.start_node(n.node_id, wait=False)
+        for n in self._nodes:
+            self._wait_ready(n, timeout)
+        return self
+
+    def _properties(self, n: KafkaNode) -> str:
+        voters = ",".join(f"{m.node_id}@127.0.0.1:{m.controller_port}" for m in self._nodes)
+        rf = str(min(3, self.nodes))
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": str(n.node_id),
+            "controller.quorum.voters": voters,
+            "listeners": f"PLAINTEXT://127.0.0.1:{n.broker_port},CONTROLLER://127.0.0.1:{n.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{n.broker_port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "log.dirs": str(n.log_dir),
+            "num.partitions": "1",
+            "offsets.topic.replication.factor": rf,
+            "offsets.topic.num.partitions": "1",
+            "transaction.state.log.replication.factor": rf,
+            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.num.partitions": "1",
+            "share.coordinator.state.topic.replication.factor": rf,
+            "share.coordinator.state.topic.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            "num.network.threads": "2",
+            "num.io.threads": "2",
+            "num.recovery.threads.per.data.dir": "1",
+            "log.segment.bytes": "1048576",
+            "log.retention.check.interval.ms": "1000",
+            "log.segment.delete.delay.ms": "1000",
+            "auto.create.topics.enable": "false",
+        }
+        props.update({k: v.replace("{node_id}", str(n.node_id)) for k, v in self.extra.items()})
+        return "".join(f"{k}={v}\n" for k, v in props.items())
+
+    def start_node(self, node_id: int, *, wait: bool = True, timeout: float = 120.0) -> None:
+        n = self.node(node_id)
+        assert self._base is not None
+        cmd = [java(), f"-Xms128m", f"-Xmx{self.heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+               "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={self._base / 'log4j2.properties'}",
+               f"-Dkafka.logs.dir={n.log.parent}", "-cp", self.classpath, "kafka.Kafka", str(n.config)]
+        n.proc = spawn(cmd, log=n.log)
+        if wait:
+            self._wait_ready(n, timeout)
+
+    def stop_node(self, node_id: int) -> None:
+        n = self.node(node_id)
+        stop(n.proc, grace=30)
+        n.proc = None
+
+    def _wait_ready(self, n: KafkaNode, timeout: float) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        def ready() -> bool:
+            if not tcp_open(n.broker_port):
+                return False
+            admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{n.broker_port}"})
+            md = admin.list_topics(timeout=5)
+            return n.node_id in md.brokers and len(md.brokers) >= 1
+
+        wait_until(f"kafka node {n.node_id}", ready, timeout=timeout, proc=n.proc, log=n.log, interval=0.5)
+
+    def stop(self, *, keep_data: bool = False) -> None:
+        for n in reversed(self._nodes):
+            stop(n.proc, grace=30)
+            n.proc = None
+        if self._base is not None and not keep_data:
+            shutil.rmtree(self._base, ignore_errors=True)
+
+    # ---- Kafka's own tools -----------------------------------------------------------------
+    def run_class(self, main_class: str, *args: str, check: bool = False, heap: str = "256m",
+                  timeout: float = 300, input: bytes | None = None) -> subprocess.CompletedProcess[str]:
+        """Run a main class from the broker's jars (DumpLogSegments, ConsoleConsumer, ...)."""
+        log4j = self._base / "log4j2.properties" if self._base else None
+        cmd = [java(), f"-Xmx{heap}", "-Djava.awt.headless=true"]
+        if log4j is not None:
+            cmd.append(f"-Dlog4j2.configurationFile={log4j}")
+        cmd += ["-cp", self.classpath, main_class, *args]
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                             input=input.decode() if input is not None else None)
+        if check and res.returncode != 0:
+            raise ServiceError(f"{main_class} {' '.join(args)} exited {res.returncode}:\n{res.stdout}\n{res.stderr}")
+        return res
+
+    def dump_log_segments(self, *files: Path | str, extra: tuple[str, ...] = ("--deep-iteration",)) -> subprocess.CompletedProcess[str]:
+        return self.run_class("kafka.tools.DumpLogSegments", "--files", ",".join(str(f) for f in files), *extra)
+
+
+def run_tool(main_class: str, *args: str, heap: str = "256m", timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run a Kafka tool class without a cluster (e.g. DumpLogSegments on our own files)."""
+    lib = ensure_jars("kafka")
+    cmd = [java(), f"-Xmx{heap}", "-Dlog4j2.level=WARN", "-cp", str(lib / "*"), main_class, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def dump_log_segments(*files: Path | str, extra: tuple[str, ...] = ("--deep-iteration",)) -> subprocess.CompletedProcess[str]:
+    return run_tool("kafka.tools.DumpLogSegments", "--files", ",".join(str(f) for f in files), *extra)
+
+
+DUMP_PROBLEMS = ("isvalid: false", "Mismatches in", "Found timestamp mismatch", "out of order",
+                 "not found in the log", "Non-consecutive", "invalid bytes", "Exception", "error")
+
+
+def dump_problems(res: subprocess.CompletedProcess[str]) -> list[str]:
+    """Lines of DumpLogSegments output that report a problem (it exits 0 even then)."""
+    out = []
+    for line in (res.stdout + "\n" + res.stderr).splitlines():
+        if any(p.lower() in line.lower() for p in DUMP_PROBLEMS):
+            out.append(line)
+    if res.returncode != 0:
+        out.append(f"exit status {res.returncode}")
+    return out
+
+
+if __name__ == "__main__":  # pragma: no cover - manual use
+    import sys
+
+    c = KafkaCluster(nodes=int(sys.argv[1]) if len(sys.argv) > 1 else 1).start()
+    print(f"bootstrap={c.bootstrap} log_dir={c.log_dir}", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        c.stop()
+    raise ServiceError("unreachable")
