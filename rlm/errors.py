@@ -83,6 +83,10 @@ class RemoteStorageIntegrityError(RemoteStorageError):
     """Data read back from remote storage does not match the checksum recorded at copy time."""
 
 
+class RemoteRangeError(RemoteStorageError):
+    """A byte range asked of a remote object is invalid (negative, reversed, or starts past its end)."""
+
+
 # ---- remote log metadata (rlmm) --------------------------------------------------------------
 class RemoteLogMetadataError(RlmError):
     """A metadata manager operation failed."""
