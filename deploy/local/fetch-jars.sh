@@ -6,6 +6,15 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 cache="${RLM_CACHE_DIR:-$root/.cache}"
+if ! command -v mvn >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "fetch-jars: Maven not found; installing Debian's maven package" >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven >/dev/null
+  else
+    echo "fetch-jars: Maven (mvn) is required to resolve jars from Maven Central; install it" >&2
+    exit 2
+  fi
+fi
 for name in "$@"; do
   pom="$here/$name/pom.xml"
   [ -f "$pom" ] || { echo "fetch-jars: no pom for '$name'" >&2; exit 2; }

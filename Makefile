@@ -1,0 +1,40 @@
+# The two commands a newcomer needs (see README):
+#   make demo   - install, then tier a generated partition directory on the embedded default
+#                 (local directory storage + file metadata store; no broker, no cloud)
+#   make test   - install everything (Python env, Kafka and HDFS jars from Maven Central) and run
+#                 lint, type checks and the whole test suite against real services
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test install jars lint typecheck pytest clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is required"'
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip uv
+	$(VENV)/bin/uv pip install -q --python $(PY) -e '.[all]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(VENV)/bin/rlm demo
+
+jars:
+	bash deploy/local/fetch-jars.sh kafka hdfs
+
+lint: install
+	$(VENV)/bin/ruff check .
+
+typecheck: install
+	$(VENV)/bin/mypy
+
+pytest: install jars
+	bash scripts/run-pytest.sh $(PYTEST_ARGS)
+
+test: lint typecheck pytest
+
+clean:
+	rm -rf .it .pytest_cache .mypy_cache .ruff_cache
