@@ -1,0 +1,44 @@
+"""CRC-32C over any buffer, without copying it.
+
+``google_crc32c.value`` accepts only ``bytes`` (its ``y#`` argument rejects memoryviews and
+mmaps), which would mean copying every batch of a mapped segment. The same package ships the
+C library it wraps; we call its ``crc32c_value(ptr, len)`` through ctypes, which numba kernels
+can call directly too. When the library cannot be found we fall back to copying.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import google_crc32c
+import numpy as np
+
+
+def _load() -> Any:
+    try:
+        from google_crc32c import _crc32c
+
+        lib = ctypes.CDLL(_crc32c.__file__)
+        fn = lib.crc32c_value
+    except (ImportError, OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_uint32
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    return fn
+
+
+#: ``uint32 crc32c_value(const uint8_t *data, size_t n)`` or ``None`` (callable from numba).
+CRC32C_VALUE: Any = _load()
+
+
+def crc32c(data: bytes | bytearray | memoryview | np.ndarray[Any, Any]) -> int:
+    """CRC-32C (Castagnoli) of ``data``."""
+    if isinstance(data, bytes):
+        return int(google_crc32c.value(data))
+    if CRC32C_VALUE is None:
+        return int(google_crc32c.value(bytes(data)))
+    arr = data if isinstance(data, np.ndarray) else np.frombuffer(data, dtype=np.uint8)
+    if arr.size == 0:
+        return 0
+    return int(CRC32C_VALUE(arr.ctypes.data, arr.size))
