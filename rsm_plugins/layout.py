@@ -1,0 +1,138 @@
+"""Names of a segment's files in remote storage, for each built-in layout.
+
+Two layouts exist:
+
+* ``kafka``: Apache Kafka's ``LocalTieredStorage`` test plugin, used by ``local`` and ``fsspec``
+  so that a directory is interchangeable with one written by Kafka itself::
+
+      <root>/<topic>-<partition>-<topicId>/<20-digit start offset>-<segmentId>.<suffix>
+
+* ``s3``: object keys grouped by topic, then partition, so that a prefix listing per partition
+  is cheap::
+
+      <prefix><topic>-<topicId>/<partition>/<20-digit start offset>-<segmentId>.<suffix>
+
+Ids are Kafka's URL-safe base64 text (22 characters).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlm.types import IndexType, LogSegmentData, RemoteLogSegmentMetadata, TopicIdPartition
+
+
+class SegmentFileType(enum.Enum):
+    """One file of a remote segment, with the suffix Kafka's ``LocalTieredStorage`` gives it.
+
+    The declaration order is the order used by the custom-metadata encoding; do not reorder.
+    """
+
+    SEGMENT = ".log"
+    OFFSET_INDEX = ".index"
+    TIME_INDEX = ".timeindex"
+    TRANSACTION_INDEX = ".txnindex"
+    LEADER_EPOCH_CHECKPOINT = ".leader_epoch_checkpoint"
+    PRODUCER_SNAPSHOT = ".snapshot"
+
+    @property
+    def suffix(self) -> str:
+        return self.value
+
+    @property
+    def optional(self) -> bool:
+        return self is SegmentFileType.TRANSACTION_INDEX
+
+    @property
+    def bit(self) -> int:
+        return 1 << list(SegmentFileType).index(self)
+
+    @classmethod
+    def for_index(cls, index_type: IndexType) -> SegmentFileType:
+        return _FILE_FOR_INDEX[index_type]
+
+
+_FILE_FOR_INDEX: dict[IndexType, SegmentFileType] = {
+    IndexType.OFFSET: SegmentFileType.OFFSET_INDEX,
+    IndexType.TIMESTAMP: SegmentFileType.TIME_INDEX,
+    IndexType.TRANSACTION: SegmentFileType.TRANSACTION_INDEX,
+    IndexType.LEADER_EPOCH: SegmentFileType.LEADER_EPOCH_CHECKPOINT,
+    IndexType.PRODUCER_SNAPSHOT: SegmentFileType.PRODUCER_SNAPSHOT,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SourceFile:
+    """One file to upload: a local path, or in-memory bytes (the leader-epoch checkpoint)."""
+
+    file_type: SegmentFileType
+    path: Path | None = None
+    data: bytes | None = None
+
+    def size(self) -> int:
+        if self.data is not None:
+            return len(self.data)
+        assert self.path is not None
+        return self.path.stat().st_size
+
+
+def source_files(segment_data: LogSegmentData) -> list[SourceFile]:
+    """The files of a segment in upload order: auxiliary files first, the ``.log`` file last.
+
+    Uploading the ``.log`` last makes it the commit marker: a reader that finds the ``.log``
+    finds every other file too.
+    """
+    files = [
+        SourceFile(SegmentFileType.OFFSET_INDEX, path=Path(segment_data.offset_index)),
+        SourceFile(SegmentFileType.TIME_INDEX, path=Path(segment_data.time_index)),
+    ]
+    if segment_data.transaction_index is not None:
+        files.append(SourceFile(SegmentFileType.TRANSACTION_INDEX, path=Path(segment_data.transaction_index)))
+    files.append(
+        SourceFile(SegmentFileType.LEADER_EPOCH_CHECKPOINT, data=bytes(segment_data.leader_epoch_index))
+    )
+    files.append(
+        SourceFile(SegmentFileType.PRODUCER_SNAPSHOT, path=Path(segment_data.producer_snapshot_index))
+    )
+    files.append(SourceFile(SegmentFileType.SEGMENT, path=Path(segment_data.log_segment)))
+    return files
+
+
+def offset_prefix(start_offset: int) -> str:
+    """Kafka's ``LogFileUtils.filenamePrefixFromOffset``: 20 digits, zero padded."""
+    return f"{start_offset:020d}"
+
+
+def segment_file_name(metadata: RemoteLogSegmentMetadata, file_type: SegmentFileType) -> str:
+    """``<20-digit start offset>-<segment id><suffix>``, shared by both layouts."""
+    return (
+        f"{offset_prefix(metadata.start_offset)}-{metadata.remote_log_segment_id.id.text}{file_type.suffix}"
+    )
+
+
+def kafka_partition_dir(tp: TopicIdPartition) -> str:
+    """``<topic>-<partition>-<topicId>``, as ``RemoteTopicPartitionDirectory`` names it."""
+    return f"{tp.topic}-{tp.partition}-{tp.topic_id.text}"
+
+
+def kafka_relative_path(metadata: RemoteLogSegmentMetadata, file_type: SegmentFileType) -> str:
+    return f"{kafka_partition_dir(metadata.topic_id_partition)}/{segment_file_name(metadata, file_type)}"
+
+
+def s3_key(prefix: str, metadata: RemoteLogSegmentMetadata, file_type: SegmentFileType) -> str:
+    """``<prefix><topic>-<topicId>/<partition>/<20-digit start offset>-<segment id><suffix>``."""
+    tp = metadata.topic_id_partition
+    return f"{prefix}{tp.topic}-{tp.topic_id.text}/{tp.partition}/{segment_file_name(metadata, file_type)}"
+
+
+def describe(metadata: RemoteLogSegmentMetadata) -> dict[str, object]:
+    """Log fields naming a segment (structlog context)."""
+    tp = metadata.topic_id_partition
+    return {
+        "topic": tp.topic,
+        "partition": tp.partition,
+        "segment_id": metadata.remote_log_segment_id.id.text,
+        "start_offset": metadata.start_offset,
+    }

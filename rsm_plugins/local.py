@@ -1,0 +1,238 @@
+"""``local``: segments in a directory, laid out exactly like Kafka's ``LocalTieredStorage``.
+
+``<root>/<topic>-<partition>-<topicId>/<20-digit start offset>-<segmentId>.{log,index,timeindex,
+txnindex,leader_epoch_checkpoint,snapshot}``. A directory written by Kafka's own test plugin can
+be read by this one and the other way round. ``root`` is the directory holding the partition
+directories; Kafka's ``dir`` key (data under ``<dir>/kafka-tiered-storage``) is accepted too.
+
+Each file is written to a temporary name in the same directory, fsynced and renamed, so it
+appears complete or not at all; the ``.log`` file is renamed last, so a reader that sees it sees
+the whole segment. A failed copy removes whatever it wrote.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import structlog
+from pydantic import Field, model_validator
+
+from rlm.errors import ConfigError, RemoteResourceNotFoundError, RemoteStorageError
+from rlm.types import IndexType, LogSegmentData, RemoteLogSegmentMetadata
+
+from . import integrity, layout, streams
+from .api import RemoteStorageManager
+from .config import PluginConfig, parse_config
+from .integrity import FileChecksum, LayoutCode, SegmentManifest
+from .layout import SegmentFileType, SourceFile
+
+log = structlog.get_logger(__name__)
+
+KAFKA_ROOT_DIR_NAME = "kafka-tiered-storage"
+_CHUNK = 4 << 20
+
+
+class LocalConfig(PluginConfig):
+    root: Path | None = Field(
+        None, description="Directory that holds the <topic>-<partition>-<topicId> dirs."
+    )
+    dir: Path | None = Field(
+        None, description="Kafka LocalTieredStorage's key: data under <dir>/kafka-tiered-storage."
+    )
+    fsync: bool = Field(True, description="fsync each file and the partition directory before returning.")
+    delete_enable: bool = Field(True, description="False makes deletes no-ops (Kafka's delete.enable).")
+
+    @model_validator(mode="after")
+    def _one_root(self) -> LocalConfig:
+        if (self.root is None) == (self.dir is None):
+            raise ValueError("set exactly one of 'root' or 'dir'")
+        return self
+
+    @property
+    def storage_dir(self) -> Path:
+        if self.root is not None:
+            return self.root
+        assert self.dir is not None
+        return self.dir / KAFKA_ROOT_DIR_NAME
+
+
+class LocalRemoteStorageManager(RemoteStorageManager):
+    """Remote tier in a local (or mounted network) directory."""
+
+    plugin_name = "local"
+
+    def __init__(self) -> None:
+        self._config: LocalConfig | None = None
+
+    # ---- configuration ----------------------------------------------------------------------
+    def configure(self, config: Mapping[str, Any]) -> None:
+        cfg = parse_config(LocalConfig, config, self.plugin_name)
+        try:
+            cfg.storage_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(f"local storage plugin: cannot create root {cfg.storage_dir}: {e}") from e
+        self._config = cfg
+        log.info("rsm_configured", plugin=self.plugin_name, root=str(cfg.storage_dir))
+
+    @property
+    def config(self) -> LocalConfig:
+        if self._config is None:
+            raise RemoteStorageError("local storage plugin used before configure()")
+        return self._config
+
+    @property
+    def root(self) -> Path:
+        return self.config.storage_dir
+
+    def path_of(self, metadata: RemoteLogSegmentMetadata, file_type: SegmentFileType) -> Path:
+        return self.root / layout.kafka_relative_path(metadata, file_type)
+
+    # ---- copy -------------------------------------------------------------------------------
+    def copy_log_segment_data(
+        self, metadata: RemoteLogSegmentMetadata, segment_data: LogSegmentData
+    ) -> bytes | None:
+        cfg = self.config
+        files = layout.source_files(segment_data)
+        part_dir = self.path_of(metadata, SegmentFileType.SEGMENT).parent
+        sums: dict[SegmentFileType, FileChecksum] = {}
+        try:
+            part_dir.mkdir(parents=True, exist_ok=True)
+            if segment_data.transaction_index is None:  # a stale one from an earlier copy of this id
+                self.path_of(metadata, SegmentFileType.TRANSACTION_INDEX).unlink(missing_ok=True)
+            for src in files:
+                sums[src.file_type] = self._write_atomic(src, self.path_of(metadata, src.file_type))
+            if cfg.fsync:
+                _fsync_dir(part_dir)
+        except Exception as e:
+            self._remove(metadata)
+            log.warning(
+                "segment_copy_failed", plugin=self.plugin_name, error=str(e), **layout.describe(metadata)
+            )
+            if isinstance(e, RemoteStorageError):
+                raise
+            raise RemoteStorageError(
+                f"copy of {metadata.remote_log_segment_id} to {part_dir} failed: {e}",
+                retriable=isinstance(e, OSError),
+            ) from e
+        log.info(
+            "segment_copied",
+            plugin=self.plugin_name,
+            bytes=sums[SegmentFileType.SEGMENT].size,
+            **layout.describe(metadata),
+        )
+        if cfg.custom_metadata_max_bytes == 0:
+            return None
+        return integrity.encode(
+            SegmentManifest(LayoutCode.KAFKA, sums, str(self.root)), cfg.custom_metadata_max_bytes
+        )
+
+    def _write_atomic(self, src: SourceFile, final: Path) -> FileChecksum:
+        tmp = final.with_name(f"{final.name}.{uuid.uuid4().hex[:12]}.tmp")
+        crc = integrity.Crc32c()
+        try:
+            with open(tmp, "wb") as out:
+                if src.data is not None:
+                    out.write(src.data)
+                    crc.update(src.data)
+                else:
+                    assert src.path is not None
+                    with self.open_source(src.path) as inp:
+                        while chunk := inp.read(_CHUNK):
+                            out.write(chunk)
+                            crc.update(chunk)
+                if self.config.fsync:
+                    out.flush()
+                    os.fsync(out.fileno())
+            os.replace(tmp, final)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return crc.result()
+
+    # ---- fetch ------------------------------------------------------------------------------
+    def fetch_log_segment(
+        self, metadata: RemoteLogSegmentMetadata, start_position: int, end_position: int | None = None
+    ) -> BinaryIO:
+        return self._fetch(metadata, SegmentFileType.SEGMENT, start_position, end_position)
+
+    def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> BinaryIO:
+        return self._fetch(metadata, SegmentFileType.for_index(index_type), 0, None)
+
+    def _fetch(
+        self, metadata: RemoteLogSegmentMetadata, file_type: SegmentFileType, start: int, end: int | None
+    ) -> BinaryIO:
+        path = self.path_of(metadata, file_type)
+        what = str(path)
+        if (
+            file_type is not SegmentFileType.SEGMENT
+            and not self.path_of(metadata, SegmentFileType.SEGMENT).exists()
+        ):
+            # the .log is the commit marker: indexes of an unfinished or failed copy are not there
+            raise RemoteResourceNotFoundError(
+                f"segment {metadata.remote_log_segment_id} not found: no {what} without its .log file"
+            )
+        try:
+            f = open(path, "rb")  # noqa: SIM115 - handed to the caller inside the stream
+        except FileNotFoundError as e:
+            raise RemoteResourceNotFoundError(f"{what} not found") from e
+        except OSError as e:
+            raise RemoteStorageError(f"{what}: cannot open: {e}", retriable=True) from e
+        try:
+            size = os.fstat(f.fileno()).st_size
+            begin, stop = streams.check_range(start, end, size, what)
+            expected = (
+                self._expected(metadata, file_type) if streams.covers_whole(begin, stop, size) else None
+            )
+            if begin:
+                f.seek(begin)
+            return streams.wrap(f, stop - begin, what=what, expected=expected)
+        except BaseException:
+            f.close()
+            raise
+
+    def _expected(
+        self, metadata: RemoteLogSegmentMetadata, file_type: SegmentFileType
+    ) -> FileChecksum | None:
+        if not self.config.verify_checksums:
+            return None
+        manifest = integrity.decode(metadata.custom_metadata)
+        return manifest.checksum(file_type) if manifest else None
+
+    # ---- delete -----------------------------------------------------------------------------
+    def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
+        if not self.config.delete_enable:
+            return
+        try:
+            self._remove(metadata, strict=True)
+        except OSError as e:
+            raise RemoteStorageError(
+                f"delete of {metadata.remote_log_segment_id} failed: {e}", retriable=True
+            ) from e
+        log.info("segment_deleted", plugin=self.plugin_name, **layout.describe(metadata))
+
+    def _remove(self, metadata: RemoteLogSegmentMetadata, strict: bool = False) -> None:
+        # the .log first: once it is gone the segment is invisible even if a later unlink fails
+        order = [
+            SegmentFileType.SEGMENT,
+            *(ft for ft in SegmentFileType if ft is not SegmentFileType.SEGMENT),
+        ]
+        for ft in order:
+            path = self.path_of(metadata, ft)
+            if strict:
+                path.unlink(missing_ok=True)
+            else:
+                with contextlib.suppress(OSError):
+                    path.unlink(missing_ok=True)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

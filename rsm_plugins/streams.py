@@ -1,0 +1,149 @@
+"""Streams returned by ``fetch_*``: range checks, byte limits, error mapping, checksum checks.
+
+Every plugin returns a :class:`RemoteStream` (wrapped in a buffered reader) so that callers get
+the same behaviour everywhere: reads never go past the asked range, SDK/IO errors during a read
+surface as :class:`RemoteStorageError`, and a whole-file read whose checksum was recorded at
+copy time raises :class:`RemoteStorageIntegrityError` at the end instead of returning bad bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from collections.abc import Callable
+from typing import BinaryIO, Protocol
+
+from rlm.errors import RemoteRangeError, RemoteStorageError, RemoteStorageIntegrityError
+from rsm_plugins.integrity import Crc32c, FileChecksum
+
+
+class Readable(Protocol):
+    def read(self, n: int = -1, /) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
+ErrorMapper = Callable[[BaseException], RemoteStorageError]
+
+
+def check_range(start: int, end: int | None, size: int, what: str) -> tuple[int, int]:
+    """Validate an inclusive range against an object of ``size`` bytes.
+
+    Returns ``(start, stop)`` with ``stop`` exclusive and clamped to ``size`` (Kafka clamps an
+    end past the object). An empty object allows only ``start == 0`` (an empty stream).
+    """
+    if start < 0:
+        raise RemoteRangeError(f"{what}: start position {start} is negative")
+    if end is not None and end < start:
+        raise RemoteRangeError(f"{what}: end position {end} is before start position {start}")
+    if start >= size and not (start == 0 and size == 0):
+        raise RemoteRangeError(
+            f"{what}: start position {start} is at or past the end of the {size}-byte object"
+        )
+    stop = size if end is None else min(end + 1, size)
+    return start, stop
+
+
+def covers_whole(start: int, stop: int, size: int) -> bool:
+    return start == 0 and stop == size
+
+
+class RemoteStream(io.RawIOBase):
+    """A read-only raw stream over ``inner`` that stops after ``length`` bytes.
+
+    ``map_error`` turns exceptions raised by ``inner.read`` into typed errors. With ``expected``
+    set (whole-file reads only) the CRC-32C and size are checked when the end is reached.
+    """
+
+    def __init__(
+        self,
+        inner: Readable,
+        length: int,
+        *,
+        what: str,
+        map_error: ErrorMapper | None = None,
+        expected: FileChecksum | None = None,
+    ) -> None:
+        super().__init__()
+        self._inner = inner
+        self._left = length
+        self._what = what
+        self._map_error = map_error
+        self._expected = expected
+        self._crc = Crc32c() if expected is not None else None
+        self._verified = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
+        if self._left <= 0:
+            self._verify()
+            return 0
+        n = min(len(b), self._left)
+        if n == 0:
+            return 0
+        try:
+            data = self._inner.read(n)
+        except RemoteStorageError:
+            raise
+        except Exception as e:
+            if self._map_error is None:
+                raise RemoteStorageError(f"{self._what}: read failed: {e}", retriable=True) from e
+            raise self._map_error(e) from e
+        if not data:
+            raise RemoteStorageError(f"{self._what}: stream ended {self._left} bytes early", retriable=True)
+        got = len(data)
+        if got > n:  # a misbehaving inner stream; never return more than asked
+            data, got = data[:n], n
+        b[:got] = data
+        self._left -= got
+        if self._crc is not None:
+            self._crc.update(data)
+        return got
+
+    def readall(self) -> bytes:
+        """Read the rest in large reads (``RawIOBase.readall`` would use 8 KiB reads)."""
+        parts = []
+        buf = bytearray(min(self._left, 8 << 20))
+        while True:
+            n = self.readinto(memoryview(buf))
+            if not n:
+                break
+            parts.append(bytes(buf[:n]))
+        return b"".join(parts)
+
+    def _verify(self) -> None:
+        if self._crc is None or self._expected is None or self._verified:
+            return
+        self._verified = True
+        got = self._crc.result()
+        if got != self._expected:
+            raise RemoteStorageIntegrityError(
+                f"{self._what}: checksum mismatch: read {got.size} bytes with CRC-32C {got.crc32c:#010x}, "
+                f"copy recorded {self._expected.size} bytes with CRC-32C {self._expected.crc32c:#010x}"
+            )
+
+    def close(self) -> None:
+        if not self.closed:
+            with contextlib.suppress(Exception):  # closing a finished remote body must not mask results
+                self._inner.close()
+        super().close()
+
+
+def wrap(
+    inner: Readable,
+    length: int,
+    *,
+    what: str,
+    map_error: ErrorMapper | None = None,
+    expected: FileChecksum | None = None,
+    buffer_size: int = 1 << 20,
+) -> BinaryIO:
+    """A buffered :class:`RemoteStream`, the type every ``fetch_*`` returns."""
+    if expected is not None and expected.size != length:
+        raise RemoteStorageIntegrityError(
+            f"{what}: size is {length} bytes but the copy recorded {expected.size} bytes"
+        )
+    raw = RemoteStream(inner, length, what=what, map_error=map_error, expected=expected)
+    return io.BufferedReader(raw, buffer_size)
