@@ -70,6 +70,11 @@ class SnapshotFormatError(LogFormatError):
     """A producer-state snapshot is malformed or fails its CRC."""
 
 
+class LogFileGoneError(LogFormatError):
+    """A file of a partition directory vanished while being read (retention, the cleaner,
+    truncation or partition deletion): the caller should treat that segment as gone."""
+
+
 # ---- remote storage (rsm_plugins) ------------------------------------------------------------
 class RemoteStorageError(RlmError):
     """A remote storage operation failed. ``retriable`` says whether trying again may help."""
