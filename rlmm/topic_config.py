@@ -24,6 +24,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from rlm.errors import ConfigError
 
+ClientConfig = dict[str, str | int | float | bool]
+"""A librdkafka client configuration (what confluent-kafka's constructors take)."""
+
 DEFAULT_TOPIC = "__remote_log_metadata"
 BROKER_PREFIX = "rlmm.config."
 COMMON_CLIENT_PREFIX = "remote.log.metadata.common.client."
@@ -136,18 +139,18 @@ class TopicRlmmConfig(BaseModel):
     def client_id_prefix(self) -> str:
         return f"{CLIENT_ID_PREFIX}_{self.broker_id}"
 
-    def admin_config(self) -> dict[str, str]:
+    def admin_config(self) -> ClientConfig:
         out = _clean(self.common_client)
         out["client.id"] = f"{self.client_id_prefix}_admin"
         return out
 
-    def producer_config(self) -> dict[str, str]:
+    def producer_config(self) -> ClientConfig:
         out = _clean({**self.common_client, **self.producer_client})
         out.update({"client.id": f"{self.client_id_prefix}_producer", "acks": "all",
                     "enable.idempotence": "true"})
         return out
 
-    def consumer_config(self) -> dict[str, str]:
+    def consumer_config(self) -> ClientConfig:
         out = _clean({**self.common_client, **self.consumer_client})
         # No group: partitions are assign()ed, but librdkafka still wants a group.id string.
         out.setdefault("group.id", f"{self.client_id_prefix}_consumer")
@@ -167,7 +170,7 @@ def _client_value(value: Any) -> str:
     return str(value)
 
 
-def _clean(props: Mapping[str, str]) -> dict[str, str]:
+def _clean(props: Mapping[str, str]) -> ClientConfig:
     return {k: v for k, v in props.items() if k not in _JAVA_ONLY}
 
 

@@ -1,0 +1,103 @@
+"""Create or verify the ``__remote_log_metadata`` topic, the way Kafka's RLMM initializes it.
+
+Kafka's ``TopicBasedRemoteLogMetadataManager`` creates the topic with the configured partition
+count and replication factor and the configs ``retention.ms``, ``cleanup.policy=delete`` and
+``remote.storage.enable=false``; if the topic already exists with another partition count it
+refuses to start, because the partitioner would then send events to partitions nobody reads.
+We do the same, retrying transient failures every ``initialization.retry.interval.ms`` until
+``initialization.retry.max.timeout.ms``. One difference, asked for by the issue: when the
+replication factor is not configured we create with ``min(3, live brokers)`` so a one-broker
+dev cluster works out of the box.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import structlog
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from rlm.errors import ConfigError, MetadataUnavailableError
+from rlmm.topic_config import TopicRlmmConfig
+
+log = structlog.get_logger(__name__)
+
+
+def topic_configs(cfg: TopicRlmmConfig) -> dict[str, str]:
+    """The topic-level configs Kafka sets on the metadata topic."""
+    return {"retention.ms": str(cfg.retention_ms), "cleanup.policy": "delete",
+            "remote.storage.enable": "false"}
+
+
+def _existing_partitions(admin: AdminClient, topic: str, timeout: float) -> int | None:
+    md = admin.list_topics(topic=topic, timeout=timeout)
+    t = md.topics.get(topic)
+    if t is None or t.error is not None:
+        if t is not None and t.error is not None and t.error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+            raise KafkaException(t.error)
+        return None
+    return len(t.partitions)
+
+
+def _broker_count(admin: AdminClient, timeout: float) -> int:
+    return max(1, len(admin.list_topics(timeout=timeout).brokers))
+
+
+def ensure_metadata_topic(cfg: TopicRlmmConfig, admin: AdminClient | None = None) -> int:
+    """Create the metadata topic if absent; return its partition count (always the configured one).
+
+    Raises :class:`ConfigError` if it exists with another partition count (not retriable: the
+    operator must fix the config) and :class:`MetadataUnavailableError` if the cluster cannot be
+    reached before the initialization timeout.
+    """
+    admin = admin or AdminClient(cfg.admin_config())
+    deadline = time.monotonic() + cfg.init_retry_max_timeout_ms / 1000
+    interval = max(cfg.init_retry_interval_ms / 1000, 0.01)
+    last: Exception | None = None
+    while True:
+        remaining = max(deadline - time.monotonic(), 0.0)
+        try:
+            return _ensure_once(cfg, admin, timeout=min(max(remaining, 1.0), 10.0))
+        except ConfigError:
+            raise
+        except (KafkaException, TimeoutError, RuntimeError) as e:
+            last = e
+            log.warning("rlmm_topic_init_retry", topic=cfg.topic_name, error=str(e))
+        if time.monotonic() >= deadline:
+            raise MetadataUnavailableError(
+                f"could not create or describe metadata topic {cfg.topic_name!r} at {cfg.bootstrap_servers} "
+                f"within {cfg.init_retry_max_timeout_ms} ms: {last}") from last
+        time.sleep(interval)
+
+
+def _ensure_once(cfg: TopicRlmmConfig, admin: AdminClient, *, timeout: float) -> int:
+    existing = _existing_partitions(admin, cfg.topic_name, timeout)
+    if existing is None:
+        rf = cfg.replication_factor or min(3, _broker_count(admin, timeout))
+        new = NewTopic(cfg.topic_name, num_partitions=cfg.num_partitions, replication_factor=rf,
+                       config=topic_configs(cfg))
+        fut = admin.create_topics([new], request_timeout=timeout)[cfg.topic_name]
+        try:
+            fut.result(timeout=timeout + 5)
+            log.info("rlmm_topic_created", topic=cfg.topic_name, partitions=cfg.num_partitions,
+                     replication_factor=rf, retention_ms=cfg.retention_ms)
+        except KafkaException as e:
+            err: Any = e.args[0] if e.args else None
+            if not (isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS):
+                if isinstance(err, KafkaError) and err.code() in (
+                        KafkaError.INVALID_REPLICATION_FACTOR, KafkaError.INVALID_CONFIG,
+                        KafkaError.INVALID_PARTITIONS, KafkaError.POLICY_VIOLATION,
+                        KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED):
+                    raise ConfigError(f"cannot create metadata topic {cfg.topic_name!r}: {err.str()}") from e
+                raise
+        existing = _existing_partitions(admin, cfg.topic_name, timeout)
+        if existing is None:
+            raise RuntimeError(f"metadata topic {cfg.topic_name!r} not visible yet after creation")
+    if existing != cfg.num_partitions:
+        raise ConfigError(
+            f"metadata topic {cfg.topic_name!r} exists with {existing} partitions but "
+            f"remote.log.metadata.topic.num.partitions is {cfg.num_partitions}; they must match")
+    return existing
