@@ -1,0 +1,417 @@
+"""Configuration of the ``rlm run`` daemon: pydantic models, a YAML/TOML file and ``RLM_*`` env overrides.
+
+Why one model tree: the same objects validate the file, the environment and the defaults, and
+``scripts/gen_config_docs.py`` renders ``docs/configuration.md`` from them, so the documentation
+cannot drift from the code. Kafka's own property names (``remote.log.manager.task.interval.ms``,
+``rsm.config.*``, ``retention.ms``, ...) are accepted as aliases: each field that has a Kafka
+name carries it in ``json_schema_extra["kafka"]`` and a before-validator renames those keys, so
+env-var names stay ``RLM_<FIELD>`` (pydantic-settings ignores the env prefix for aliased fields).
+Unknown keys are errors naming the key (``extra="forbid"``).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from rlm.errors import ConfigError
+
+LONG_MAX = 2**63 - 1
+
+
+def _kafka(name: str) -> dict[str, Any]:
+    return {"kafka": name}
+
+
+def _kafka_names(model: type[BaseModel]) -> dict[str, str]:
+    """Kafka property name -> field name for one model."""
+    out: dict[str, str] = {}
+    for fname, f in model.model_fields.items():
+        extra = f.json_schema_extra
+        if isinstance(extra, dict) and isinstance(extra.get("kafka"), str):
+            out[str(extra["kafka"])] = fname
+    return out
+
+
+def _rename_kafka_keys(model: type[BaseModel], data: Any) -> Any:
+    if not isinstance(data, dict):
+        return data
+    names = _kafka_names(model)
+    out: dict[str, Any] = {}
+    for k, v in data.items():
+        target = names.get(k, k) if isinstance(k, str) else k
+        if target in out and k != target:
+            raise ValueError(f"{k!r} and {target!r} both set")
+        out[target] = v
+    return out
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kafka_aliases(cls, data: Any) -> Any:
+        return _rename_kafka_keys(cls, data)
+
+
+class TopicSettings(_Strict):
+    """Per-topic settings; Kafka topic-config names are accepted. ``None`` = inherit."""
+
+    remote_storage_enable: bool | None = Field(
+        None,
+        json_schema_extra=_kafka("remote.storage.enable"),
+        description="Tier this topic. The sidecar's own switch: a cluster without native tiered "
+        "storage rejects this as a topic config.",
+    )
+    retention_ms: int | None = Field(
+        None,
+        ge=-1,
+        json_schema_extra=_kafka("retention.ms"),
+        description="Total (remote) retention by time; -1 = forever.",
+    )
+    retention_bytes: int | None = Field(
+        None,
+        ge=-1,
+        json_schema_extra=_kafka("retention.bytes"),
+        description="Total (remote + local) retention by size; -1 = unlimited.",
+    )
+    local_retention_ms: int | None = Field(
+        None,
+        ge=-2,
+        json_schema_extra=_kafka("local.retention.ms"),
+        description="The broker's local retention by time (-2 = retention.ms); used to warn when copy lag "
+        "approaches it.",
+    )
+    local_retention_bytes: int | None = Field(
+        None,
+        ge=-2,
+        json_schema_extra=_kafka("local.retention.bytes"),
+        description="The broker's local retention by size (-2 = retention.bytes).",
+    )
+    cleanup_policy: str | None = Field(
+        None,
+        json_schema_extra=_kafka("cleanup.policy"),
+        description="Overrides what the broker reports; topics with 'compact' are refused "
+        "(KIP-405 non-goal).",
+    )
+
+
+class TopicOverride(TopicSettings):
+    """Settings for topics whose name matches ``pattern`` (shell glob, e.g. ``orders-*``)."""
+
+    pattern: str = Field(
+        description="Topic-name glob (fnmatch). Later matching entries win over earlier ones."
+    )
+
+
+class ResolvedTopicConfig(BaseModel):
+    """The effective settings for one topic after defaults and every matching override."""
+
+    model_config = ConfigDict(frozen=True)
+
+    remote_storage_enable: bool
+    retention_ms: int
+    retention_bytes: int
+    local_retention_ms: int
+    local_retention_bytes: int
+    cleanup_policy: str | None
+
+
+class StorageConfig(_Strict):
+    """The RemoteStorageManager plugin (``rsm_plugins``)."""
+
+    plugin: str = Field(
+        "local",
+        json_schema_extra=_kafka("remote.log.storage.manager.class.name"),
+        description="Built-in name (local, s3, fsspec), entry-point name or 'module:Class'.",
+    )
+    config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Plugin configuration; Kafka-style 'rsm.config.<key>' top-level keys land here. "
+        "For 'local' the default root is '<work_dir>/remote'.",
+    )
+
+
+class MetadataConfig(_Strict):
+    """The RemoteLogMetadataManager (``rlmm``)."""
+
+    manager: str = Field(
+        "file",
+        json_schema_extra=_kafka("remote.log.metadata.manager.class.name"),
+        description="'file' (embedded, default), 'topic' (__remote_log_metadata) or 'module:Class'.",
+    )
+    config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Manager configuration; top-level 'rlmm.config.<key>' (prefix stripped) and "
+        "'remote.log.metadata.<key>' (kept whole) land here. For 'file' the default dir is "
+        "'<work_dir>/metadata'.",
+    )
+
+
+class HttpConfig(_Strict):
+    """Prometheus ``/metrics`` and ``/health``."""
+
+    enabled: bool = Field(True, description="Serve /metrics and /health.")
+    host: str = Field("127.0.0.1", description="Bind address; loopback by default.")
+    port: int = Field(
+        9464, ge=0, le=65535, description="Port; 0 picks a free one (written to the status file)."
+    )
+
+
+_PREFIX_TARGETS = (
+    ("rsm.config.", "storage"),
+    ("rlmm.config.", "metadata"),
+    ("remote.log.metadata.", "metadata"),
+)
+_KEEP_PREFIX = frozenset({"remote.log.metadata."})
+_PLUGIN_KEYS = {
+    "remote.log.storage.manager.class.name": ("storage", "plugin"),
+    "remote.log.metadata.manager.class.name": ("metadata", "manager"),
+}
+
+
+class DaemonConfig(BaseSettings):
+    """Top-level configuration of ``rlm run``. Env: ``RLM_<FIELD>``, nested with ``__``."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="RLM_", env_nested_delimiter="__", extra="forbid", frozen=True, case_sensitive=False
+    )
+
+    log_dirs: list[Path] = Field(
+        description="The broker's log dirs (read only: the daemon never writes there)."
+    )
+    work_dir: Path = Field(
+        Path("rlm-work"),
+        description="The daemon's own directory: status file, staging, default local storage and metadata.",
+    )
+    bootstrap_servers: str | None = Field(
+        None,
+        description="Kafka bootstrap servers. Unset = standalone: every partition in the log dirs is "
+        "managed and the LSO is computed from the log.",
+    )
+    node_id: int | None = Field(
+        None, description="This broker's node id; default: read from meta.properties."
+    )
+    kafka_client: dict[str, str] = Field(
+        default_factory=dict, description="Extra librdkafka settings for the admin client."
+    )
+    storage: StorageConfig = Field(default_factory=StorageConfig)  # type: ignore[arg-type]
+    metadata: MetadataConfig = Field(default_factory=MetadataConfig)  # type: ignore[arg-type]
+    http: HttpConfig = Field(default_factory=HttpConfig)  # type: ignore[arg-type]
+    task_interval_ms: int = Field(
+        30000,
+        gt=0,
+        json_schema_extra=_kafka("remote.log.manager.task.interval.ms"),
+        description="A partition's next run is at now + this.",
+    )
+    thread_pool_size: int = Field(
+        10,
+        gt=0,
+        json_schema_extra=_kafka("remote.log.manager.thread.pool.size"),
+        description="Worker threads; one partition per thread at a time.",
+    )
+    retry_backoff_ms: int = Field(
+        500,
+        gt=0,
+        json_schema_extra=_kafka("remote.log.manager.task.retry.backoff.ms"),
+        description="First backoff after a failed run.",
+    )
+    retry_backoff_max_ms: int = Field(
+        30000,
+        gt=0,
+        json_schema_extra=_kafka("remote.log.manager.task.retry.backoff.max.ms"),
+        description="Backoff cap.",
+    )
+    retry_jitter: float = Field(
+        0.2,
+        ge=0,
+        le=1,
+        json_schema_extra=_kafka("remote.log.manager.task.retry.jitter"),
+        description="Backoff is multiplied by a random factor in [1-jitter, 1+jitter].",
+    )
+    copy_max_bytes_per_second: int = Field(
+        LONG_MAX,
+        gt=0,
+        json_schema_extra=_kafka("remote.log.manager.copy.max.bytes.per.second"),
+        description="Copy quota (token bucket over all partitions).",
+    )
+    index_file_cache_total_size_bytes: int = Field(
+        1 << 30,
+        gt=0,
+        json_schema_extra=_kafka("remote.log.index.file.cache.total.size.bytes"),
+        description="Remote index cache size (used by readers sharing this config).",
+    )
+    custom_metadata_max_bytes: int = Field(
+        128,
+        ge=0,
+        json_schema_extra=_kafka("remote.log.metadata.custom.metadata.max.bytes"),
+        description="Largest custom metadata a plugin may return; bigger → the copy is undone and the "
+        "partition's copying stops.",
+    )
+    partition_remover_interval_ms: int = Field(
+        3600000,
+        gt=0,
+        json_schema_extra=_kafka("remote.partition.remover.task.interval.ms"),
+        description="How often deleted partitions' remote data is removed.",
+    )
+    leadership_refresh_interval_ms: int = Field(10000, gt=0, description="Cluster metadata refresh interval.")
+    rescan_interval_ms: int = Field(
+        30000, gt=0, description="Log-dir rescan interval for new/removed partitions."
+    )
+    stale_copy_grace_ms: int = Field(
+        600000,
+        ge=0,
+        description="A COPY_SEGMENT_STARTED written by another node is treated as abandoned "
+        "after this long (this node's own are cleaned up at once).",
+    )
+    copy_lag_warn_ratio: float = Field(
+        0.8,
+        gt=0,
+        le=1,
+        description="Warn when the oldest uncopied segment's age exceeds this fraction "
+        "of local.retention.ms.",
+    )
+    shutdown_timeout_s: float = Field(30.0, gt=0, description="SIGTERM: how long running copies may finish.")
+    log_format: Literal["json", "console"] = Field("json", description="structlog renderer.")
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
+    topic_defaults: TopicSettings = Field(
+        default_factory=TopicSettings,  # type: ignore[arg-type]
+        description="Defaults for every topic; Kafka topic-config names also accepted at top level.",
+    )
+    topics: list[TopicOverride] = Field(
+        default_factory=list, description="Per-topic overrides by name pattern."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kafka_aliases(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = _rename_kafka_keys(cls, data)
+        topic_names = _kafka_names(TopicSettings)
+        out: dict[str, Any] = {}
+        special: list[tuple[str, Any]] = []
+        for k, v in data.items():
+            if isinstance(k, str) and (
+                k in topic_names or k.startswith(tuple(p for p, _ in _PREFIX_TARGETS)) or k in _PLUGIN_KEYS
+            ):
+                special.append((k, v))
+            else:
+                out[k] = v
+
+        def block(name: str) -> dict[str, Any]:
+            current = out.get(name)
+            merged = dict(current) if isinstance(current, dict) else {}
+            out[name] = merged
+            return merged
+
+        for k, v in special:
+            if k in _PLUGIN_KEYS:
+                section, fname = _PLUGIN_KEYS[k]
+                block(section)[fname] = v
+            elif k in topic_names:
+                block("topic_defaults")[topic_names[k]] = v
+            else:
+                prefix, target = next((p, t) for p, t in _PREFIX_TARGETS if k.startswith(p))
+                plugin_block = block(target)
+                inner = dict(plugin_block.get("config") or {})
+                inner[k if prefix in _KEEP_PREFIX else k[len(prefix) :]] = v
+                plugin_block["config"] = inner
+        return out
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Environment first (it overrides the file), then the file's values passed as init kwargs."""
+        return env_settings, init_settings
+
+    # ---- derived --------------------------------------------------------------------------
+    def topic_config(self, topic: str) -> ResolvedTopicConfig:
+        """Defaults, then every override whose pattern matches ``topic`` in order (later wins)."""
+        eff: dict[str, Any] = {
+            "remote_storage_enable": False,
+            "retention_ms": 7 * 24 * 3600 * 1000,
+            "retention_bytes": -1,
+            "local_retention_ms": -2,
+            "local_retention_bytes": -2,
+            "cleanup_policy": None,
+        }
+        layers: list[TopicSettings] = [self.topic_defaults]
+        layers += [o for o in self.topics if fnmatch.fnmatchcase(topic, o.pattern)]
+        for layer in layers:
+            for name in TopicSettings.model_fields:
+                value = getattr(layer, name)
+                if value is not None:
+                    eff[name] = value
+        if eff["local_retention_ms"] == -2:
+            eff["local_retention_ms"] = eff["retention_ms"]
+        if eff["local_retention_bytes"] == -2:
+            eff["local_retention_bytes"] = eff["retention_bytes"]
+        return ResolvedTopicConfig(**eff)
+
+    def has_topic_setting(self, topic: str, field: str) -> bool:
+        """True when the sidecar's own config sets ``field`` for ``topic`` (defaults or an override)."""
+        layers: list[TopicSettings] = [self.topic_defaults]
+        layers += [o for o in self.topics if fnmatch.fnmatchcase(topic, o.pattern)]
+        return any(getattr(layer, field) is not None for layer in layers)
+
+
+def _format_errors(e: ValidationError, source: str) -> str:
+    parts = []
+    for err in e.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "<root>"
+        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        parts.append(f"{loc}: {msg}")
+    return f"{source}: invalid configuration: " + "; ".join(parts)
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """Parse a YAML (``.yaml``/``.yml``) or TOML (``.toml``) file into a dict; errors name the file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read configuration: {e.strerror}") from e
+    try:
+        data: Any = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as e:
+        raise ConfigError(f"{path}: cannot parse configuration: {e}") from e
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: configuration must be a mapping at top level")
+    return data
+
+
+def load_config(path: Path | None = None, **overrides: Any) -> DaemonConfig:
+    """Build the configuration from ``path`` (optional), then ``RLM_*`` env vars, then ``overrides``.
+
+    Every problem becomes a :class:`ConfigError` naming the offending key.
+    """
+    data: dict[str, Any] = read_config_file(path) if path is not None else {}
+    data.update(overrides)
+    source = str(path) if path is not None else "configuration"
+    try:
+        return DaemonConfig(**data)
+    except ValidationError as e:
+        raise ConfigError(_format_errors(e, source)) from e
+    except ValueError as e:
+        raise ConfigError(f"{source}: {e}") from e
+
+
+def env_keys() -> list[str]:
+    """The ``RLM_*`` variables present in the environment (for diagnostics)."""
+    return sorted(k for k in os.environ if k.upper().startswith("RLM_"))

@@ -1,0 +1,110 @@
+"""What every partition task shares: plugins, metrics, quota, the stop event and the in-flight copies.
+
+Also the daemon's own epoch history. A broker that does not know about tiering moves its log
+start offset with *local* retention and truncates ``leader-epoch-checkpoint`` from the front;
+the daemon remembers the epochs it has seen (in its work dir) so that remote segments written
+under epochs the broker has since forgotten stay on the lineage.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlm.config import DaemonConfig
+from rlm.daemon.metrics import DaemonMetrics
+from rlm.daemon.quota import CopyQuota
+from rlm.daemon.status import StatusBoard
+from rlm.types import RemoteLogSegmentId, TopicIdPartition
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def wait_result(value: Any) -> Any:
+    """Metadata calls may return a future (Kafka style) or a plain value; wait for either."""
+    result = getattr(value, "result", None)
+    if callable(result):
+        return result()
+    return value
+
+
+@dataclass
+class TaskContext:
+    config: DaemonConfig
+    node_id: int
+    rsm: Any
+    rlmm: Any
+    metrics: DaemonMetrics
+    quota: CopyQuota
+    status: StatusBoard
+    stop: threading.Event = field(default_factory=threading.Event)
+    in_flight: set[RemoteLogSegmentId] = field(default_factory=set)
+    in_flight_lock: threading.Lock = field(default_factory=threading.Lock)
+    copy_disabled: set[TopicIdPartition] = field(default_factory=set)
+
+    @property
+    def work_dir(self) -> Path:
+        return self.config.work_dir
+
+    def staging_dir(self, tp: TopicIdPartition) -> Path:
+        """Scratch space for one partition inside the daemon's own work dir (never the broker's)."""
+        d = self.work_dir / "staging" / f"{tp.topic}-{tp.partition}"
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+
+class EpochHistory:
+    """Per-partition epoch entries the daemon has seen, merged with the broker's current checkpoint."""
+
+    def __init__(self, work_dir: Path) -> None:
+        self.dir = work_dir / "epochs"
+        self._lock = threading.Lock()
+
+    def _path(self, tp: TopicIdPartition) -> Path:
+        return self.dir / f"{tp.topic}-{tp.partition}-{tp.topic_id.text}.json"
+
+    def merge(self, tp: TopicIdPartition, checkpoint: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+        """Stored prefix (epochs older than the checkpoint's first) + the checkpoint; saved if changed.
+
+        The checkpoint wins for everything it covers (a truncation at the end after an unclean
+        election must be followed); only what it dropped at the front comes from the store.
+        """
+        with self._lock:
+            stored = self._load(tp)
+            cp = sorted(checkpoint)
+            if not cp:
+                return stored
+            first_epoch, first_start = cp[0]
+            prefix = [(e, s) for e, s in stored if e < first_epoch and s <= first_start]
+            same = [s for e, s in stored if e == first_epoch and s < first_start]
+            head = [(first_epoch, min(same))] if same else [cp[0]]
+            merged = prefix + head + cp[1:]
+            if merged != stored:
+                self._save(tp, merged)
+            return merged
+
+    def _load(self, tp: TopicIdPartition) -> list[tuple[int, int]]:
+        try:
+            raw = json.loads(self._path(tp).read_text(encoding="utf-8"))
+            return sorted((int(e), int(s)) for e, s in raw)
+        except (FileNotFoundError, ValueError, TypeError):
+            return []
+
+    def _save(self, tp: TopicIdPartition, entries: list[tuple[int, int]]) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        path = self._path(tp)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(entries), encoding="utf-8")
+        os.replace(tmp, path)
+
+    def forget(self, tp: TopicIdPartition) -> None:
+        with self._lock:
+            self._path(tp).unlink(missing_ok=True)

@@ -1,0 +1,227 @@
+"""Copy eligible segments of one led partition to remote storage (Kafka's ``RLMCopyTask``).
+
+Eligible: a rolled (not active) segment whose last offset is below the LSO and which is not
+already covered on the current epoch lineage. The resume point is found by walking the epoch
+history backwards (``lineage.find_highest_remote_offset``). Each copy follows the protocol
+COPY_SEGMENT_STARTED → RSM copy → COPY_SEGMENT_FINISHED with a fresh segment id; a failed RSM
+copy is undone (DELETE_SEGMENT_STARTED → RSM delete → DELETE_SEGMENT_FINISHED) and the error is
+re-raised so the scheduler retries the partition with backoff (and a new id).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import structlog
+
+from rlm.config import ResolvedTopicConfig
+from rlm.daemon.context import EpochHistory, TaskContext, now_ms, wait_result
+from rlm.daemon.crash import crash_point
+from rlm.daemon.lineage import checkpoint_bytes, epochs_for_range, find_highest_remote_offset
+from rlm.daemon.local_log import LocalLogView, LocalSegment
+from rlm.daemon.producer_snapshot import producer_snapshot_for
+from rlm.daemon.remote_ops import delete_remote_segment
+from rlm.errors import RlmError
+from rlm.types import (
+    LogSegmentData,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+)
+
+log = structlog.get_logger(__name__)
+
+
+class CustomMetadataTooLargeError(RlmError):
+    """The storage plugin returned more custom metadata than allowed; copying stops for the partition."""
+
+
+class SegmentCopier:
+    """Copies the eligible segments of one partition per :meth:`run`."""
+
+    def __init__(self, ctx: TaskContext, history: EpochHistory) -> None:
+        self.ctx = ctx
+        self.history = history
+        self._gap_reported: dict[TopicIdPartition, int] = {}
+
+    def run(self, tp: TopicIdPartition, view: LocalLogView, lso: int, topic_cfg: ResolvedTopicConfig) -> int:
+        """Copy what is eligible now, oldest first; returns the number of segments copied."""
+        ctx = self.ctx
+        st = ctx.status.partition(tp.topic, tp.partition)
+        labels = (tp.topic, str(tp.partition))
+        epochs = self.history.merge(tp, view.epochs)
+        active = view.active
+        leo = max(active.base_offset if active else 0, lso)
+        copied, _ = find_highest_remote_offset(
+            epochs, leo, lambda e: wait_result(ctx.rlmm.highest_offset_for_epoch(tp, e))
+        )
+        self._check_gap(tp, view, copied)
+        from_offset = max(copied + 1, view.local_start_offset)
+        candidates = [
+            s
+            for s in view.rolled
+            if s.next_offset is not None and s.next_offset > from_offset and s.next_offset <= lso
+        ]
+        st.copy_lag = max(0, lso - (copied + 1)) if lso > 0 else 0
+        ctx.metrics.copy_lag_offsets.labels(*labels).set(st.copy_lag)
+        ctx.metrics.copy_lag_segments.labels(*labels).set(len(candidates))
+        self._check_lag_vs_local_retention(tp, candidates, topic_cfg)
+        if tp in ctx.copy_disabled or lso <= 0 or copied >= lso - 1:
+            return 0
+        done = 0
+        for seg in candidates:
+            if ctx.stop.is_set():
+                break
+            if not self.copy_segment(tp, view, seg, epochs):
+                break
+            done += 1
+            st.remote_end = max(st.remote_end, seg.end_offset)
+            st.copy_lag = max(0, lso - seg.next_offset) if seg.next_offset is not None else st.copy_lag
+            ctx.metrics.copy_lag_offsets.labels(*labels).set(st.copy_lag)
+            ctx.metrics.copy_lag_segments.labels(*labels).set(len(candidates) - done)
+        return done
+
+    def _check_gap(self, tp: TopicIdPartition, view: LocalLogView, copied: int) -> None:
+        """Loud error + metric when offsets between the remote end and the local start were never copied."""
+        if copied < 0 or copied + 1 >= view.local_start_offset:
+            return
+        missing_from = copied + 1
+        if self._gap_reported.get(tp) == missing_from:
+            return
+        self._gap_reported[tp] = missing_from
+        n = view.local_start_offset - missing_from
+        labels = (tp.topic, str(tp.partition))
+        self.ctx.metrics.gap_segments.labels(*labels).inc()
+        self.ctx.metrics.gap_offsets.labels(*labels).inc(n)
+        st = self.ctx.status.partition(tp.topic, tp.partition)
+        st.gap_offsets += n
+        log.error(
+            "remote_copy_gap",
+            topic=tp.topic,
+            partition=tp.partition,
+            first_missing_offset=missing_from,
+            local_start_offset=view.local_start_offset,
+            missing_offsets=n,
+            hint="local retention deleted segments before they were copied; raise local.retention.* "
+            "or the copy rate",
+        )
+
+    def _check_lag_vs_local_retention(
+        self, tp: TopicIdPartition, candidates: list[LocalSegment], topic_cfg: ResolvedTopicConfig
+    ) -> None:
+        labels = (tp.topic, str(tp.partition))
+        limit = topic_cfg.local_retention_ms
+        near = 0
+        if candidates and limit > 0:
+            try:
+                oldest_mtime_ms = int(candidates[0].log_path.stat().st_mtime * 1000)
+            except FileNotFoundError:
+                oldest_mtime_ms = now_ms()
+            age = now_ms() - oldest_mtime_ms
+            if age >= limit * self.ctx.config.copy_lag_warn_ratio:
+                near = 1
+                log.warning(
+                    "remote_copy_lag_near_local_retention",
+                    topic=tp.topic,
+                    partition=tp.partition,
+                    oldest_uncopied_offset=candidates[0].base_offset,
+                    age_ms=age,
+                    local_retention_ms=limit,
+                )
+        self.ctx.metrics.copy_lag_near_retention.labels(*labels).set(near)
+
+    def copy_segment(
+        self, tp: TopicIdPartition, view: LocalLogView, seg: LocalSegment, epochs: list[tuple[int, int]]
+    ) -> bool:
+        """One segment through the copy protocol. False = stopped (quota wait interrupted)."""
+        ctx = self.ctx
+        assert seg.next_offset is not None
+        if not ctx.quota.acquire(seg.size, ctx.stop):
+            return False
+        seg_id = RemoteLogSegmentId.generate_new(tp)
+        bind = log.bind(
+            topic=tp.topic, partition=tp.partition, base_offset=seg.base_offset, segment_id=seg_id.id.text
+        )
+        txn = seg.path(".txnindex")
+        txn_path = txn if txn.exists() and txn.stat().st_size > 0 else None
+        md = RemoteLogSegmentMetadata(
+            remote_log_segment_id=seg_id,
+            start_offset=seg.base_offset,
+            end_offset=seg.end_offset,
+            max_timestamp_ms=seg.max_timestamp(),
+            broker_id=ctx.node_id,
+            event_timestamp_ms=now_ms(),
+            segment_size_in_bytes=seg.size,
+            segment_leader_epochs=tuple(epochs_for_range(epochs, seg.base_offset, seg.next_offset)),
+            txn_index_empty=txn_path is None,
+        )
+        snapshot = producer_snapshot_for(view, seg.next_offset, ctx.staging_dir(tp))
+        data = LogSegmentData(
+            log_segment=seg.log_path,
+            offset_index=seg.path(".index"),
+            time_index=seg.path(".timeindex"),
+            transaction_index=txn_path,
+            producer_snapshot_index=snapshot,
+            leader_epoch_index=checkpoint_bytes(epochs, seg.next_offset),
+        )
+        with ctx.in_flight_lock:
+            ctx.in_flight.add(seg_id)
+        try:
+            wait_result(ctx.rlmm.add_remote_log_segment_metadata(md))
+            crash_point("after_copy_started")
+            try:
+                custom = ctx.rsm.copy_log_segment_data(md, data)
+            except Exception as e:
+                bind.warning("segment_copy_failed", error=str(e), kind=type(e).__name__)
+                self._undo(md, "copy_failed")
+                raise
+            crash_point("after_rsm_copy")
+            if custom is not None and len(custom) > ctx.config.custom_metadata_max_bytes:
+                self._undo(md, "custom_metadata_too_large")
+                ctx.copy_disabled.add(tp)
+                raise CustomMetadataTooLargeError(
+                    f"{tp}: storage plugin returned {len(custom)} bytes of custom metadata, limit "
+                    f"{ctx.config.custom_metadata_max_bytes}; copying stopped for this partition"
+                )
+            wait_result(
+                ctx.rlmm.update_remote_log_segment_metadata(
+                    RemoteLogSegmentMetadataUpdate(
+                        seg_id, now_ms(), RemoteLogSegmentState.COPY_SEGMENT_FINISHED, ctx.node_id, custom
+                    )
+                )
+            )
+            crash_point("after_copy_finished")
+        finally:
+            with ctx.in_flight_lock:
+                ctx.in_flight.discard(seg_id)
+            _cleanup_staged(snapshot, view)
+        labels = (tp.topic, str(tp.partition))
+        ctx.metrics.bytes_copied.labels(*labels).inc(seg.size)
+        ctx.metrics.segments_copied.labels(*labels).inc()
+        st = ctx.status.partition(tp.topic, tp.partition)
+        st.last_copy_ms = now_ms()
+        bind.info(
+            "segment_copied",
+            end_offset=seg.end_offset,
+            bytes=seg.size,
+            epochs=[list(e) for e in md.segment_leader_epochs],
+        )
+        return True
+
+    def _undo(self, md: RemoteLogSegmentMetadata, reason: str) -> None:
+        try:
+            delete_remote_segment(self.ctx, md, reason)
+        except Exception as e:  # best effort: expiry retries DELETE_SEGMENT_STARTED / stale STARTED later
+            log.warning(
+                "segment_copy_cleanup_failed",
+                segment_id=md.remote_log_segment_id.id.text,
+                error=str(e),
+                kind=type(e).__name__,
+            )
+
+
+def _cleanup_staged(snapshot: Path, view: LocalLogView) -> None:
+    if snapshot.parent != view.dir:
+        snapshot.unlink(missing_ok=True)

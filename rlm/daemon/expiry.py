@@ -1,0 +1,140 @@
+"""Remote retention for one led partition (Kafka's ``RLMExpirationTask``).
+
+Per run: (1) COPY_SEGMENT_STARTED segments nobody is copying (a crash, or a node that stopped
+mid-copy) are undone; (2) DELETE_SEGMENT_STARTED segments are deleted again; (3) finished
+segments not on the current epoch lineage are deleted; (4) lineage segments past
+``retention.ms`` or beyond ``retention.bytes`` (remote + not-yet-tiered local bytes) are deleted
+oldest first, stopping at the first one kept, and the remote log start advances past them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import structlog
+
+from rlm.config import ResolvedTopicConfig
+from rlm.daemon.context import EpochHistory, TaskContext, now_ms
+from rlm.daemon.lineage import filtered_epochs, is_within_lineage
+from rlm.daemon.local_log import LocalLogView
+from rlm.daemon.remote_ops import delete_remote_segment
+from rlm.types import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
+
+log = structlog.get_logger(__name__)
+S = RemoteLogSegmentState
+
+
+@dataclass
+class ExpiryResult:
+    deleted: int = 0
+    remote_start: int = -1
+    remote_end: int = -1
+    remote_bytes: int = 0
+    remote_segments: int = 0
+
+
+def on_lineage(md: RemoteLogSegmentMetadata, leo: int, lineage: list[tuple[int, int]]) -> bool:
+    """Kafka's lineage check, except that segments wholly below the known history are kept.
+
+    Offsets before the first remembered epoch cannot be checked (their epochs are gone from
+    every checkpoint); remote retention, not the lineage check, removes them.
+    """
+    if not lineage:
+        return True
+    if md.end_offset < lineage[0][1]:
+        return True
+    return is_within_lineage(md, leo, lineage)
+
+
+class RemoteExpirer:
+    def __init__(self, ctx: TaskContext, history: EpochHistory) -> None:
+        self.ctx = ctx
+        self.history = history
+
+    def run(
+        self, tp: TopicIdPartition, view: LocalLogView, lso: int, cfg: ResolvedTopicConfig
+    ) -> ExpiryResult:
+        ctx = self.ctx
+        res = ExpiryResult()
+        lineage = filtered_epochs(self.history.merge(tp, view.epochs))
+        active = view.active
+        leo = max(active.base_offset if active else 0, lso)
+        segments = list(ctx.rlmm.list_remote_log_segments(tp))
+        now = now_ms()
+        with ctx.in_flight_lock:
+            in_flight = set(ctx.in_flight)
+        finished: list[RemoteLogSegmentMetadata] = []
+        for md in segments:
+            if ctx.stop.is_set():
+                return res
+            if md.state is S.COPY_SEGMENT_STARTED and md.remote_log_segment_id not in in_flight:
+                mine = md.broker_id == ctx.node_id
+                if mine or now - md.event_timestamp_ms > ctx.config.stale_copy_grace_ms:
+                    log.warning(
+                        "stale_copy_cleanup",
+                        topic=tp.topic,
+                        partition=tp.partition,
+                        segment_id=md.remote_log_segment_id.id.text,
+                        broker_id=md.broker_id,
+                    )
+                    delete_remote_segment(ctx, md, "stale_copy")
+                    res.deleted += 1
+            elif md.state is S.DELETE_SEGMENT_STARTED:
+                delete_remote_segment(ctx, md, "retry_delete")
+                res.deleted += 1
+            elif md.state is S.COPY_SEGMENT_FINISHED:
+                if on_lineage(md, leo, lineage):
+                    finished.append(md)
+                else:
+                    log.warning(
+                        "segment_off_lineage",
+                        topic=tp.topic,
+                        partition=tp.partition,
+                        segment_id=md.remote_log_segment_id.id.text,
+                        start_offset=md.start_offset,
+                        end_offset=md.end_offset,
+                        epochs=[list(e) for e in md.segment_leader_epochs],
+                    )
+                    delete_remote_segment(ctx, md, "off_lineage")
+                    res.deleted += 1
+        finished.sort(key=lambda m: (m.start_offset, m.end_offset))
+        res.deleted += self._retention(tp, view, finished, cfg, now, res)
+        return res
+
+    def _retention(
+        self,
+        tp: TopicIdPartition,
+        view: LocalLogView,
+        finished: list[RemoteLogSegmentMetadata],
+        cfg: ResolvedTopicConfig,
+        now: int,
+        res: ExpiryResult,
+    ) -> int:
+        remote_bytes = sum(m.segment_size_in_bytes for m in finished)
+        highest = max((m.end_offset for m in finished), default=-1)
+        local_only = sum(s.size for s in view.segments if s.base_offset > highest)
+        remaining = remote_bytes + local_only - cfg.retention_bytes if cfg.retention_bytes > -1 else 0
+        deleted = 0
+        kept = list(finished)
+        for md in finished:
+            if self.ctx.stop.is_set():
+                break
+            reason = None
+            if cfg.retention_ms > -1 and md.max_timestamp_ms <= now - cfg.retention_ms:
+                reason = "retention_ms"
+            elif remaining > 0 and remaining - md.segment_size_in_bytes >= 0:
+                reason = "retention_bytes"
+            if reason is None:
+                break
+            if reason == "retention_bytes" or remaining > 0:
+                remaining -= md.segment_size_in_bytes
+            res.remote_start = max(res.remote_start, md.end_offset + 1)
+            delete_remote_segment(self.ctx, md, reason)
+            kept.remove(md)
+            deleted += 1
+        if kept:
+            res.remote_start = kept[0].start_offset
+        res.remote_end = max((m.end_offset for m in kept), default=-1)
+        res.remote_bytes = sum(m.segment_size_in_bytes for m in kept)
+        res.remote_segments = len(kept)
+        return deleted

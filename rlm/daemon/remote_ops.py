@@ -1,0 +1,57 @@
+"""Deleting one remote segment: DELETE_SEGMENT_STARTED → RSM delete → DELETE_SEGMENT_FINISHED.
+
+Shared by the copier (undoing a failed copy), expiry and the partition remover. A failure leaves
+the segment DELETE_SEGMENT_STARTED, which expiry retries on its next run.
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from rlm.daemon.context import TaskContext, now_ms, wait_result
+from rlm.types import RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState
+
+log = structlog.get_logger(__name__)
+
+
+def delete_remote_segment(ctx: TaskContext, md: RemoteLogSegmentMetadata, reason: str) -> None:
+    """Delete ``md``'s data and mark it; idempotent when it is already DELETE_SEGMENT_STARTED."""
+    seg_id = md.remote_log_segment_id
+    tp = seg_id.topic_id_partition
+    if md.state is not RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
+        wait_result(
+            ctx.rlmm.update_remote_log_segment_metadata(
+                RemoteLogSegmentMetadataUpdate(
+                    seg_id,
+                    now_ms(),
+                    RemoteLogSegmentState.DELETE_SEGMENT_STARTED,
+                    ctx.node_id,
+                    md.custom_metadata,
+                )
+            )
+        )
+    ctx.rsm.delete_log_segment_data(md)
+    wait_result(
+        ctx.rlmm.update_remote_log_segment_metadata(
+            RemoteLogSegmentMetadataUpdate(
+                seg_id,
+                now_ms(),
+                RemoteLogSegmentState.DELETE_SEGMENT_FINISHED,
+                ctx.node_id,
+                md.custom_metadata,
+            )
+        )
+    )
+    labels = (tp.topic, str(tp.partition))
+    ctx.metrics.segments_deleted.labels(*labels, reason).inc()
+    if md.state is not RemoteLogSegmentState.COPY_SEGMENT_STARTED:
+        ctx.metrics.bytes_deleted.labels(*labels).inc(md.segment_size_in_bytes)
+    log.info(
+        "segment_deleted",
+        topic=tp.topic,
+        partition=tp.partition,
+        segment_id=seg_id.id.text,
+        start_offset=md.start_offset,
+        end_offset=md.end_offset,
+        reason=reason,
+    )

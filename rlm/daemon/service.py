@@ -1,0 +1,374 @@
+"""The daemon: discovery, leadership, per-partition tasks, partition removal, status and metrics.
+
+Lifecycle: ``start()`` loads the plugins, takes a first look at the log dirs and the cluster and
+starts the pool; ``stop(timeout)`` stops taking work, lets running copies finish within
+``timeout`` (a copy still running after that is abandoned: its COPY_SEGMENT_STARTED is undone by
+the next run's expiry), then closes everything in reverse order. ``run_once()`` is ``--once``:
+one pass over every managed partition (copy + expiry), pending partition removals, then stop.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from rlm.config import DaemonConfig, ResolvedTopicConfig
+from rlm.daemon.context import EpochHistory, TaskContext, now_ms
+from rlm.daemon.copier import SegmentCopier
+from rlm.daemon.discovery import FoundPartition, TieringPolicy, scan_log_dirs
+from rlm.daemon.expiry import RemoteExpirer
+from rlm.daemon.http import MetricsServer
+from rlm.daemon.leadership import Cluster, ClusterView
+from rlm.daemon.local_log import LocalLogView, read_node_id
+from rlm.daemon.metrics import DaemonMetrics
+from rlm.daemon.partition_remover import PartitionRemover
+from rlm.daemon.plugins import load_rlmm, load_rsm
+from rlm.daemon.quota import CopyQuota
+from rlm.daemon.scheduler import PartitionScheduler
+from rlm.daemon.status import StatusBoard
+from rlm.errors import ConfigError, LogFormatError
+from rlm.types import KafkaUuid, TopicIdPartition, TopicPartition
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class Managed:
+    """A partition this node tiers: where it lives and its effective topic settings."""
+
+    tp: TopicIdPartition
+    found: FoundPartition
+    topic_config: ResolvedTopicConfig
+
+
+def standalone_lso(view: LocalLogView) -> int:
+    """LSO from the log itself (no broker): open transactions hold it back; bounded by the HW."""
+    from rlm.log import lso as lso_mod
+
+    return int(lso_mod.last_stable_offset(view.pdir))
+
+
+class Daemon:
+    def __init__(self, config: DaemonConfig, *, once: bool = False) -> None:
+        self.config = config
+        self.once = once
+        self.metrics = DaemonMetrics()
+        self._managed: dict[TopicIdPartition, Managed] = {}
+        self._known_path = config.work_dir / "known-partitions.json"
+        self._known: dict[TopicPartition, KafkaUuid] = {}
+        self._lock = threading.Lock()
+        self._view: ClusterView | None = None
+        self._last_refresh_ok = 0.0
+        self._threads: list[threading.Thread] = []
+        self._stopped = threading.Event()
+        self._rlmm_leaders: set[TopicIdPartition] = set()
+        self._rlmm_followers: set[TopicIdPartition] = set()
+        self.http: MetricsServer | None = None
+        self.cluster: Cluster | None = None
+        self.ctx: TaskContext | None = None
+
+    # ---- setup -----------------------------------------------------------------------------
+    def _node_id(self) -> int:
+        if self.config.node_id is not None:
+            return self.config.node_id
+        errors = []
+        for d in self.config.log_dirs:
+            try:
+                return read_node_id(d)
+            except (LogFormatError, OSError) as e:
+                errors.append(str(e))
+        raise ConfigError(
+            "node_id is not set and no log dir has a readable meta.properties: " + "; ".join(errors)
+        )
+
+    def start(self) -> Daemon:
+        cfg = self.config
+        cfg.work_dir.mkdir(parents=True, exist_ok=True)
+        node_id = self._node_id()
+        status = StatusBoard(cfg.work_dir, node_id)
+        rsm = load_rsm(cfg, node_id)
+        rlmm = load_rlmm(cfg, node_id)
+        self.ctx = TaskContext(
+            cfg, node_id, rsm, rlmm, self.metrics, CopyQuota(cfg.copy_max_bytes_per_second), status
+        )
+        history = EpochHistory(cfg.work_dir)
+        self.copier = SegmentCopier(self.ctx, history)
+        self.expirer = RemoteExpirer(self.ctx, history)
+        self.remover = PartitionRemover(self.ctx)
+        self.policy = TieringPolicy(cfg)
+        if cfg.bootstrap_servers:
+            self.cluster = Cluster(cfg.bootstrap_servers, cfg.kafka_client)
+        self._load_known()
+        self.scheduler = PartitionScheduler(
+            self._run_partition,
+            threads=cfg.thread_pool_size,
+            interval_s=cfg.task_interval_ms / 1000,
+            backoff_base_s=cfg.retry_backoff_ms / 1000,
+            backoff_max_s=cfg.retry_backoff_max_ms / 1000,
+            jitter=cfg.retry_jitter,
+            name="rlm-copy",
+            once=self.once,
+            on_error=self._on_task_error,
+        )
+        self.refresh()
+        if cfg.http.enabled and not self.once:
+            self.http = MetricsServer(cfg.http.host, cfg.http.port, self.metrics, self.health)
+            self.http.start()
+            status.status.http_port = self.http.port
+        self.metrics.up.set(1)
+        status.set_state("running")
+        self.scheduler.start()
+        if not self.once:
+            self._spawn("rlm-refresh", self._refresh_loop)
+            self._spawn("rlm-remover", self._remover_loop)
+        log.info(
+            "daemon_started",
+            node_id=node_id,
+            log_dirs=[str(d) for d in cfg.log_dirs],
+            mode="broker" if self.cluster else "standalone",
+            partitions=len(self._managed),
+            storage=cfg.storage.plugin,
+            metadata=cfg.metadata.manager,
+            once=self.once,
+        )
+        status.flush()
+        return self
+
+    def _spawn(self, name: str, target: Any) -> None:
+        t = threading.Thread(target=target, name=name, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    # ---- known partitions (for deletion after a restart) -------------------------------------
+    def _load_known(self) -> None:
+        try:
+            raw = json.loads(self._known_path.read_text(encoding="utf-8"))
+            self._known = {TopicPartition(t, int(p)): KafkaUuid.from_text(i) for t, p, i in raw}
+        except (FileNotFoundError, ValueError, TypeError):
+            self._known = {}
+
+    def _save_known(self) -> None:
+        data = json.dumps(sorted([tp.topic, tp.partition, tid.text] for tp, tid in self._known.items()))
+        tmp = self._known_path.with_suffix(".tmp")
+        tmp.write_text(data, encoding="utf-8")
+        tmp.replace(self._known_path)
+
+    # ---- discovery + leadership --------------------------------------------------------------
+    def refresh(self) -> None:
+        """Rescan the log dirs, refresh the cluster view, reconcile tasks and deletions."""
+        assert self.ctx is not None
+        scan = scan_log_dirs(list(self.config.log_dirs))
+        view = self._view
+        if self.cluster is not None:
+            view = self.cluster.refresh({tp.topic for tp in scan.partitions})
+            self._view = view
+        self._last_refresh_ok = time.monotonic()
+        managed: dict[TopicIdPartition, Managed] = {}
+        followers: set[TopicIdPartition] = set()
+        for tp, found in scan.partitions.items():
+            if found.topic_id is None:
+                continue
+            tcfg = self.policy.topic_config(tp.topic, view)
+            if not self.policy.is_tiered(tp.topic, tcfg):
+                continue
+            tip = TopicIdPartition(found.topic_id, tp.topic, tp.partition)
+            leads = view is None or view.leaders.get(tp) == self.ctx.node_id
+            if leads:
+                managed[tip] = Managed(tip, found, tcfg)
+            else:
+                followers.add(tip)
+        self._reconcile_deletions(scan.partitions, scan.deleting, view, set(managed) | followers)
+        leaders = set(managed) | self.remover.pending()
+        if leaders != self._rlmm_leaders or followers != self._rlmm_followers:
+            self.ctx.rlmm.on_partition_leadership_changes(leaders, followers)
+            stopped = (self._rlmm_leaders | self._rlmm_followers) - leaders - followers
+            if stopped:
+                self.ctx.rlmm.on_stopped_partitions(stopped)
+            self._rlmm_leaders, self._rlmm_followers = leaders, followers
+        with self._lock:
+            gone = set(self._managed) - set(managed)
+            self._managed = managed
+        for tip in gone:
+            self.metrics.forget(tip.topic_partition)
+            st = self.ctx.status.partition(tip.topic, tip.partition)
+            st.role = "follower" if tip in followers else "gone"
+        for tip in followers:
+            st = self.ctx.status.partition(tip.topic, tip.partition)
+            st.role, st.topic_id = "follower", tip.topic_id.text
+        self.metrics.partitions.labels("leader").set(len(managed))
+        self.metrics.partitions.labels("follower").set(len(followers))
+        self.scheduler.sync(managed)
+
+    def _reconcile_deletions(
+        self,
+        found: dict[TopicPartition, FoundPartition],
+        deleting: set[TopicPartition],
+        view: ClusterView | None,
+        tiered: set[TopicIdPartition],
+    ) -> None:
+        assert self.ctx is not None
+        changed = False
+        for tip in tiered:
+            if self._known.get(tip.topic_partition) != tip.topic_id:
+                self._known[tip.topic_partition] = tip.topic_id
+                changed = True
+        for tp, tid in list(self._known.items()):
+            live = found.get(tp)
+            if live is not None and live.topic_id == tid:
+                continue
+            if view is not None:
+                deleted = view.complete and not view.topic_exists(tp.topic, tid)
+            else:
+                deleted = tp in deleting or (live is not None and live.topic_id != tid)
+            if not deleted:
+                continue
+            tip = TopicIdPartition(tid, tp.topic, tp.partition)
+            log.info("partition_deleted_detected", topic=tp.topic, partition=tp.partition, topic_id=tid.text)
+            if tip not in self._rlmm_leaders:
+                self.ctx.rlmm.on_partition_leadership_changes(
+                    self._rlmm_leaders | {tip}, self._rlmm_followers
+                )
+                self._rlmm_leaders = self._rlmm_leaders | {tip}
+            self.remover.mark(tip)
+            del self._known[tp]
+            self.ctx.status.drop(tp.topic, tp.partition)
+            changed = True
+        if changed:
+            self._save_known()
+
+    def _refresh_loop(self) -> None:
+        assert self.ctx is not None
+        period = min(self.config.rescan_interval_ms, self.config.leadership_refresh_interval_ms) / 1000
+        while not self.ctx.stop.wait(period):
+            try:
+                self.refresh()
+            except Exception as e:
+                self.metrics.error(e, "refresh")
+                log.warning("refresh_failed", error=str(e), kind=type(e).__name__)
+            self._flush_status()
+
+    def _remover_loop(self) -> None:
+        assert self.ctx is not None
+        period = self.config.partition_remover_interval_ms / 1000
+        while not self.ctx.stop.is_set():
+            self.remover.wakeup.wait(period)
+            self.remover.wakeup.clear()
+            if self.ctx.stop.is_set():
+                return
+            self.remover.run_once()
+            self._flush_status()
+
+    # ---- one partition run ----------------------------------------------------------------------
+    def _run_partition(self, key: Hashable) -> None:
+        assert self.ctx is not None and isinstance(key, TopicIdPartition)
+        with self._lock:
+            m = self._managed.get(key)
+        if m is None:
+            return
+        ctx = self.ctx
+        started = time.monotonic()
+        st = ctx.status.partition(key.topic, key.partition)
+        st.topic_id, st.role, st.tiered = key.topic_id.text, "leader", True
+        try:
+            view = LocalLogView.load(m.found.dir)
+            if view.topic_id is not None and view.topic_id != key.topic_id:
+                return
+            lso = (
+                self.cluster.last_stable_offset(key.topic_partition) if self.cluster else standalone_lso(view)
+            )
+            st.local_start, st.local_end, st.lso = view.local_start_offset, view.log_end_offset(), lso
+            labels = (key.topic, str(key.partition))
+            self.metrics.local_size.labels(*labels).set(view.size_bytes)
+            self.metrics.local_segments.labels(*labels).set(len(view.segments))
+            self.copier.run(key, view, lso, m.topic_config)
+            if not ctx.stop.is_set():
+                res = self.expirer.run(key, view, lso, m.topic_config)
+                st.remote_start, st.remote_end = res.remote_start, res.remote_end
+                st.remote_bytes, st.remote_segments = res.remote_bytes, res.remote_segments
+                self.metrics.remote_log_size.labels(*labels).set(res.remote_bytes)
+                self.metrics.remote_segments.labels(*labels).set(res.remote_segments)
+                st.copy_lag = max(0, lso - (res.remote_end + 1)) if lso > 0 else 0
+                self.metrics.copy_lag_offsets.labels(*labels).set(st.copy_lag)
+            st.last_error = None
+        finally:
+            st.last_run_ms = now_ms()
+            self.metrics.task_duration.labels("partition").observe(time.monotonic() - started)
+            self._flush_status()
+
+    def _on_task_error(self, key: Hashable, exc: BaseException) -> None:
+        assert self.ctx is not None
+        self.metrics.error(exc, "partition")
+        if isinstance(key, TopicIdPartition):
+            st = self.ctx.status.partition(key.topic, key.partition)
+            st.last_error = f"{type(exc).__name__}: {exc}"
+            st.last_error_ms = now_ms()
+            self._flush_status()
+
+    def _flush_status(self) -> None:
+        if self.ctx is None:
+            return
+        try:
+            self.ctx.status.flush()
+        except OSError as e:
+            log.warning("status_write_failed", error=str(e))
+
+    # ---- health / lifecycle -------------------------------------------------------------------
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        stale_after = (
+            3 * max(self.config.rescan_interval_ms, self.config.leadership_refresh_interval_ms) / 1000
+        )
+        fresh = time.monotonic() - self._last_refresh_ok < stale_after
+        with self._lock:
+            n = len(self._managed)
+        return (fresh and not self._stopped.is_set(), {"partitions": n, "refresh_fresh": fresh})
+
+    def managed(self) -> list[TopicIdPartition]:
+        with self._lock:
+            return sorted(self._managed)
+
+    def run_once(self, timeout: float | None = None) -> int:
+        """``--once``: every managed partition once, then pending removals; number of failed tasks."""
+        assert self.ctx is not None
+        self.scheduler.wait_once(timeout)
+        self.remover.run_once()
+        return len(self.scheduler.errors)
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Stop taking work, wait for running tasks up to ``timeout``; True if none was abandoned."""
+        if self.ctx is None or self._stopped.is_set():
+            return True
+        timeout = self.config.shutdown_timeout_s if timeout is None else timeout
+        self.ctx.status.set_state("stopping")
+        self.ctx.stop.set()
+        self.remover.wakeup.set()
+        clean = self.scheduler.stop(timeout)
+        if not clean:
+            with self.ctx.in_flight_lock:
+                abandoned = [s.id.text for s in self.ctx.in_flight]
+            log.warning(
+                "copies_abandoned",
+                segment_ids=abandoned,
+                note="left COPY_SEGMENT_STARTED; undone by the next run's expiry",
+            )
+        for t in self._threads:
+            t.join(max(0.1, timeout / 4))
+        if self.http is not None:
+            self.http.stop()
+        if clean:
+            for closer in (self.ctx.rlmm.close, self.ctx.rsm.close):
+                try:
+                    closer()
+                except Exception as e:
+                    log.warning("close_failed", error=str(e), kind=type(e).__name__)
+        self.metrics.up.set(0)
+        self.ctx.status.set_state("stopped")
+        self._flush_status()
+        self._stopped.set()
+        log.info("daemon_stopped", clean=clean)
+        return clean
