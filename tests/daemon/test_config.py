@@ -1,0 +1,109 @@
+"""rlm.config: file formats, env overrides, Kafka aliases, unknown keys, topic patterns, generated docs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlm.config import load_config
+from rlm.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_yaml_with_kafka_names(tmp_path: Path) -> None:
+    f = tmp_path / "rlm.yaml"
+    f.write_text(
+        "log_dirs: [/var/kafka]\n"
+        "remote.log.manager.task.interval.ms: 1500\n"
+        "remote.log.manager.thread.pool.size: 3\n"
+        "remote.log.manager.task.retry.backoff.ms: 100\n"
+        "remote.log.manager.task.retry.backoff.max.ms: 900\n"
+        "remote.log.manager.task.retry.jitter: 0.5\n"
+        "remote.log.manager.copy.max.bytes.per.second: 1048576\n"
+        "remote.log.index.file.cache.total.size.bytes: 1000\n"
+        "remote.log.storage.manager.class.name: s3\n"
+        "rsm.config.bucket: tiered\n"
+        "rlmm.config.remote.log.metadata.topic.num.partitions: 5\n"
+        "remote.log.metadata.topic.replication.factor: 1\n"
+        "remote.partition.remover.task.interval.ms: 700\n"
+        "remote.storage.enable: true\n"
+        "retention.ms: 1000\n"
+        "retention.bytes: 2000\n"
+        "local.retention.ms: 300\n"
+        "local.retention.bytes: 400\n"
+    )
+    c = load_config(f)
+    assert (c.task_interval_ms, c.thread_pool_size, c.retry_backoff_ms, c.retry_backoff_max_ms) == (1500, 3, 100, 900)
+    assert c.retry_jitter == 0.5 and c.copy_max_bytes_per_second == 1048576
+    assert c.index_file_cache_total_size_bytes == 1000 and c.partition_remover_interval_ms == 700
+    assert c.storage.plugin == "s3" and c.storage.config == {"bucket": "tiered"}
+    assert c.metadata.config == {"remote.log.metadata.topic.num.partitions": 5,
+                                 "remote.log.metadata.topic.replication.factor": 1}
+    t = c.topic_config("any")
+    assert (t.remote_storage_enable, t.retention_ms, t.retention_bytes) == (True, 1000, 2000)
+    assert (t.local_retention_ms, t.local_retention_bytes) == (300, 400)
+
+
+def test_toml_and_topic_patterns(tmp_path: Path) -> None:
+    f = tmp_path / "rlm.toml"
+    f.write_text(
+        'log_dirs = ["/d"]\n'
+        "[topic_defaults]\nremote_storage_enable = true\nretention_ms = 100\n"
+        '[[topics]]\npattern = "logs-*"\nretention_ms = 5\n'
+        '[[topics]]\npattern = "logs-audit"\n"remote.storage.enable" = false\n'
+    )
+    c = load_config(f)
+    assert c.topic_config("orders").retention_ms == 100
+    assert c.topic_config("logs-x").retention_ms == 5
+    audit = c.topic_config("logs-audit")
+    assert audit.retention_ms == 5 and audit.remote_storage_enable is False
+    # local.retention.* = -2 means "same as retention.*", as in Kafka
+    assert c.topic_config("orders").local_retention_ms == 100
+
+
+def test_env_overrides_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    f = tmp_path / "rlm.yaml"
+    f.write_text("log_dirs: [/d]\ntask_interval_ms: 10\nstorage: {plugin: local, config: {root: /a}}\n")
+    monkeypatch.setenv("RLM_TASK_INTERVAL_MS", "20")
+    monkeypatch.setenv("RLM_STORAGE__CONFIG__FSYNC", "false")
+    monkeypatch.setenv("RLM_HTTP__PORT", "0")
+    c = load_config(f)
+    assert c.task_interval_ms == 20 and c.http.port == 0
+    assert c.storage.config == {"root": "/a", "fsync": "false"}
+
+
+@pytest.mark.parametrize(("doc", "key"), [
+    ("log_dirs: [/d]\nno_such_key: 1\n", "no_such_key"),
+    ("log_dirs: [/d]\nstorage: {plugn: s3}\n", "storage.plugn"),
+    ("log_dirs: [/d]\ntopics: [{pattern: a, retention_mss: 1}]\n", "topics.0.retention_mss"),
+    ("log_dirs: [/d]\ntask_interval_ms: -5\n", "task_interval_ms"),
+    ("task_interval_ms: 5\n", "log_dirs"),
+])
+def test_errors_name_the_key(tmp_path: Path, doc: str, key: str) -> None:
+    f = tmp_path / "bad.yaml"
+    f.write_text(doc)
+    with pytest.raises(ConfigError) as e:
+        load_config(f)
+    assert key in str(e.value) and str(f) in str(e.value)
+
+
+def test_unparsable_file(tmp_path: Path) -> None:
+    f = tmp_path / "bad.toml"
+    f.write_text("this is = = not toml")
+    with pytest.raises(ConfigError, match="bad.toml"):
+        load_config(f)
+
+
+def test_generated_docs_up_to_date() -> None:
+    res = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_config_docs.py"), "--check"],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    from rlm.config import DaemonConfig
+
+    for name in DaemonConfig.model_fields:
+        assert f"`{name}`" in text
