@@ -18,6 +18,7 @@ from rlm.errors import LogFileGoneError, LogFormatError
 from rlm.log.records import BatchHeader, iter_batches
 
 WINDOW = 4 << 20
+FIRST_WINDOW = 64 << 10
 _MIN_HEADER = 17
 
 
@@ -65,11 +66,13 @@ def scan_batches(path: str | Path, *, start_position: int = 0, end_position: int
 
     Like Java's ``FileLogInputStream``: stops silently at a partial tail (an entry running
     past the end), raises the parser's typed error on a corrupt entry (with its file position).
+    Reads start small (a lookup usually needs one batch) and grow up to ``window`` bytes.
     """
     with _File(path) as f:
         limit = f.size() if end_position is None else min(end_position, f.size())
         pos = start_position
-        want = window
+        step = min(FIRST_WINDOW, window)
+        want = step
         while pos + _MIN_HEADER < limit:
             n = min(want, limit - pos)
             buf = f.pread(n, pos)
@@ -88,7 +91,8 @@ def scan_batches(path: str | Path, *, start_position: int = 0, end_position: int
                     want = 12 + size
                     continue
                 return
-            pos, want = end, window
+            step = min(step * 2, window)
+            pos, want = end, step
 
 
 def read_entry(path: str | Path, header: BatchHeader) -> bytes:
@@ -103,6 +107,6 @@ def read_entry(path: str | Path, header: BatchHeader) -> bytes:
 
 def header_at(path: str | Path, position: int, *, verify_crc: bool = True) -> BatchHeader | None:
     """The complete entry starting at ``position``, or None if there is none (end of file)."""
-    for h in scan_batches(path, start_position=position, verify_crc=verify_crc, window=64 << 10):
+    for h in scan_batches(path, start_position=position, verify_crc=verify_crc):
         return h
     return None
