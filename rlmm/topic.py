@@ -1,0 +1,217 @@
+"""Topic-backed RemoteLogMetadataManager: Kafka's ``__remote_log_metadata`` topic, byte compatible.
+
+What a Kafka broker running ``TopicBasedRemoteLogMetadataManager`` writes, we read, and the
+other way round: the same topic (created the same way, :mod:`rlmm.topic_admin`), the same
+partitioner (:mod:`rlmm.partitioner`), the same record bytes (:mod:`rlmm.serde`, version 0
+only, key null), an idempotent ``acks=all`` producer.
+
+Consistency model (as Kafka's): the topic is the source of truth and this instance's cache is
+only ever changed by its consumer thread (:mod:`rlmm.topic_consumer`). A write is validated
+against the cache, produced, and returns only once the consumer has applied the record at the
+produced offset (read-your-writes), else :class:`MetadataTimeoutError`. Writes to one metadata
+partition are serialized so validation always sees this instance's previous writes. If another
+writer (e.g. a broker) raced us and the cache dropped our event as invalid, the write raises
+:class:`InvalidStateTransitionError`, where Kafka would silently lose it.
+
+Unavailable cluster: writes fail with retriable :class:`MetadataTimeoutError` /
+:class:`MetadataUnavailableError`; the consumer keeps retrying and catches up later. Reads are
+served from memory; a partition whose metadata has not been read up to the end yet waits up
+to ``remote.log.metadata.consume.wait.ms`` and then raises :class:`MetadataUnavailableError`
+(Kafka raises its retriable ``ReplicaNotAvailableException`` at once).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Mapping, Set
+from typing import Any
+
+import structlog
+
+from rlm.errors import (
+    InvalidStateTransitionError,
+    MetadataTimeoutError,
+    MetadataUnavailableError,
+    RemoteLogMetadataError,
+)
+from rlm.types import (
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemotePartitionDeleteMetadata,
+    RemotePartitionDeleteState,
+    TopicIdPartition,
+)
+from rlmm.api import RemoteLogMetadataManager
+from rlmm.cache import RemoteLogMetadataCache
+from rlmm.partitioner import RemoteLogMetadataTopicPartitioner
+from rlmm.serde import RemoteLogMetadata, serialize
+from rlmm.topic_admin import ensure_metadata_topic
+from rlmm.topic_config import TopicRlmmConfig
+from rlmm.topic_consumer import ConsumerStats, MetadataConsumer
+from rlmm.topic_producer import MetadataPublisher
+from rlmm.topic_snapshots import TopicSnapshotStore
+
+log = structlog.get_logger(__name__)
+
+__all__ = ["TopicBasedRemoteLogMetadataManager"]
+
+
+class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
+    """Kafka's topic-based metadata manager, in Python. Thread-safe."""
+
+    def __init__(self, config: Mapping[str, Any] | None = None) -> None:
+        self._cfg: TopicRlmmConfig | None = None
+        self._lock = threading.RLock()
+        self._cache = RemoteLogMetadataCache()
+        self._managed: set[TopicIdPartition] = set()
+        self._write_locks: dict[int, threading.Lock] = {}
+        self._closed = False
+        self._consumer: MetadataConsumer | None = None
+        self._publisher: MetadataPublisher | None = None
+        self._partitioner: RemoteLogMetadataTopicPartitioner | None = None
+        if config is not None:
+            self.configure(config)
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+    def configure(self, config: Mapping[str, Any]) -> None:
+        """Parses Kafka-named settings, creates/verifies the topic, starts producer and consumer."""
+        if self._cfg is not None:
+            raise RemoteLogMetadataError("TopicBasedRemoteLogMetadataManager is already configured")
+        cfg = TopicRlmmConfig.from_mapping(config)
+        ensure_metadata_topic(cfg)
+        cfg.log_dir.mkdir(parents=True, exist_ok=True)
+        snapshots = TopicSnapshotStore(cfg.snapshot_dir)
+        self._partitioner = RemoteLogMetadataTopicPartitioner(cfg.num_partitions)
+        self._write_locks = {mp: threading.Lock() for mp in range(cfg.num_partitions)}
+        self._publisher = MetadataPublisher(cfg)
+        self._consumer = MetadataConsumer(cfg, self._cache, self._lock, snapshots)
+        self._cfg = cfg
+        self._consumer.start()
+        log.info("rlmm_topic_started", topic=cfg.topic_name, partitions=cfg.num_partitions,
+                 bootstrap=cfg.bootstrap_servers, broker_id=cfg.broker_id, log_dir=str(cfg.log_dir))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self._consumer is not None:
+            self._consumer.close()
+        if self._publisher is not None:
+            self._publisher.close()
+        log.info("rlmm_topic_closed")
+
+    def __enter__(self) -> TopicBasedRemoteLogMetadataManager:
+        return self
+
+    @property
+    def config(self) -> TopicRlmmConfig:
+        return self._started()[0]
+
+    @property
+    def stats(self) -> ConsumerStats:
+        """Consumer counters (records consumed/applied/rejected, snapshots loaded/written)."""
+        return self._started()[1].stats
+
+    def applied_offsets(self) -> dict[int, int]:
+        """Last applied offset per assigned metadata partition (-1: none yet)."""
+        return self._started()[1].applied_offsets()
+
+    def metadata_partition(self, tp: TopicIdPartition) -> int:
+        return self._started()[2].metadata_partition(tp)
+
+    def _started(self) -> tuple[TopicRlmmConfig, MetadataConsumer, RemoteLogMetadataTopicPartitioner,
+                                MetadataPublisher]:
+        if self._closed:
+            raise RemoteLogMetadataError("the metadata manager is closed")
+        if (self._cfg is None or self._consumer is None or self._partitioner is None
+                or self._publisher is None):
+            raise RemoteLogMetadataError("the metadata manager is not configured: call configure() first")
+        if self._consumer.failure is not None:
+            raise RemoteLogMetadataError(f"the metadata consumer stopped: {self._consumer.failure!r}")
+        return self._cfg, self._consumer, self._partitioner, self._publisher
+
+    # ---- partition management ----------------------------------------------------------------
+    def on_partition_leadership_changes(self, leaders: Set[TopicIdPartition],
+                                        followers: Set[TopicIdPartition]) -> None:
+        _, consumer, partitioner, _ = self._started()
+        with self._lock:
+            self._managed |= set(leaders) | set(followers)
+            wanted = {partitioner.metadata_partition(tp) for tp in self._managed}
+        consumer.set_wanted(wanted)
+
+    def on_stopped_partitions(self, partitions: Set[TopicIdPartition]) -> None:
+        _, consumer, partitioner, _ = self._started()
+        with self._lock:
+            self._managed -= set(partitions)
+            wanted = {partitioner.metadata_partition(tp) for tp in self._managed}
+        consumer.set_wanted(wanted)
+
+    def _managed_partition(self, tp: TopicIdPartition, *, for_write: bool) -> int:
+        cfg, consumer, partitioner, _ = self._started()
+        with self._lock:
+            managed = tp in self._managed
+        if not managed:
+            what = "written" if for_write else "read"
+            raise RemoteLogMetadataError(
+                f"{tp} is not managed by this metadata manager and cannot be {what}: "
+                "call on_partition_leadership_changes first")
+        mp = partitioner.metadata_partition(tp)
+        deadline = time.monotonic() + cfg.consume_wait_ms / 1000
+        if not consumer.await_ready({mp}, deadline):
+            self._started()
+            raise MetadataUnavailableError(
+                f"metadata of {tp} ({cfg.topic_name}-{mp}) is not loaded yet after "
+                f"{cfg.consume_wait_ms} ms; try again")
+        return mp
+
+    # ---- writes ------------------------------------------------------------------------------
+    def add_remote_log_segment_metadata(self, md: RemoteLogSegmentMetadata) -> None:
+        self._write(md, md.topic_id_partition)
+
+    def update_remote_log_segment_metadata(self, update: RemoteLogSegmentMetadataUpdate) -> None:
+        self._write(update, update.topic_id_partition)
+
+    def put_remote_partition_delete_metadata(self, md: RemotePartitionDeleteMetadata) -> None:
+        self._write(md, md.topic_id_partition)
+
+    def _write(self, md: RemoteLogMetadata, tp: TopicIdPartition) -> None:
+        cfg, consumer, _, publisher = self._started()
+        mp = self._managed_partition(tp, for_write=True)
+        deadline = time.monotonic() + cfg.consume_wait_ms / 1000
+        with self._write_locks[mp]:
+            self._cache.validate(md)
+            offset = publisher.publish(mp, serialize(md), deadline)
+            if not consumer.await_applied(mp, offset, deadline):
+                self._started()
+                raise MetadataTimeoutError(
+                    f"{cfg.topic_name}-{mp}@{offset} was written but not read back within "
+                    f"{cfg.consume_wait_ms} ms (remote.log.metadata.consume.wait.ms)")
+            if consumer.was_rejected(mp, offset):
+                raise InvalidStateTransitionError(
+                    f"{cfg.topic_name}-{mp}@{offset}: the event was written but another writer changed the "
+                    f"segment or partition first, so it was dropped as an invalid transition: {md}")
+
+    # ---- reads -------------------------------------------------------------------------------
+    def remote_log_segment_metadata(self, tp: TopicIdPartition, leader_epoch: int,
+                                    offset: int) -> RemoteLogSegmentMetadata | None:
+        self._managed_partition(tp, for_write=False)
+        return self._cache.remote_log_segment_metadata(tp, leader_epoch, offset)
+
+    def highest_offset_for_epoch(self, tp: TopicIdPartition, leader_epoch: int) -> int | None:
+        self._managed_partition(tp, for_write=False)
+        return self._cache.highest_offset_for_epoch(tp, leader_epoch)
+
+    def list_remote_log_segments(self, tp: TopicIdPartition,
+                                 leader_epoch: int | None = None) -> Iterator[RemoteLogSegmentMetadata]:
+        self._managed_partition(tp, for_write=False)
+        return self._cache.list_remote_log_segments(tp, leader_epoch)
+
+    def remote_partition_delete_state(self, tp: TopicIdPartition) -> RemotePartitionDeleteState | None:
+        self._managed_partition(tp, for_write=False)
+        return self._cache.remote_partition_delete_state(tp)
+
+    def remote_log_size(self, tp: TopicIdPartition, leader_epoch: int) -> int:
+        self._managed_partition(tp, for_write=False)
+        return self._cache.remote_log_size(tp, leader_epoch)

@@ -1,0 +1,333 @@
+"""The background consumer of the metadata topic: the only writer of the in-memory cache.
+
+It mirrors Kafka's ``ConsumerTask``: one thread, ``assign()`` (no group, no commits) of just
+the metadata partitions that hold the user partitions this instance manages, polling ~100 ms.
+Differences, on purpose:
+
+* Every event of an assigned metadata partition is applied (Kafka filters by user partition
+  and keeps per-user-partition offsets). The manager hides partitions it does not manage, and
+  one offset per metadata partition is what makes per-partition snapshots simple.
+* A record that cannot be decoded (or an apiKey-3 snapshot record, which Kafka's consumer
+  cannot handle) is logged with partition/offset and skipped; Kafka's thread stops for good.
+* State survives restarts: a metadata partition starts from its snapshot and the offset in
+  ``_rlmm_committed_offsets`` and consumes only newer records; a missing, corrupt or
+  inconsistent snapshot (e.g. newer than the topic: the topic was recreated) means a replay
+  from the beginning, never a wrong state.
+
+Writers wait on :meth:`MetadataConsumer.await_applied` (read-your-writes); readers wait on
+:meth:`MetadataConsumer.await_ready` (caught up to the end offset seen after assignment).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import structlog
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from rlm.errors import MetadataDecodeError
+from rlmm.cache import RemoteLogMetadataCache
+from rlmm.partitioner import RemoteLogMetadataTopicPartitioner
+from rlmm.serde import RemoteLogMetadata, RemoteLogSegmentMetadataSnapshot, deserialize
+from rlmm.topic_config import TopicRlmmConfig
+from rlmm.topic_snapshots import TopicSnapshotStore
+
+log = structlog.get_logger(__name__)
+
+_POLL_S = 0.1
+_BATCH = 1000
+_WATERMARK_RETRY_S = 1.0
+_REJECTED_KEEP = 1024
+
+
+@dataclass
+class ConsumerStats:
+    """Counters the tests and ``rlm status`` read; monotonically increasing."""
+
+    records_consumed: int = 0
+    records_applied: int = 0
+    records_rejected: int = 0
+    records_skipped: int = 0
+    decode_errors: int = 0
+    snapshots_loaded: dict[int, int] = field(default_factory=dict)  # metadata partition -> offset
+    snapshots_written: int = 0
+    replays_from_beginning: set[int] = field(default_factory=set)
+
+
+@dataclass
+class _PartitionState:
+    applied: int = -1  # offset of the last record applied (-1: none)
+    snapshot_offset: int = -1  # ``applied`` when the last snapshot was written or loaded
+    end_target: int | None = None  # end offset to reach before reads are served
+    ready: bool = False
+    next_watermark_try: float = 0.0
+    reassign: bool = True  # position the consumer at applied + 1 on the next assign()
+    rejected: OrderedDict[int, None] = field(default_factory=OrderedDict)
+
+
+class MetadataConsumer:
+    """Owns the Kafka consumer and its thread; everything else reads through the shared lock."""
+
+    def __init__(self, cfg: TopicRlmmConfig, cache: RemoteLogMetadataCache, lock: threading.RLock,
+                 snapshots: TopicSnapshotStore | None) -> None:
+        self._cfg = cfg
+        self._cache = cache
+        self._cond = threading.Condition(lock)
+        self._snapshots = snapshots
+        self._partitioner = RemoteLogMetadataTopicPartitioner(cfg.num_partitions)
+        self._consumer = Consumer(cfg.consumer_config())
+        self._wanted: set[int] = set()
+        self._states: dict[int, _PartitionState] = {}
+        self._changed = False
+        self._closing = False
+        self._failure: BaseException | None = None
+        self._last_snapshot = time.monotonic()
+        self.stats = ConsumerStats()
+        self._thread = threading.Thread(target=self._run, name="rlmm-consumer", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    # ---- API for the manager (any thread) ----------------------------------------------------
+    def set_wanted(self, partitions: set[int]) -> None:
+        with self._cond:
+            if partitions != self._wanted:
+                self._wanted = set(partitions)
+                self._changed = True
+                self._cond.notify_all()
+
+    def is_ready(self, mp: int) -> bool:
+        with self._cond:
+            st = self._states.get(mp)
+            return st is not None and st.ready
+
+    def await_ready(self, partitions: set[int], deadline: float) -> bool:
+        """Wait until every metadata partition in ``partitions`` has caught up once."""
+        with self._cond:
+            while True:
+                if all((st := self._states.get(mp)) is not None and st.ready for mp in partitions):
+                    return True
+                if not self._wait(deadline):
+                    return False
+
+    def await_applied(self, mp: int, offset: int, deadline: float) -> bool:
+        """Wait until the record at ``offset`` of metadata partition ``mp`` has been applied."""
+        with self._cond:
+            while True:
+                st = self._states.get(mp)
+                if st is not None and st.applied >= offset:
+                    return True
+                if not self._wait(deadline):
+                    return False
+
+    def was_rejected(self, mp: int, offset: int) -> bool:
+        """True if the cache dropped the event at ``offset`` as an invalid transition."""
+        with self._cond:
+            st = self._states.get(mp)
+            return st is not None and offset in st.rejected
+
+    def applied_offsets(self) -> dict[int, int]:
+        with self._cond:
+            return {mp: st.applied for mp, st in self._states.items()}
+
+    def close(self, timeout: float = 30.0) -> None:
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _wait(self, deadline: float) -> bool:
+        if self._closing or self._failure is not None:
+            return False
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        self._cond.wait(min(remaining, 0.5))
+        return True
+
+    # ---- the thread --------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    if self._closing:
+                        break
+                    if not self._wanted and not self._states:
+                        self._cond.wait(0.5)
+                        continue
+                self._reconcile()
+                self._check_ready()
+                # poll() returns on the first record (consume() would wait for a full batch), then
+                # drain what is already buffered without waiting.
+                first = self._consumer.poll(_POLL_S)
+                if first is not None:
+                    self._handle([first, *self._consumer.consume(_BATCH, timeout=0)])
+                if self._snapshots is not None and \
+                        time.monotonic() - self._last_snapshot >= self._cfg.snapshot_interval_ms / 1000:
+                    self._write_snapshots(set(self._states))
+        except BaseException as e:
+            log.exception("rlmm_consumer_failed")
+            with self._cond:
+                self._failure = e
+                self._cond.notify_all()
+        finally:
+            try:
+                if self._snapshots is not None and self._failure is None:
+                    self._write_snapshots(set(self._states))
+            finally:
+                self._consumer.close()
+
+    @property
+    def failure(self) -> BaseException | None:
+        return self._failure
+
+    def _reconcile(self) -> None:
+        with self._cond:
+            if not self._changed and not any(st.reassign for st in self._states.values()):
+                return
+            wanted = set(self._wanted)
+            self._changed = False
+        removed = set(self._states) - wanted
+        if removed and self._snapshots is not None:
+            self._write_snapshots(removed)
+        with self._cond:
+            for mp in removed:
+                self._drop(mp)
+                del self._states[mp]
+            for mp in sorted(wanted - set(self._states)):
+                self._states[mp] = self._load(mp)
+            assignment = [TopicPartition(self._cfg.topic_name, mp,
+                                         st.applied + 1 if st.applied >= 0 else OFFSET_BEGINNING)
+                          for mp, st in sorted(self._states.items())]
+            for st in self._states.values():
+                st.reassign = False
+            self._cond.notify_all()
+        self._consumer.assign(assignment)
+        log.info("rlmm_consumer_assigned", partitions=[tp.partition for tp in assignment])
+
+    def _load(self, mp: int) -> _PartitionState:
+        """State of a newly assigned metadata partition: from its snapshot if one is usable."""
+        st = _PartitionState()
+        if self._snapshots is None:
+            return st
+        loaded = self._snapshots.load(mp, self._cache)
+        if loaded is None:
+            self.stats.replays_from_beginning.add(mp)
+            return st
+        st.applied = st.snapshot_offset = loaded
+        self.stats.snapshots_loaded[mp] = loaded
+        return st
+
+    def _drop(self, mp: int) -> None:
+        for tp in list(self._cache.partitions()):
+            if self._partitioner.metadata_partition(tp) == mp:
+                self._cache.drop_partition(tp)
+
+    def _check_ready(self) -> None:
+        now = time.monotonic()
+        with self._cond:
+            pending = [(mp, st.applied) for mp, st in self._states.items()
+                       if st.end_target is None and st.next_watermark_try <= now]
+        for mp, applied in pending:
+            try:
+                low, high = self._consumer.get_watermark_offsets(
+                    TopicPartition(self._cfg.topic_name, mp), timeout=2.0, cached=False)
+            except KafkaException as e:
+                log.warning("rlmm_watermarks_unavailable", partition=mp, error=str(e))
+                with self._cond:
+                    if (st := self._states.get(mp)) is not None:
+                        st.next_watermark_try = now + _WATERMARK_RETRY_S
+                continue
+            with self._cond:
+                st = self._states.get(mp)
+                if st is None:
+                    continue
+                if st.applied + 1 > high:
+                    # Our snapshot is ahead of the topic: it belongs to an older incarnation.
+                    log.warning("rlmm_snapshot_ahead_of_topic", partition=mp, applied=st.applied, end=high)
+                    self._drop(mp)
+                    self._states[mp] = _PartitionState()
+                    self.stats.replays_from_beginning.add(mp)
+                    self._changed = True
+                    continue
+                if applied >= 0 and applied + 1 < low:
+                    log.warning("rlmm_records_lost_to_retention", partition=mp, applied=applied, start=low)
+                st.end_target = high
+                if st.applied + 1 >= high and not st.ready:
+                    st.ready = True
+                    log.info("rlmm_partition_ready", partition=mp, offset=st.applied)
+                self._cond.notify_all()
+
+    def _handle(self, msgs: list[Message]) -> None:
+        decoded: list[tuple[int, int, RemoteLogMetadata | None]] = []
+        for msg in msgs:
+            err = msg.error()
+            if err is not None:
+                if err.code() != KafkaError._PARTITION_EOF:
+                    log.warning("rlmm_consumer_error", error=err.str(), fatal=err.fatal())
+                continue
+            mp, off = msg.partition(), msg.offset()
+            if mp is None or off is None:
+                continue
+            try:
+                decoded.append((mp, off, deserialize(msg.value() or b"", partition=mp, offset=off,
+                                                     source=self._cfg.topic_name)))
+            except MetadataDecodeError as e:
+                log.error("rlmm_undecodable_record", partition=mp, offset=off, error=str(e))
+                self.stats.decode_errors += 1
+                decoded.append((mp, off, None))
+        with self._cond:
+            for mp, off, event in decoded:
+                st = self._states.get(mp)
+                if st is None or st.reassign or off <= st.applied:
+                    continue  # stale: from before a (pending) reassignment
+                self.stats.records_consumed += 1
+                st.applied = off
+                if event is None:
+                    continue
+                if isinstance(event, RemoteLogSegmentMetadataSnapshot):
+                    log.error("rlmm_unexpected_snapshot_record", partition=mp, offset=off)
+                    self.stats.records_skipped += 1
+                    continue
+                if self._cache.apply(event):
+                    self.stats.records_applied += 1
+                else:
+                    self.stats.records_rejected += 1
+                    st.rejected[off] = None
+                    while len(st.rejected) > _REJECTED_KEEP:
+                        st.rejected.popitem(last=False)
+            for mp, st in self._states.items():
+                if not st.ready and st.end_target is not None and st.applied + 1 >= st.end_target:
+                    st.ready = True
+                    log.info("rlmm_partition_ready", partition=mp, offset=st.applied)
+            self._cond.notify_all()
+
+    def _write_snapshots(self, partitions: set[int]) -> None:
+        """Snapshot dirty metadata partitions, then the committed-offsets file (in that order)."""
+        assert self._snapshots is not None
+        self._last_snapshot = time.monotonic()
+        todo: list[tuple[int, int, bytes]] = []
+        with self._cond:
+            for mp in sorted(partitions):
+                st = self._states.get(mp)
+                if st is None or st.applied == st.snapshot_offset or st.applied < 0:
+                    continue
+                tps = [tp for tp in self._cache.partitions()
+                       if self._partitioner.metadata_partition(tp) == mp]
+                todo.append((mp, st.applied, self._cache.to_snapshot_bytes(tps)))
+        if not todo:
+            return
+        try:
+            self._snapshots.save({mp: (off, data) for mp, off, data in todo})
+        except OSError as e:
+            log.error("rlmm_snapshot_write_failed", error=str(e))
+            return
+        with self._cond:
+            for mp, off, _ in todo:
+                if (st := self._states.get(mp)) is not None:
+                    st.snapshot_offset = off
+            self.stats.snapshots_written += len(todo)
