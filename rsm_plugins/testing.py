@@ -105,6 +105,7 @@ class SegmentFactory:
         start_offset: int | None = None,
         segment_id: RemoteLogSegmentId | None = None,
         topic: str = "contract-topic",
+        empty_indexes: bool = False,
     ) -> Segment:
         tp = TopicIdPartition(self.topic_id, topic, partition)
         seg_id = segment_id or RemoteLogSegmentId.generate_new(tp)
@@ -120,6 +121,14 @@ class SegmentFactory:
         }
         if txn_index:
             contents[SegmentFileType.TRANSACTION_INDEX] = os.urandom(34 * self.rng.randrange(1, 100))
+        if empty_indexes:  # a segment below index.interval.bytes has empty index files
+            for ft in (
+                SegmentFileType.OFFSET_INDEX,
+                SegmentFileType.TIME_INDEX,
+                SegmentFileType.TRANSACTION_INDEX,
+            ):
+                if ft in contents:
+                    contents[ft] = b""
         paths: dict[SegmentFileType, Path] = {}
         for ft, blob in contents.items():
             if ft is not SegmentFileType.LEADER_EPOCH_CHECKPOINT:
@@ -220,6 +229,13 @@ class RemoteStorageManagerContract:
         seg = segments.make(1000)
         md = self.copy(rsm, seg)
         assert read_all(lambda: rsm.fetch_index(md, index_type)) == seg.contents[INDEX_FILES[index_type]]
+
+    def test_empty_index_files(self, rsm: RemoteStorageManager, segments: SegmentFactory) -> None:
+        seg = segments.make(500, empty_indexes=True)
+        md = self.copy(rsm, seg)
+        for index_type in (IndexType.OFFSET, IndexType.TIMESTAMP, IndexType.TRANSACTION):
+            assert read_all(lambda it=index_type: rsm.fetch_index(md, it)) == b""  # type: ignore[misc]
+        self.assert_round_trip(rsm, md, seg)
 
     def test_range_reads(self, rsm: RemoteStorageManager, segments: SegmentFactory) -> None:
         seg = segments.make(self.segment_bytes)

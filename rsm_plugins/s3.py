@@ -1,0 +1,399 @@
+"""``s3``: segments as objects in an S3 bucket (AWS or any S3-compatible store), through boto3.
+
+Key layout (see :func:`rsm_plugins.layout.s3_key`)::
+
+    <prefix><topic>-<topicId>/<partition>/<20-digit start offset>-<segmentId>.<suffix>
+
+The returned custom metadata records ``bucket/prefix`` (when it fits the 128-byte budget) and a
+CRC-32C per file, so a reader finds the objects without guessing the writer's config and checks
+whole-file reads. The ``.log`` object is written last and deleted first: it is the commit marker.
+A failed copy aborts its multipart upload and deletes what it wrote.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor, wait
+from typing import Any, BinaryIO, Literal
+
+import structlog
+from pydantic import Field, SecretStr
+
+from rlm.errors import RemoteRangeError, RemoteStorageError
+from rlm.types import IndexType, LogSegmentData, RemoteLogSegmentMetadata
+
+from . import integrity, layout, streams
+from .api import RemoteStorageManager
+from .config import PluginConfig, parse_config
+from .integrity import FileChecksum, LayoutCode, SegmentManifest
+from .layout import SegmentFileType
+from .s3_errors import client_error_code, map_error
+from .s3_transfer import ChunkedBody, Uploader
+
+log = structlog.get_logger(__name__)
+MiB = 1 << 20
+
+
+class S3Config(PluginConfig):
+    bucket: str = Field(min_length=3, max_length=63, description="Bucket name (must exist).")
+    prefix: str = Field("", description="Key prefix, e.g. 'tiered/' (include the trailing slash).")
+    endpoint_url: str | None = Field(
+        None, description="For S3-compatible stores, e.g. http://127.0.0.1:8333."
+    )
+    region: str | None = Field(None, description="AWS region; default from the environment/profile.")
+    path_style: bool = Field(False, description="Path-style addressing (most S3-compatible stores).")
+    access_key_id: SecretStr | None = Field(None, description="Omit to use the default credential chain.")
+    secret_access_key: SecretStr | None = None
+    session_token: SecretStr | None = None
+    profile: str | None = Field(None, description="Named profile of the shared AWS config files.")
+    storage_class: str | None = Field(None, description="e.g. STANDARD_IA, INTELLIGENT_TIERING.")
+    sse: Literal["AES256", "aws:kms", "aws:kms:dsse"] | None = Field(
+        None, description="Server-side encryption."
+    )
+    sse_kms_key_id: SecretStr | None = Field(None, description="KMS key for sse=aws:kms.")
+    multipart_threshold: int = Field(32 * MiB, ge=1, description="Files above this use multipart upload.")
+    part_size: int = Field(16 * MiB, ge=5 * MiB, le=5 * 1024 * MiB, description="Multipart part size.")
+    upload_concurrency: int = Field(8, ge=1, le=64, description="Parts uploaded in parallel per file.")
+    fetch_chunk_size: int = Field(8 * MiB, ge=MiB, description="Range size of the parallel GETs of a read.")
+    fetch_concurrency: int = Field(4, ge=1, le=64, description="Chunks in flight per read stream.")
+    fetch_threads: int = Field(16, ge=1, le=256, description="Threads shared by all read streams.")
+    max_attempts: int = Field(8, ge=1, le=50, description="Attempts per request (throttling, 5xx, network).")
+    retry_mode: Literal["standard", "adaptive"] = "standard"
+    connect_timeout: float = Field(10.0, gt=0)
+    read_timeout: float = Field(60.0, gt=0)
+    max_pool_connections: int = Field(64, ge=1)
+    checksum_calculation: Literal["when_supported", "when_required"] = Field(
+        "when_required", description="botocore request checksums; the plugin checks CRC-32C itself."
+    )
+    use_recorded_location: bool = Field(True, description="Read from the bucket/prefix the copy recorded.")
+
+
+class S3RemoteStorageManager(RemoteStorageManager):
+    """Remote tier in S3. Thread-safe; picklable (clients and pools are re-created lazily)."""
+
+    plugin_name = "s3"
+
+    def __init__(self) -> None:
+        self._config: S3Config | None = None
+        self._init_runtime()
+
+    def _init_runtime(self) -> None:
+        self._lock = threading.Lock()
+        self._client: Any = None
+        self._pools: dict[str, ThreadPoolExecutor] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_config": self._config}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._config = state["_config"]
+        self._init_runtime()
+
+    # ---- configuration and clients ----------------------------------------------------------
+    def configure(self, config: Mapping[str, Any]) -> None:
+        cfg = parse_config(S3Config, config, self.plugin_name)
+        self._config = cfg
+        log.info(
+            "rsm_configured",
+            plugin=self.plugin_name,
+            bucket=cfg.bucket,
+            prefix=cfg.prefix,
+            endpoint_url=cfg.endpoint_url,
+            region=cfg.region,
+            path_style=cfg.path_style,
+            explicit_credentials=cfg.access_key_id is not None,
+        )
+
+    @property
+    def config(self) -> S3Config:
+        if self._config is None:
+            raise RemoteStorageError("s3 storage plugin used before configure()")
+        return self._config
+
+    @property
+    def client(self) -> Any:
+        """The boto3 client, created on first use (also after unpickling)."""
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = self._make_client()
+        return self._client
+
+    def _make_client(self) -> Any:
+        import boto3
+        from botocore.config import Config
+
+        cfg = self.config
+        session = boto3.session.Session(
+            aws_access_key_id=_reveal(cfg.access_key_id),
+            aws_secret_access_key=_reveal(cfg.secret_access_key),
+            aws_session_token=_reveal(cfg.session_token),
+            region_name=cfg.region,
+            profile_name=cfg.profile,
+        )
+        bc = Config(
+            s3={"addressing_style": "path" if cfg.path_style else "auto"},
+            retries={"max_attempts": cfg.max_attempts, "mode": cfg.retry_mode},
+            connect_timeout=cfg.connect_timeout,
+            read_timeout=cfg.read_timeout,
+            max_pool_connections=cfg.max_pool_connections,
+            request_checksum_calculation=cfg.checksum_calculation,
+            response_checksum_validation="when_required",
+        )
+        return session.client("s3", endpoint_url=cfg.endpoint_url, config=bc)
+
+    def _pool(self, which: Literal["file", "part", "fetch"]) -> ThreadPoolExecutor:
+        """Separate pools so that a task never waits on a task queued behind it in its own pool."""
+        cfg = self.config
+        with self._lock:
+            pool = self._pools.get(which)
+            if pool is None:
+                size = {"file": 8, "part": cfg.upload_concurrency * 2, "fetch": cfg.fetch_threads}[which]
+                pool = self._pools[which] = ThreadPoolExecutor(size, thread_name_prefix=f"rsm-s3-{which}")
+            return pool
+
+    def close(self) -> None:
+        with self._lock:
+            pools, self._pools = list(self._pools.values()), {}
+            client, self._client = self._client, None
+        for pool in pools:
+            pool.shutdown(wait=False, cancel_futures=True)
+        if client is not None:
+            client.close()
+
+    # ---- keys -------------------------------------------------------------------------------
+    def key(
+        self, metadata: RemoteLogSegmentMetadata, file_type: SegmentFileType, prefix: str | None = None
+    ) -> str:
+        return layout.s3_key(self.config.prefix if prefix is None else prefix, metadata, file_type)
+
+    def _location(self, metadata: RemoteLogSegmentMetadata) -> tuple[str, str]:
+        """(bucket, prefix) to read from: the copy's recorded location, else the config's."""
+        cfg = self.config
+        if cfg.use_recorded_location:
+            manifest = integrity.decode(metadata.custom_metadata)
+            if manifest is not None and manifest.layout is LayoutCode.S3 and manifest.location:
+                bucket, _, prefix = manifest.location.partition("/")
+                return bucket, prefix
+        return cfg.bucket, cfg.prefix
+
+    # ---- copy -------------------------------------------------------------------------------
+    def copy_log_segment_data(
+        self, metadata: RemoteLogSegmentMetadata, segment_data: LogSegmentData
+    ) -> bytes | None:
+        cfg = self.config
+        files = layout.source_files(segment_data)
+        uploader = Uploader(
+            self.client,
+            cfg.bucket,
+            self._pool("part"),
+            self.open_source,
+            self._extra_args(),
+            cfg.multipart_threshold,
+            cfg.part_size,
+            cfg.upload_concurrency,
+        )
+        sums: dict[SegmentFileType, FileChecksum] = {}
+        try:
+            aux = [f for f in files if f.file_type is not SegmentFileType.SEGMENT]
+            futures = {
+                f.file_type: self._pool("file").submit(
+                    uploader.upload, self.key(metadata, f.file_type), path=f.path, data=f.data
+                )
+                for f in aux
+            }
+            wait(futures.values())
+            for ft, fut in futures.items():
+                sums[ft] = fut.result()
+            if segment_data.transaction_index is None:  # a stale one from an earlier copy of this id
+                self._delete_keys(cfg.bucket, [self.key(metadata, SegmentFileType.TRANSACTION_INDEX)])
+            seg = files[-1]
+            sums[SegmentFileType.SEGMENT] = uploader.upload(
+                self.key(metadata, SegmentFileType.SEGMENT), path=seg.path
+            )
+        except Exception as e:
+            err = map_error(e, cfg.bucket, None, "copy")
+            log.warning(
+                "segment_copy_failed", plugin=self.plugin_name, error=str(err), **layout.describe(metadata)
+            )
+            try:
+                self._delete_segment(cfg.bucket, cfg.prefix, metadata)
+            except RemoteStorageError as cleanup:
+                log.error(
+                    "segment_copy_cleanup_failed",
+                    plugin=self.plugin_name,
+                    error=str(cleanup),
+                    **layout.describe(metadata),
+                )
+            raise err from e
+        log.info(
+            "segment_copied",
+            plugin=self.plugin_name,
+            bucket=cfg.bucket,
+            bytes=sums[SegmentFileType.SEGMENT].size,
+            **layout.describe(metadata),
+        )
+        if cfg.custom_metadata_max_bytes == 0:
+            return None
+        return integrity.encode(
+            SegmentManifest(LayoutCode.S3, sums, f"{cfg.bucket}/{cfg.prefix}"), cfg.custom_metadata_max_bytes
+        )
+
+    def _extra_args(self) -> dict[str, str]:
+        cfg = self.config
+        extra: dict[str, str] = {}
+        if cfg.storage_class:
+            extra["StorageClass"] = cfg.storage_class
+        if cfg.sse:
+            extra["ServerSideEncryption"] = cfg.sse
+        if cfg.sse_kms_key_id is not None:
+            extra["SSEKMSKeyId"] = cfg.sse_kms_key_id.get_secret_value()
+        return extra
+
+    # ---- fetch ------------------------------------------------------------------------------
+    def fetch_log_segment(
+        self, metadata: RemoteLogSegmentMetadata, start_position: int, end_position: int | None = None
+    ) -> BinaryIO:
+        bucket, prefix = self._location(metadata)
+        key = self.key(metadata, SegmentFileType.SEGMENT, prefix)
+        what = f"s3://{bucket}/{key}"
+        if start_position < 0:
+            raise RemoteRangeError(f"{what}: start position {start_position} is negative")
+        if end_position is not None and end_position < start_position:
+            raise RemoteRangeError(
+                f"{what}: end position {end_position} is before start position {start_position}"
+            )
+        cfg = self.config
+        first_stop = start_position + cfg.fetch_chunk_size
+        if end_position is not None:
+            first_stop = min(first_stop, end_position + 1)
+        try:
+            resp = self.client.get_object(
+                Bucket=bucket, Key=key, Range=f"bytes={start_position}-{first_stop - 1}"
+            )
+        except Exception as e:
+            err = map_error(e, bucket, key, "GetObject")
+            if isinstance(err, RemoteRangeError) and start_position == 0 and self._size(bucket, key) == 0:
+                return streams.wrap(_Empty(), 0, what=what)
+            if isinstance(err, RemoteRangeError):
+                raise RemoteRangeError(
+                    f"{what}: start position {start_position} is at or past the end"
+                ) from e
+            raise err from e
+        total = _total_size(resp, start_position)
+        begin, stop = streams.check_range(start_position, end_position, total, what)
+        got = int(resp["ContentLength"])
+        expected = (
+            self._expected(metadata, SegmentFileType.SEGMENT)
+            if streams.covers_whole(begin, stop, total)
+            else None
+        )
+        inner: Any = resp["Body"]
+        if begin + got < stop:
+            inner = ChunkedBody(
+                resp["Body"],
+                got,
+                client=self.client,
+                bucket=bucket,
+                key=key,
+                etag=resp.get("ETag"),
+                first_stop=begin + got,
+                stop=stop,
+                chunk_size=cfg.fetch_chunk_size,
+                pool=self._pool("fetch"),
+                concurrency=cfg.fetch_concurrency,
+                attempts=cfg.max_attempts,
+            )
+        return streams.wrap(
+            inner,
+            stop - begin,
+            what=what,
+            expected=expected,
+            map_error=lambda e: map_error(e, bucket, key, "GetObject body"),
+        )
+
+    def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> BinaryIO:
+        bucket, prefix = self._location(metadata)
+        key = self.key(metadata, SegmentFileType.for_index(index_type), prefix)
+        try:
+            resp = self.client.get_object(Bucket=bucket, Key=key)
+        except Exception as e:
+            raise map_error(e, bucket, key, "GetObject") from e
+        length = int(resp["ContentLength"])
+        return streams.wrap(
+            resp["Body"],
+            length,
+            what=f"s3://{bucket}/{key}",
+            expected=self._expected(metadata, SegmentFileType.for_index(index_type)),
+            map_error=lambda e: map_error(e, bucket, key, "GetObject body"),
+        )
+
+    def _expected(
+        self, metadata: RemoteLogSegmentMetadata, file_type: SegmentFileType
+    ) -> FileChecksum | None:
+        if not self.config.verify_checksums:
+            return None
+        manifest = integrity.decode(metadata.custom_metadata)
+        return manifest.checksum(file_type) if manifest else None
+
+    def _size(self, bucket: str, key: str) -> int:
+        try:
+            return int(self.client.head_object(Bucket=bucket, Key=key)["ContentLength"])
+        except Exception as e:
+            raise map_error(e, bucket, key, "HeadObject") from e
+
+    # ---- delete -----------------------------------------------------------------------------
+    def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
+        bucket, prefix = self._location(metadata)
+        self._delete_segment(bucket, prefix, metadata)
+        log.info("segment_deleted", plugin=self.plugin_name, bucket=bucket, **layout.describe(metadata))
+
+    def _delete_segment(self, bucket: str, prefix: str, metadata: RemoteLogSegmentMetadata) -> None:
+        # the .log (commit marker) in its own request first, so a half-done delete leaves no visible segment
+        self._delete_keys(bucket, [self.key(metadata, SegmentFileType.SEGMENT, prefix)])
+        self._delete_keys(
+            bucket,
+            [self.key(metadata, ft, prefix) for ft in SegmentFileType if ft is not SegmentFileType.SEGMENT],
+        )
+
+    def _delete_keys(self, bucket: str, keys: list[str]) -> None:
+        try:
+            resp = self.client.delete_objects(
+                Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys], "Quiet": True}
+            )
+        except Exception as e:
+            raise map_error(e, bucket, keys[0], "DeleteObjects") from e
+        errors = [err for err in resp.get("Errors", []) if err.get("Code") not in ("NoSuchKey", "NotFound")]
+        if errors:
+            first = errors[0]
+            raise RemoteStorageError(
+                f"DeleteObjects s3://{bucket}: {len(errors)} key(s) not deleted, e.g. {first.get('Key')}: "
+                f"{first.get('Code')}: {first.get('Message')}",
+                retriable=True,
+            )
+
+
+class _Empty:
+    def read(self, n: int = -1) -> bytes:
+        return b""
+
+    def close(self) -> None:
+        pass
+
+
+def _reveal(secret: SecretStr | None) -> str | None:
+    return secret.get_secret_value() if secret is not None else None
+
+
+def _total_size(resp: Mapping[str, Any], start: int) -> int:
+    """Object size from ``Content-Range: bytes s-e/total`` (or the length of a whole-object reply)."""
+    content_range = resp.get("ContentRange")
+    if content_range and "/" in content_range:
+        total = content_range.rsplit("/", 1)[1]
+        if total != "*":
+            return int(total)
+    return start + int(resp["ContentLength"])
+
+
+__all__ = ["S3Config", "S3RemoteStorageManager", "client_error_code"]

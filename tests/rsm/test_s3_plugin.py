@@ -1,0 +1,271 @@
+"""``s3`` plugin behaviour beyond the contract: key layout, aborted multipart uploads, error mapping,
+storage class/SSE, recorded location, integrity of stored objects, secrets never shown."""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError, EndpointConnectionError
+
+import rsm_plugins
+from rlm.errors import (
+    ConfigError,
+    RemoteRangeError,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+    RemoteStorageIntegrityError,
+)
+from rlm.types import IndexType
+from rsm_plugins import integrity
+from rsm_plugins.layout import SegmentFileType
+from rsm_plugins.s3 import S3RemoteStorageManager
+from rsm_plugins.s3_errors import map_error, with_retries
+from rsm_plugins.testing import FaultInjectingRSM, SegmentFactory, finished, read_all
+from tests.rsm.test_s3_contract import s3_config
+from tests.services.s3 import SECRET_KEY, S3Endpoint
+
+MiB = 1 << 20
+
+
+@pytest.fixture
+def segments(tmp_path: Path) -> SegmentFactory:
+    return SegmentFactory(tmp_path / "segments")
+
+
+@pytest.fixture
+def moto_rsm(moto_server: S3Endpoint, moto_bucket: str) -> Iterator[S3RemoteStorageManager]:
+    plugin = rsm_plugins.load("s3", s3_config(moto_server, moto_bucket))
+    assert isinstance(plugin, S3RemoteStorageManager)
+    yield plugin
+    plugin.close()
+
+
+def keys(server: S3Endpoint, bucket: str) -> list[str]:
+    resp = server.boto3_client().list_objects_v2(Bucket=bucket)
+    return sorted(o["Key"] for o in resp.get("Contents", []))
+
+
+@pytest.mark.s3
+def test_key_layout(
+    moto_rsm: S3RemoteStorageManager, moto_server: S3Endpoint, moto_bucket: str, segments: SegmentFactory
+) -> None:
+    seg = segments.make(1000, partition=7, start_offset=42, topic="orders.v1")
+    moto_rsm.copy_log_segment_data(seg.metadata, seg.data)
+    tid, sid = seg.metadata.topic_id_partition.topic_id.text, seg.metadata.remote_log_segment_id.id.text
+    base = f"tiered/orders.v1-{tid}/7/00000000000000000042-{sid}"
+    assert keys(moto_server, moto_bucket) == sorted(
+        base + s
+        for s in (".log", ".index", ".timeindex", ".txnindex", ".leader_epoch_checkpoint", ".snapshot")
+    )
+
+
+@pytest.mark.s3
+def test_failed_multipart_upload_is_aborted(
+    s3_server: S3Endpoint, s3_bucket: str, segments: SegmentFactory
+) -> None:
+    rsm = rsm_plugins.load("s3", s3_config(s3_server, s3_bucket))
+    seg = segments.make(16 * MiB)
+    faulty = FaultInjectingRSM(rsm)
+    faulty.fail_source_read(SegmentFileType.SEGMENT, after_bytes=12 * MiB)  # after two 5 MiB parts
+    with pytest.raises(RemoteStorageError) as ei:
+        faulty.copy_log_segment_data(seg.metadata, seg.data)
+    assert ei.value.retriable
+    client = s3_server.boto3_client()
+    assert client.list_multipart_uploads(Bucket=s3_bucket).get("Uploads", []) == []
+    assert keys(s3_server, s3_bucket) == []
+    rsm.close()
+
+
+@pytest.mark.s3
+def test_missing_bucket_names_the_bucket(moto_server: S3Endpoint, segments: SegmentFactory) -> None:
+    rsm = rsm_plugins.load("s3", s3_config(moto_server, "no-such-bucket-rlm"))
+    seg = segments.make(100)
+    with pytest.raises(RemoteStorageError, match="bucket 'no-such-bucket-rlm' does not exist") as ei:
+        rsm.copy_log_segment_data(seg.metadata, seg.data)
+    assert not ei.value.retriable
+    with pytest.raises(RemoteStorageError, match="no-such-bucket-rlm"):
+        rsm.fetch_log_segment(seg.metadata, 0)
+    rsm.close()
+
+
+@pytest.mark.s3
+def test_storage_class_and_sse(moto_server: S3Endpoint, moto_bucket: str, segments: SegmentFactory) -> None:
+    rsm = rsm_plugins.load(
+        "s3",
+        s3_config(
+            moto_server, moto_bucket, storage_class="STANDARD_IA", sse="AES256", multipart_threshold=5 * MiB
+        ),
+    )
+    seg = segments.make(6 * MiB)  # the .log goes multipart, the rest single PUTs
+    rsm.copy_log_segment_data(seg.metadata, seg.data)
+    client = moto_server.boto3_client()
+    for key in keys(moto_server, moto_bucket):
+        head = client.head_object(Bucket=moto_bucket, Key=key)
+        assert head.get("StorageClass") == "STANDARD_IA", key
+        assert head.get("ServerSideEncryption") == "AES256", key
+    rsm.close()
+
+
+@pytest.mark.s3
+def test_reader_uses_recorded_location(
+    moto_server: S3Endpoint, moto_bucket: str, segments: SegmentFactory
+) -> None:
+    writer = rsm_plugins.load("s3", s3_config(moto_server, moto_bucket, prefix="writer/"))
+    seg = segments.make(2000)
+    md = finished(seg.metadata, writer.copy_log_segment_data(seg.metadata, seg.data))
+    manifest = integrity.decode(md.custom_metadata)
+    assert manifest is not None and manifest.location == f"{moto_bucket}/writer/"
+    reader = rsm_plugins.load("s3", s3_config(moto_server, "some-other-bucket", prefix="elsewhere/"))
+    assert read_all(lambda: reader.fetch_log_segment(md, 0)) == seg.log
+    guessing = rsm_plugins.load(
+        "s3", s3_config(moto_server, moto_bucket, prefix="elsewhere/", use_recorded_location=False)
+    )
+    with pytest.raises(RemoteResourceNotFoundError):
+        guessing.fetch_log_segment(md, 0)
+    for p in (writer, reader, guessing):
+        p.close()
+
+
+@pytest.mark.s3
+def test_corrupted_object_is_detected(
+    s3_server: S3Endpoint, s3_bucket: str, segments: SegmentFactory
+) -> None:
+    rsm = rsm_plugins.load("s3", s3_config(s3_server, s3_bucket))
+    assert isinstance(rsm, S3RemoteStorageManager)
+    seg = segments.make(3 * MiB)
+    md = finished(seg.metadata, rsm.copy_log_segment_data(seg.metadata, seg.data))
+    client = s3_server.boto3_client()
+    bad = bytearray(seg.log)
+    bad[2 * MiB + 5] ^= 0xFF
+    client.put_object(Bucket=s3_bucket, Key=rsm.key(md, SegmentFileType.SEGMENT), Body=bytes(bad))
+    truncated = seg.contents[SegmentFileType.OFFSET_INDEX][:-8]
+    client.put_object(Bucket=s3_bucket, Key=rsm.key(md, SegmentFileType.OFFSET_INDEX), Body=truncated)
+    with pytest.raises(RemoteStorageIntegrityError, match="checksum mismatch"):
+        read_all(lambda: rsm.fetch_log_segment(md, 0))
+    with pytest.raises(RemoteStorageIntegrityError, match="size"):
+        read_all(lambda: rsm.fetch_index(md, IndexType.OFFSET))
+    assert read_all(lambda: rsm.fetch_log_segment(md, 10)) == bytes(bad[10:])  # ranges are not checked
+    unchecked = rsm_plugins.load("s3", s3_config(s3_server, s3_bucket, verify_checksums=False))
+    assert read_all(lambda: unchecked.fetch_log_segment(md, 0)) == bytes(bad)
+    rsm.close()
+    unchecked.close()
+
+
+@pytest.mark.s3
+def test_secrets_never_shown(
+    moto_server: S3Endpoint, moto_bucket: str, segments: SegmentFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rsm = rsm_plugins.load("s3", s3_config(moto_server, moto_bucket, session_token="tok-secret-123"))
+    assert isinstance(rsm, S3RemoteStorageManager)
+    seg = segments.make(100)
+    rsm.copy_log_segment_data(seg.metadata, seg.data)
+    assert SECRET_KEY not in repr(rsm.config) and "tok-secret-123" not in str(rsm.config)
+    with pytest.raises(ConfigError) as ei:
+        rsm_plugins.load(
+            "s3",
+            s3_config(moto_server, moto_bucket, secret_access_key=SECRET_KEY, part_size=1, bogus_key="x"),
+        )
+    assert SECRET_KEY not in str(ei.value)
+    assert "part_size" in str(ei.value) and "bogus_key" in str(ei.value)
+    out = capsys.readouterr()
+    assert SECRET_KEY not in out.out + out.err and "tok-secret-123" not in out.out + out.err
+    rsm.close()
+
+
+@pytest.mark.s3
+def test_unconfigured_and_invalid_ranges(moto_rsm: S3RemoteStorageManager, segments: SegmentFactory) -> None:
+    seg = segments.make(1000)
+    md = finished(seg.metadata, moto_rsm.copy_log_segment_data(seg.metadata, seg.data))
+    with pytest.raises(RemoteRangeError, match="1000"):
+        moto_rsm.fetch_log_segment(md, 1000)
+    with pytest.raises(RemoteStorageError, match="before configure"):
+        S3RemoteStorageManager().fetch_log_segment(md, 0)
+
+
+# ---- error mapping and retries (no server needed) ---------------------------------------------
+def client_error(code: str, status: int) -> ClientError:
+    response: Any = {"Error": {"Code": code, "Message": "m"}, "ResponseMetadata": {"HTTPStatusCode": status}}
+    return ClientError(response, "GetObject")
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "cls", "retriable"),
+    [
+        ("NoSuchKey", 404, RemoteResourceNotFoundError, False),
+        ("404", 404, RemoteResourceNotFoundError, False),
+        ("NoSuchBucket", 404, RemoteStorageError, False),
+        ("InvalidRange", 416, RemoteRangeError, False),
+        ("SlowDown", 503, RemoteStorageError, True),
+        ("InternalError", 500, RemoteStorageError, True),
+        ("Throttling", 400, RemoteStorageError, True),
+        ("AccessDenied", 403, RemoteStorageError, False),
+    ],
+)
+def test_client_error_mapping(code: str, status: int, cls: type[RemoteStorageError], retriable: bool) -> None:
+    err = map_error(client_error(code, status), "b", "k", "GetObject")
+    assert type(err) is cls
+    assert err.retriable is retriable
+    assert "s3://b/k" in str(err)
+
+
+def test_connection_errors_are_retriable() -> None:
+    err = map_error(EndpointConnectionError(endpoint_url="http://127.0.0.1:1"), "b", "k", "PutObject")
+    assert err.retriable and type(err) is RemoteStorageError
+
+
+def test_with_retries_retries_only_retriable() -> None:
+    calls: list[int] = []
+
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise client_error("SlowDown", 503)
+        return "ok"
+
+    assert with_retries(flaky, bucket="b", key="k", action="t", attempts=5, base_delay=0.001) == "ok"
+    assert len(calls) == 3
+
+    def missing() -> str:
+        calls.append(1)
+        raise client_error("NoSuchKey", 404)
+
+    calls.clear()
+    with pytest.raises(RemoteResourceNotFoundError):
+        with_retries(missing, bucket="b", key="k", action="t", attempts=5, base_delay=0.001)
+    assert len(calls) == 1
+
+
+@pytest.mark.s3
+def test_stream_read_error_is_typed(moto_rsm: S3RemoteStorageManager, segments: SegmentFactory) -> None:
+    seg = segments.make(5000)
+    md = finished(seg.metadata, moto_rsm.copy_log_segment_data(seg.metadata, seg.data))
+    f = moto_rsm.fetch_log_segment(md, 0)
+    raw: Any = f.raw  # type: ignore[attr-defined]
+
+    class Broken(io.RawIOBase):
+        def read(self, n: int = -1) -> bytes:
+            raise ConnectionResetError("peer reset")
+
+    raw._inner = Broken()
+    with pytest.raises(RemoteStorageError, match="peer reset") as ei:
+        f.read()
+    assert ei.value.retriable
+    f.close()
+
+
+def test_custom_metadata_fits_with_long_prefix(tmp_path: Path) -> None:
+    sums = {ft: integrity.FileChecksum(0xFFFFFFFF, 2**31 - 1) for ft in SegmentFileType}
+    blob = integrity.encode(
+        integrity.SegmentManifest(integrity.LayoutCode.S3, sums, "b" * 63 + "/" + "p" * 300)
+    )
+    assert len(blob) <= 128
+    manifest = integrity.decode(blob)
+    assert manifest is not None and manifest.location is None and manifest.files == sums
+    assert re.fullmatch(rb"\xa5\x01\x02\x3f.*", blob, re.S)
+    assert replace(manifest, location="x").location == "x"
