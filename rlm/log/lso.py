@@ -44,9 +44,10 @@ def stable_offsets(partition: PartitionDir, *, high_watermark: int | None = FROM
     leo = partition.log_end_offset()
     hw = None if high_watermark is None else max(start, min(high_watermark, leo))
     bound = leo if hw is None else hw
-    tracker = rebuild_producer_state(partition, bound)
-    if bound < leo:
-        feed(tracker, partition, bound, leo)
+    snap = partition.latest_snapshot_at_or_below(bound)  # at or below the HW: sees every late marker
+    tracker = rebuild_producer_state(partition, start if snap is None or snap < start else snap)
+    if tracker.map_end_offset < leo:
+        feed(tracker, partition, tracker.map_end_offset, leo)
     unstable = [c.first_offset for c in tracker.completed if c.last_offset >= bound]
     first_undecided = tracker.first_undecided_offset()
     if first_undecided is not None:
