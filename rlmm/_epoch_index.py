@@ -19,6 +19,7 @@ import numpy.typing as npt
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
 TOMB = -1
+PACK_MIN_TOMBS = 16  # tombstones tolerated before packing (module-level so tests can lower it)
 
 
 class EpochState:
@@ -44,7 +45,7 @@ class EpochState:
             self.tombs -= 1
         if self.head == self.tail:
             self.head = self.tail = self.tombs = 0
-        elif self.tombs > 16 and self.tombs * 2 > self.tail - self.head:
+        elif self.tombs > PACK_MIN_TOMBS and self.tombs * 2 > self.tail - self.head:
             self._pack()
 
     def _pack(self) -> None:

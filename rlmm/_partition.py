@@ -25,6 +25,7 @@ MAGIC = b"RLMC"
 FORMAT_VERSION = 1
 _HEADER = struct.Struct("<4sHHQI")
 _SOURCE = "rlmm-snapshot"
+COMPACT_MIN_DEAD = 1024  # dead rows tolerated before compaction (module-level so tests can lower it)
 
 
 class PartitionState:
@@ -52,7 +53,7 @@ class PartitionState:
 
     def maybe_compact(self) -> None:
         dead = self.table.n - self.table.live
-        if dead > max(1024, self.table.live):
+        if dead > max(COMPACT_MIN_DEAD, self.table.live):
             self.compact()
 
 
