@@ -20,6 +20,7 @@ Writers wait on :meth:`MetadataConsumer.await_applied` (read-your-writes); reade
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 import structlog
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from rlm.errors import MetadataDecodeError
+from rlm.errors import ConfigError, MetadataDecodeError
 from rlmm.cache import RemoteLogMetadataCache
 from rlmm.partitioner import RemoteLogMetadataTopicPartitioner
 from rlmm.serde import RemoteLogMetadata, RemoteLogSegmentMetadataSnapshot, deserialize
@@ -36,6 +37,7 @@ from rlmm.topic_config import TopicRlmmConfig
 from rlmm.topic_snapshots import TopicSnapshotStore
 
 log = structlog.get_logger(__name__)
+_KAFKA_LOG = logging.getLogger("rlmm.kafka.consumer")  # librdkafka's own log lines, not stderr
 
 _POLL_S = 0.1
 _BATCH = 1000
@@ -78,7 +80,10 @@ class MetadataConsumer:
         self._cond = threading.Condition(lock)
         self._snapshots = snapshots
         self._partitioner = RemoteLogMetadataTopicPartitioner(cfg.num_partitions)
-        self._consumer = Consumer(cfg.consumer_config())
+        try:
+            self._consumer = Consumer({**cfg.consumer_config(), "logger": _KAFKA_LOG})
+        except KafkaException as e:
+            raise ConfigError(f"invalid metadata consumer configuration: {e}") from e
         self._wanted: set[int] = set()
         self._states: dict[int, _PartitionState] = {}
         self._changed = False

@@ -14,6 +14,7 @@ error (idempotence state lost) replaces the producer instance.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -24,6 +25,7 @@ from rlm.errors import ConfigError, MetadataTimeoutError, MetadataUnavailableErr
 from rlmm.topic_config import ClientConfig, TopicRlmmConfig
 
 log = structlog.get_logger(__name__)
+_KAFKA_LOG = logging.getLogger("rlmm.kafka.producer")  # librdkafka's own log lines, not stderr
 
 
 class _Delivery:
@@ -56,7 +58,7 @@ class MetadataPublisher:
 
     def _new_producer(self) -> Producer:
         try:
-            return Producer(self._conf)
+            return Producer({**self._conf, "logger": _KAFKA_LOG})
         except KafkaException as e:
             raise ConfigError(f"invalid metadata producer configuration: {e}") from e
 
@@ -102,3 +104,5 @@ class MetadataPublisher:
             remaining = self._producer.flush(timeout)
         if remaining:
             log.warning("rlmm_producer_unflushed", messages=remaining)
+        # confluent-kafka frees the client only when the object goes; break our reference to it.
+        del self._producer
