@@ -5,11 +5,11 @@ endian), where the payload is exactly the value :func:`rlmm.serde.serialize` pro
 ``__remote_log_metadata`` topic. Every append is followed by ``fdatasync``.
 
 Crash safety: a crash can leave at most the last frame incomplete or garbled. On open, a bad
-frame that lies within one maximum frame size of the end of the file is such a torn write and
-is truncated away (logged); a bad frame followed by more data than one write could have left
-is real corruption and raises :class:`~rlm.errors.MetadataDecodeError` naming the file and byte
-position — never silently discarding records after it. Zero-length frames are bad frames (a
-file extended with zeros must not read as valid empty records).
+frame is treated as such a torn write — and truncated away, with a log line — only if it lies
+within one maximum frame size of the end of the file *and* no valid frame starts anywhere after
+it. Anything else is real corruption and raises :class:`~rlm.errors.MetadataDecodeError` naming
+the file and byte position: records after a damaged one are never silently discarded.
+Zero-length frames are bad frames (a file extended with zeros must not read as valid records).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ LOG_FILE = "metadata.log"
 MAGIC = b"RLMMLOG1"
 FRAME = struct.Struct(">II")
 MAX_PAYLOAD = 1 << 20
+_SEARCH_BUDGET = 64 << 20  # bytes of CRC work spent looking for a valid frame after a bad one
 
 
 class LogScan:
@@ -43,12 +44,12 @@ class LogScan:
         self.end = start
         self.torn_at: int | None = None
 
-    def _bad(self, pos: int, size: int, reason: str) -> None:
-        if size - pos <= FRAME.size + MAX_PAYLOAD:
+    def _bad(self, mm: mmap.mmap, pos: int, size: int, reason: str) -> None:
+        if size - pos <= FRAME.size + MAX_PAYLOAD and not _valid_frame_after(mm, pos + 1, size):
             self.torn_at = pos
             return
-        raise MetadataDecodeError(f"corrupt frame ({reason}) followed by {size - pos} bytes",
-                                  source=str(self.path), offset=pos)
+        raise MetadataDecodeError(f"corrupt frame ({reason}) followed by {size - pos} bytes that are not "
+                                  "a torn last write", source=str(self.path), offset=pos)
 
     def __iter__(self) -> Iterator[tuple[int, bytes]]:
         with open(self.path, "rb") as f:
@@ -60,22 +61,38 @@ class LogScan:
                 pos = self.start
                 while pos < size:
                     if size - pos < FRAME.size:
-                        self._bad(pos, size, "truncated frame header")
+                        self._bad(mm, pos, size, "truncated frame header")
                         break
                     length, crc = FRAME.unpack_from(mm, pos)
                     if length == 0 or length > MAX_PAYLOAD:
-                        self._bad(pos, size, f"frame length {length}")
+                        self._bad(mm, pos, size, f"frame length {length}")
                         break
                     if pos + FRAME.size + length > size:
-                        self._bad(pos, size, "frame extends past the end of the file")
+                        self._bad(mm, pos, size, "frame extends past the end of the file")
                         break
                     payload = mm[pos + FRAME.size:pos + FRAME.size + length]
                     if google_crc32c.value(payload) != crc:
-                        self._bad(pos, size, "CRC-32C mismatch")
+                        self._bad(mm, pos, size, "CRC-32C mismatch")
                         break
                     yield pos, payload
                     pos += FRAME.size + length
                     self.end = pos
+
+
+def _valid_frame_after(mm: mmap.mmap, start: int, size: int) -> bool:
+    """Whether a complete, CRC-valid frame starts at any position in ``[start, size)``.
+
+    Gives up (answering True, i.e. "not a torn write") past a CRC work budget, so a pathological
+    tail costs bounded time and is reported rather than truncated.
+    """
+    budget = _SEARCH_BUDGET
+    for p in range(start, size - FRAME.size):
+        length, crc = FRAME.unpack_from(mm, p)
+        if 0 < length <= MAX_PAYLOAD and p + FRAME.size + length <= size:
+            budget -= length
+            if budget < 0 or google_crc32c.value(mm[p + FRAME.size:p + FRAME.size + length]) == crc:
+                return True
+    return False
 
 
 def check_header(path: Path, head: bytes, size: int) -> None:
