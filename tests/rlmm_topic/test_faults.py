@@ -97,7 +97,7 @@ def test_existing_topic_with_other_partition_count_is_refused(kafka: KafkaCluste
 
 
 def test_created_topic_has_kafkas_settings(kafka: KafkaCluster, metadata_topic: str, tmp_path: Path) -> None:
-    from confluent_kafka.admin import ConfigResource
+    from confluent_kafka.admin._config import ConfigResource
 
     with TopicBasedRemoteLogMetadataManager(_config(kafka.bootstrap, metadata_topic, tmp_path)):
         admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
