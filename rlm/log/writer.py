@@ -300,7 +300,7 @@ def write_log_dir_files(log_dir: str | Path, partitions: Iterable[tuple[TopicPar
     for name in (ckpt.LOG_START_OFFSET_CHECKPOINT, ckpt.CLEANER_OFFSET_CHECKPOINT):
         merge_offset_checkpoint(root / name, {})
     marker = root / ckpt.CLEAN_SHUTDOWN
-    if clean_shutdown:
+    if clean_shutdown and not marker.exists():  # keep a stopped broker's own marker (its broker epoch)
         atomic_write(marker, ckpt.encode_clean_shutdown(broker_epoch))
     elif marker.exists():
         marker.unlink()

@@ -70,6 +70,8 @@ def write_partition(directory: Path, *, topic_id: KafkaUuid | None = None, seed:
         return out
 
     for i in range(batches):
+        if i in (90, 110):  # batches 90..109 (old timestamps) fill a segment of their own
+            w.roll()
         if epoch_change_at is not None and i == epoch_change_at:
             w.set_leader_epoch(w.leader_epoch + 3)
         recs = records(rnd.randint(1, 12), old=90 <= i < 110)
@@ -93,7 +95,7 @@ def write_partition(directory: Path, *, topic_id: KafkaUuid | None = None, seed:
         if pending is not None:
             pending.extend(range(first, len(exp.records)))
         for pid in (1000, 1001):
-            keep_open = leave_open and i > batches - 20 and pid == 1000
+            keep_open = (leave_open and i > batches - 20 and pid == 1000) or 90 <= i < 110  # markers: now
             if pid in open_txn and rnd.random() < 0.3 and not keep_open:
                 commit = rnd.random() < 0.6
                 w.end_transaction(pid, 2, commit=commit, coordinator_epoch=1)

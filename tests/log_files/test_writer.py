@@ -68,6 +68,8 @@ def test_files_agree_with_batches(written: tuple[PartitionDir, Expected]) -> Non
     assert checks.check_snapshots(p) == len(p.snapshot_offsets)
     rnd = random.Random(3)
     checks.check_offset_lookups(p, s, rnd)
+    maxes = [p.max_timestamp(seg).timestamp for seg in p.segments]
+    assert any(later < earlier for i, earlier in enumerate(maxes) for later in maxes[i + 1:])
     checks.check_timestamp_lookups(p, s, rnd)
 
 
