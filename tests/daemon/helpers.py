@@ -34,8 +34,15 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 1, rf: int = 1, *
 
 def produce(bootstrap: str, topic: str, n: int, size: int = 200, partition: int = 0, **conf: Any) -> None:
     """``n`` records of ``size`` bytes from an idempotent producer (small batches, so indexes fill)."""
-    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 2,
-                  "batch.size": 16384, **conf})
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "linger.ms": 2,
+            "batch.size": 16384,
+            **conf,
+        }
+    )
     for i in range(n):
         p.produce(topic, key=f"k{i}".encode(), value=bytes([65 + i % 26]) * size, partition=partition)
         if i % 1000 == 0:
@@ -44,8 +51,9 @@ def produce(bootstrap: str, topic: str, n: int, size: int = 200, partition: int 
 
 
 def transactional_producer(bootstrap: str, txn_id: str) -> Producer:
-    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, "linger.ms": 2,
-                  "batch.size": 16384})
+    p = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": txn_id, "linger.ms": 2, "batch.size": 16384}
+    )
     p.init_transactions(30)
     return p
 
@@ -80,24 +88,45 @@ def dir_digest(path: Path) -> dict[str, str]:
 
 
 def s3_storage(server: S3Endpoint, bucket: str, prefix: str = "t/") -> dict[str, Any]:
-    return {"plugin": "s3", "config": {"bucket": bucket, "prefix": prefix, "endpoint_url": server.endpoint_url,
-                                       "region": REGION, "path_style": True, "access_key_id": ACCESS_KEY,
-                                       "secret_access_key": SECRET_KEY, "max_attempts": 2,
-                                       "connect_timeout": 2.0, "read_timeout": 10.0}}
+    return {
+        "plugin": "s3",
+        "config": {
+            "bucket": bucket,
+            "prefix": prefix,
+            "endpoint_url": server.endpoint_url,
+            "region": REGION,
+            "path_style": True,
+            "access_key_id": ACCESS_KEY,
+            "secret_access_key": SECRET_KEY,
+            "max_attempts": 2,
+            "connect_timeout": 2.0,
+            "read_timeout": 10.0,
+        },
+    }
 
 
 def topic_rlmm(bootstrap: str, work: Path, partitions: int = 3) -> dict[str, Any]:
-    return {"manager": "topic", "config": {
-        "bootstrap.servers": bootstrap, "log.dir": str(work / "rlmm"),
-        "remote.log.metadata.topic.num.partitions": partitions,
-        "remote.log.metadata.topic.replication.factor": 1,
-        "remote.log.metadata.consume.wait.ms": 30000,
-    }}
+    return {
+        "manager": "topic",
+        "config": {
+            "bootstrap.servers": bootstrap,
+            "log.dir": str(work / "rlmm"),
+            "remote.log.metadata.topic.num.partitions": partitions,
+            "remote.log.metadata.topic.replication.factor": 1,
+            "remote.log.metadata.consume.wait.ms": 30000,
+        },
+    }
 
 
 def finished(rlmm: Any, tp: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
-    return sorted((m for m in rlmm.list_remote_log_segments(tp) if m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED),
-                  key=lambda m: m.start_offset)
+    return sorted(
+        (
+            m
+            for m in rlmm.list_remote_log_segments(tp)
+            if m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+        ),
+        key=lambda m: m.start_offset,
+    )
 
 
 def read_all(stream: Any) -> bytes:
@@ -105,16 +134,19 @@ def read_all(stream: Any) -> bytes:
         return bytes(s.read())
 
 
-def check_segment_against_local(rsm: Any, md: RemoteLogSegmentMetadata, pdir: PartitionDir,
-                                local_copy: dict[str, bytes] | None = None) -> None:
+def check_segment_against_local(
+    rsm: Any, md: RemoteLogSegmentMetadata, pdir: PartitionDir, local_copy: dict[str, bytes] | None = None
+) -> None:
     """Remote .log/indexes byte-identical to the broker's; offsets, size, max timestamp, epochs right."""
     seg = next(s for s in pdir.segments if s.base_offset == md.start_offset)
     nxt = pdir.next_segment(seg)
     assert nxt is not None, "the active segment must never be copied"
     assert md.end_offset == nxt.base_offset - 1
     files = local_copy or {
-        "log": seg.log_path.read_bytes(), "index": seg.index_path.read_bytes(),
-        "timeindex": seg.time_index_path.read_bytes()}
+        "log": seg.log_path.read_bytes(),
+        "index": seg.index_path.read_bytes(),
+        "timeindex": seg.time_index_path.read_bytes(),
+    }
     assert md.segment_size_in_bytes == len(files["log"])
     assert read_all(rsm.fetch_log_segment(md, 0)) == files["log"]
     assert read_all(rsm.fetch_index(md, IndexType.OFFSET)) == files["index"]

@@ -32,8 +32,14 @@ def run_daemon(cfg_file: Path, crash_at: str | None) -> subprocess.CompletedProc
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLM_")}
     if crash_at:
         env["RLM_TEST_CRASH_AT"] = crash_at
-    return subprocess.run([sys.executable, "-m", "rlm.cli", "run", "--config", str(cfg_file), "--once"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    return subprocess.run(
+        [sys.executable, "-m", "rlm.cli", "run", "--config", str(cfg_file), "--once"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
 
 
 def remote_segment_ids(root: Path) -> set[str]:
@@ -50,13 +56,21 @@ def test_kill_9_then_restart_converges(kafka: Any, unique_topic: str, tmp_path: 
     wait_for("segments rolled", lambda: len(PartitionDir(pdir_path).segments) >= 4)
     work = tmp_path / "work"
     cfg_file = tmp_path / "rlm.yaml"
-    cfg_file.write_text(yaml.safe_dump({
-        "log_dirs": [str(kafka.log_dir)], "work_dir": str(work), "bootstrap_servers": bs,
-        "storage": {"plugin": "local", "config": {"root": str(tmp_path / "remote"), "fsync": False}},
-        "metadata": topic_rlmm(bs, work), "log_format": "json",
-        "topics": [{"pattern": unique_topic, "remote.storage.enable": True}],
-        "http": {"enabled": False}, "thread_pool_size": 1,
-    }))
+    cfg_file.write_text(
+        yaml.safe_dump(
+            {
+                "log_dirs": [str(kafka.log_dir)],
+                "work_dir": str(work),
+                "bootstrap_servers": bs,
+                "storage": {"plugin": "local", "config": {"root": str(tmp_path / "remote"), "fsync": False}},
+                "metadata": topic_rlmm(bs, work),
+                "log_format": "json",
+                "topics": [{"pattern": unique_topic, "remote.storage.enable": True}],
+                "http": {"enabled": False},
+                "thread_pool_size": 1,
+            }
+        )
+    )
     crashed = run_daemon(cfg_file, step)
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
 

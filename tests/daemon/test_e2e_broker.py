@@ -41,12 +41,15 @@ pytestmark = [pytest.mark.kafka, pytest.mark.s3, pytest.mark.slow]
 
 def lso_of(bootstrap: str, topic: str) -> int:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futs = admin.list_offsets({CkTp(topic, 0): OffsetSpec.latest()}, isolation_level=IsolationLevel.READ_COMMITTED)
+    futs = admin.list_offsets(
+        {CkTp(topic, 0): OffsetSpec.latest()}, isolation_level=IsolationLevel.READ_COMMITTED
+    )
     return int(next(iter(futs.values())).result().offset)
 
 
-def test_tiers_every_eligible_segment(kafka: Any, seaweedfs: Any, seaweedfs_bucket: str, unique_topic: str,
-                                      tmp_path: Path) -> None:
+def test_tiers_every_eligible_segment(
+    kafka: Any, seaweedfs: Any, seaweedfs_bucket: str, unique_topic: str, tmp_path: Path
+) -> None:
     topic = unique_topic
     bs = kafka.bootstrap
     create_topic(bs, topic)
@@ -65,10 +68,17 @@ def test_tiers_every_eligible_segment(kafka: Any, seaweedfs: Any, seaweedfs_buck
     lso = lso_of(bs, topic)
     before = dir_digest(pdir_path)
 
-    cfg = load_config(None, log_dirs=[str(kafka.log_dir)], work_dir=str(tmp_path / "work"), bootstrap_servers=bs,
-                      storage=s3_storage(seaweedfs, seaweedfs_bucket), metadata=topic_rlmm(bs, tmp_path / "work"),
-                      topics=[{"pattern": topic, "remote.storage.enable": True}], task_interval_ms=200,
-                      http={"port": 0})
+    cfg = load_config(
+        None,
+        log_dirs=[str(kafka.log_dir)],
+        work_dir=str(tmp_path / "work"),
+        bootstrap_servers=bs,
+        storage=s3_storage(seaweedfs, seaweedfs_bucket),
+        metadata=topic_rlmm(bs, tmp_path / "work"),
+        topics=[{"pattern": topic, "remote.storage.enable": True}],
+        task_interval_ms=200,
+        http={"port": 0},
+    )
     daemon = Daemon(cfg, once=True).start()
     assert daemon.run_once() == 0
     assert daemon.stop()
@@ -96,9 +106,11 @@ def test_tiers_every_eligible_segment(kafka: Any, seaweedfs: Any, seaweedfs_buck
         try:
             pdir.refresh()
             want = [s.base_offset for s in pdir.inactive_segments()]
-            wait_for("all rolled segments tiered",
-                     lambda: [m.start_offset for m in finished(daemon2.ctx.rlmm, tip)] == want,  # type: ignore[union-attr]
-                     timeout=60)
+            wait_for(
+                "all rolled segments tiered",
+                lambda: [m.start_offset for m in finished(daemon2.ctx.rlmm, tip)] == want,  # type: ignore[union-attr]
+                timeout=60,
+            )
             assert daemon2.http is not None
             port = daemon2.http.port
             metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()

@@ -1,4 +1,4 @@
-"""Remote retention by time and by size deletes exactly the expected segments; topic deletion empties remote."""
+"""Remote retention by time and size deletes exactly the expected segments; topic deletion empties remote."""
 
 from __future__ import annotations
 
@@ -21,13 +21,20 @@ HOUR = 3600 * 1000
 
 
 def config(kafka: Any, topic: str, tmp_path: Path, **topic_cfg: Any) -> DaemonConfig:
-    return load_config(None, log_dirs=[str(kafka.log_dir)], work_dir=str(tmp_path / "work"),
-                       bootstrap_servers=kafka.bootstrap,
-                       storage={"plugin": "local", "config": {"root": str(tmp_path / "remote"), "fsync": False}},
-                       metadata=topic_rlmm(kafka.bootstrap, tmp_path / "work"),
-                       topics=[{"pattern": topic, "remote.storage.enable": True, **topic_cfg}],
-                       task_interval_ms=200, partition_remover_interval_ms=200, leadership_refresh_interval_ms=300,
-                       rescan_interval_ms=300, http={"enabled": False})
+    return load_config(
+        None,
+        log_dirs=[str(kafka.log_dir)],
+        work_dir=str(tmp_path / "work"),
+        bootstrap_servers=kafka.bootstrap,
+        storage={"plugin": "local", "config": {"root": str(tmp_path / "remote"), "fsync": False}},
+        metadata=topic_rlmm(kafka.bootstrap, tmp_path / "work"),
+        topics=[{"pattern": topic, "remote.storage.enable": True, **topic_cfg}],
+        task_interval_ms=200,
+        partition_remover_interval_ms=200,
+        leadership_refresh_interval_ms=300,
+        rescan_interval_ms=300,
+        http={"enabled": False},
+    )
 
 
 def once(cfg: DaemonConfig) -> list[Any]:
@@ -68,8 +75,9 @@ def test_retention_by_time(kafka: Any, unique_topic: str, tmp_path: Path) -> Non
         expected_deleted.append(m.remote_log_segment_id)
     assert 1 <= len(expected_deleted) < len(before)
     after = once(config(kafka, unique_topic, tmp_path, **{"retention.ms": HOUR}))
-    assert [m.remote_log_segment_id for m in after] == [m.remote_log_segment_id for m in before
-                                                         if m.remote_log_segment_id not in expected_deleted]
+    assert [m.remote_log_segment_id for m in after] == [
+        m.remote_log_segment_id for m in before if m.remote_log_segment_id not in expected_deleted
+    ]
     remote_files = {f.name[21:].split(".")[0] for f in (tmp_path / "remote").rglob("*.log")}
     assert remote_files == {m.remote_log_segment_id.id.text for m in after}
 
@@ -109,9 +117,14 @@ def test_topic_deletion_empties_remote(kafka: Any, unique_topic: str, tmp_path: 
         assert any((tmp_path / "remote").rglob("*.log"))
         admin = AdminClient({"bootstrap.servers": bs})
         admin.delete_topics([unique_topic])[unique_topic].result(30)
-        wait_for("partition deletion finished",
-                 lambda: rlmm.remote_partition_delete_state(tip) is RemotePartitionDeleteState.DELETE_PARTITION_FINISHED,
-                 timeout=90)
+        wait_for(
+            "partition deletion finished",
+            lambda: (
+                rlmm.remote_partition_delete_state(tip)
+                is RemotePartitionDeleteState.DELETE_PARTITION_FINISHED
+            ),
+            timeout=90,
+        )
         assert not list(rlmm.list_remote_log_segments(tip))
         assert not any(f.is_file() for f in (tmp_path / "remote").rglob("*"))
     finally:
