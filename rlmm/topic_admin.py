@@ -53,7 +53,11 @@ def ensure_metadata_topic(cfg: TopicRlmmConfig, admin: AdminClient | None = None
     operator must fix the config) and :class:`MetadataUnavailableError` if the cluster cannot be
     reached before the initialization timeout.
     """
-    admin = admin or AdminClient(cfg.admin_config())
+    if admin is None:
+        try:
+            admin = AdminClient(cfg.admin_config())
+        except KafkaException as e:
+            raise ConfigError(f"invalid metadata admin client configuration: {e}") from e
     deadline = time.monotonic() + cfg.init_retry_max_timeout_ms / 1000
     interval = max(cfg.init_retry_interval_ms / 1000, 0.01)
     last: Exception | None = None

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from rlm.errors import ConfigError
@@ -58,3 +61,11 @@ def test_invalid_values_name_the_key(extra: dict[str, object], message: str) -> 
 def test_required_keys(missing: str) -> None:
     with pytest.raises(ConfigError):
         TopicRlmmConfig.from_mapping({k: v for k, v in BASE.items() if k != missing})
+
+
+def test_client_keys_librdkafka_rejects_are_config_errors(tmp_path: Path) -> None:
+    from rlmm.topic import TopicBasedRemoteLogMetadataManager
+
+    with pytest.raises(ConfigError, match=re.escape("no.such.client.key")):
+        TopicBasedRemoteLogMetadataManager({**BASE, "log.dir": str(tmp_path),
+                                            "remote.log.metadata.common.client.no.such.client.key": "1"})
