@@ -35,6 +35,7 @@ def _jit(fn: F) -> F:
 
     return cast(F, njit(cache=True, nogil=True)(fn))
 
+
 # Columns of the entry table filled by scan_entries.
 POS, SIZE, MAGIC, ATTR, BASE_OFFSET, LAST_DELTA, BASE_TS, MAX_TS, COUNT, CRC = range(10)
 META_COLS = 10
@@ -58,6 +59,32 @@ ERRORS = {
 }
 
 _I64_MAX = 9223372036854775807
+
+if PURE:
+
+    def _copy(dst: Any, doff: Any, src: Any, soff: Any, n: Any) -> None:
+        dst[doff : doff + n] = src[soff : soff + n]
+
+else:
+    from numba import types
+    from numba.core import cgutils
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def _copy(typingctx: Any, dst: Any, doff: Any, src: Any, soff: Any, n: Any) -> Any:
+        """``dst[doff:doff+n] = src[soff:soff+n]`` as one ``llvm.memcpy`` (no array views built)."""
+        sig = types.void(dst, doff, src, soff, n)
+
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            dst_v, doff_v, src_v, soff_v, n_v = args
+            dst_a = context.make_array(signature.args[0])(context, builder, dst_v)
+            src_a = context.make_array(signature.args[2])(context, builder, src_v)
+            cgutils.raw_memcpy(  # type: ignore[no-untyped-call]
+                builder, builder.gep(dst_a.data, [doff_v]), builder.gep(src_a.data, [soff_v]), n_v, 1
+            )
+            return context.get_dummy_value()
+
+        return sig, codegen
 
 
 @_jit
@@ -151,6 +178,10 @@ def scan_entries(buf: Any, pos: Any, end: Any, meta: Any, max_rows: Any, max_byt
 @_jit
 def _varint(buf: Any, pos: Any, end: Any) -> Any:
     """Zig-zag varint (Java ``readVarint``: at most 5 bytes); returns (value, next pos, ok)."""
+    if pos < end:
+        first = _u8(buf, pos)
+        if first < 0x80:  # one-byte fast path: most lengths and deltas
+            return (first >> 1) ^ -(first & 1), pos + 1, True
     raw = np.int64(0)
     shift = 0
     while True:
@@ -171,6 +202,10 @@ def _varint(buf: Any, pos: Any, end: Any) -> Any:
 @_jit
 def _varlong(buf: Any, pos: Any, end: Any) -> Any:
     """Zig-zag varlong (Java ``readVarlong``: at most 10 bytes), wrapping like Java's ``long``."""
+    if pos < end:
+        first = _u8(buf, pos)
+        if first < 0x80:
+            return (first >> 1) ^ -(first & 1), pos + 1, True
     lo = np.int64(0)
     hi = np.int64(0)
     shift = 0
@@ -314,7 +349,7 @@ def decode_v2(
                     hkd += hklen
                     hk_offsets[nh_total + 1] = hkd
                     if hvlen >= 0:
-                        hv_data[hvd : hvd + hvlen] = buf[hvpos : hvpos + hvlen]
+                        _copy(hv_data, hvd, buf, hvpos, hvlen)
                         hvd += hvlen
                         hv_valid[nh_total] = 1
                     else:
@@ -329,14 +364,14 @@ def decode_v2(
             out_i64[0, rows] = offset
             out_i64[1, rows] = max_ts if log_append else base_ts + ts_delta
             if klen >= 0:
-                key_data[kd : kd + klen] = buf[kpos : kpos + klen]
+                _copy(key_data, kd, buf, kpos, klen)
                 kd += klen
                 out_i32[3, rows] = 1
             else:
                 out_i32[3, rows] = 0
                 key_nulls += 1
             if vlen >= 0:
-                val_data[vd : vd + vlen] = buf[vpos : vpos + vlen]
+                _copy(val_data, vd, buf, vpos, vlen)
                 vd += vlen
                 out_i32[4, rows] = 1
             else:

@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from rlm.errors import CorruptRecordError, CrcMismatchError
 from rlm.log import _kernel, codecs
-from rlm.log._arrow_build import KAFKA_SCHEMA, build_batch, records_batch
+from rlm.log._arrow_build import KAFKA_SCHEMA, build_batch, pool_empty, records_batch
 from rlm.log._crc import CRC32C_VALUE, crc32c
 from rlm.log.legacy import legacy_records
 from rlm.log.model import ATTR_CONTROL, ATTR_TIMESTAMP_TYPE, RECORD_BATCH_OVERHEAD
@@ -72,6 +72,7 @@ class _Decoder:
         # The compiled kernels read a numpy view; the pure-Python copy reads the memoryview.
         self.fbuf: Any = view if kern.PURE else self.arr
         self.empty: Any = memoryview(b"") if kern.PURE else np.frombuffer(b"\0", np.uint8)[:0]
+        self.dbuf: Arr = np.empty(0, np.uint8)  # decompressed payloads of the current group
 
     def groups(self, max_rows: int, max_bytes: int) -> Iterator[Arr]:
         """Entry tables (``meta`` rows) of consecutive groups of entries."""
@@ -143,6 +144,36 @@ class _Decoder:
             ]
         return records_batch(self.topic, self.partition, records)
 
+    def _decompress(self, run: Arr, codecs_: Arr, b_src: Arr, b_start: Arr, b_end: Arr) -> int:
+        """Decompress the group's compressed payloads one after another into ``self.dbuf``.
+
+        The buffer is reused from group to group (it is only read by the kernel), so its pages
+        stay mapped; payload ``i`` is redirected to ``dbuf[b_start[i]:b_end[i]]``.
+        """
+        compressed = np.flatnonzero(codecs_).tolist()
+        if not compressed:
+            return 0
+        want = 4 * int((b_end[compressed] - b_start[compressed]).sum())
+        if self.dbuf.shape[0] < want:
+            self.dbuf = np.empty(want, np.uint8)
+        dpos = 0
+        for i in compressed:
+            pos = int(run[i, _kernel.POS])
+            payload = self.view[int(b_start[i]) : int(b_end[i])]
+            got = codecs.decompress_into(
+                int(codecs_[i]), payload, self.dbuf[dpos:], path=self.path, position=pos
+            )
+            if isinstance(got, bytes):  # did not fit: grow, keeping what is already there
+                bigger = np.empty(2 * (dpos + len(got)), np.uint8)
+                bigger[:dpos] = self.dbuf[:dpos]
+                bigger[dpos : dpos + len(got)] = np.frombuffer(got, np.uint8)
+                self.dbuf = bigger
+                got = len(got)
+            b_src[i] = 1
+            b_start[i], b_end[i] = dpos, dpos + got
+            dpos += got
+        return dpos
+
     def _v2(self, run: Arr) -> pa.RecordBatch:
         kern = self.kern
         n = len(run)
@@ -150,17 +181,7 @@ class _Decoder:
         b_start = run[:, _kernel.POS] + RECORD_BATCH_OVERHEAD
         b_end = run[:, _kernel.POS] + run[:, _kernel.SIZE]
         codecs_ = run[:, _kernel.ATTR] & 0x07
-        parts: list[bytes] = []
-        dpos = 0
-        for i in np.flatnonzero(codecs_).tolist():
-            pos = int(run[i, _kernel.POS])
-            payload = codecs.decompress(
-                int(codecs_[i]), self.view[int(b_start[i]) : int(b_end[i])], path=self.path, position=pos
-            )
-            parts.append(payload)
-            b_src[i] = 1
-            b_start[i], b_end[i] = dpos, dpos + len(payload)
-            dpos += len(payload)
+        dpos = self._decompress(run, codecs_, b_src, b_start, b_end)
         lengths = b_end - b_start
         counts = run[:, _kernel.COUNT]
         too_many = np.flatnonzero(counts > lengths)
@@ -178,18 +199,19 @@ class _Decoder:
                 path=self.path,
                 position=int(run[0, _kernel.POS]),
             )
-        joined = b"".join(parts)
-        dbuf: Any = (
-            (memoryview(joined) if kern.PURE else np.frombuffer(joined, np.uint8)) if joined else self.empty
-        )
+        dbuf: Any = self.empty
+        if dpos:
+            dbuf = memoryview(self.dbuf.data)[:dpos] if kern.PURE else self.dbuf[:dpos].view()
+            if not kern.PURE:
+                dbuf.setflags(write=False)
         rows = int(counts.sum())
         header_cap = payload_total // 2 + 2
-        out_i64 = np.empty((2, rows), np.int64)
-        out_i32 = np.empty((6, rows + 1), np.int32)
-        key_data, val_data, hk_data, hv_data = (np.empty(payload_total, np.uint8) for _ in range(4))
-        hk_offsets = np.empty(header_cap, np.int32)
-        hv_offsets = np.empty(header_cap, np.int32)
-        hv_valid = np.empty(header_cap, np.uint8)
+        out_i64 = pool_empty((2, rows), np.int64)
+        out_i32 = pool_empty((6, rows + 1), np.int32)
+        key_data, val_data, hk_data, hv_data = (pool_empty(payload_total, np.uint8) for _ in range(4))
+        hk_offsets = pool_empty(header_cap, np.int32)
+        hv_offsets = pool_empty(header_cap, np.int32)
+        hv_valid = pool_empty(header_cap, np.uint8)
         counters = np.zeros(10, np.int64)
         log_append = ((run[:, _kernel.ATTR] & ATTR_TIMESTAMP_TYPE) != 0).astype(np.int64)
         with np.errstate(over="ignore"):

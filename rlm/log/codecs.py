@@ -18,9 +18,13 @@ Every decoding failure becomes :class:`~rlm.errors.CompressionError` naming path
 from __future__ import annotations
 
 import struct
+import threading
+from typing import Any
 
 import cramjam
+import numpy as np
 import xxhash
+import zstandard
 
 from rlm.errors import CompressionError
 from rlm.log.model import Compression
@@ -78,19 +82,68 @@ def decompress(
         if codec == Compression.LZ4:
             return _lz4_decompress(memoryview(data), magic=magic)
         if codec == Compression.ZSTD and magic >= 2:
-            return bytes(cramjam.zstd.decompress(data))
+            return _zstd_decompress(data)
         if codec == Compression.NONE:
             return bytes(data)
     except CompressionError as e:
         raise CompressionError(
             f"{Compression(codec).name.lower()}: {e.reason}", path=path, position=position
         ) from None
-    except (cramjam.DecompressionError, ValueError, OverflowError, MemoryError, struct.error) as e:
+    except (
+        cramjam.DecompressionError,
+        zstandard.ZstdError,
+        ValueError,
+        OverflowError,
+        MemoryError,
+        struct.error,
+    ) as e:
         name = Compression(codec).name.lower()
         raise CompressionError(f"{name}: cannot decompress: {e}", path=path, position=position) from None
     raise CompressionError(
         f"unsupported compression codec {codec} for magic {magic}", path=path, position=position
     )
+
+
+def decompress_into(
+    codec: int, data: bytes | memoryview, out: Any, *, path: str | None = None, position: int | None = None
+) -> int | bytes:
+    """Decompress into the ``uint8`` array ``out``: bytes written, or the data when ``out`` is too small.
+
+    gzip decodes straight into ``out``; the others decode then copy (for zstd that is still faster
+    than cramjam's ``decompress_into``, which builds a new decoder context per call).
+    Corrupt input raises :class:`CompressionError` exactly as :func:`decompress` does.
+    """
+    if codec == Compression.GZIP:
+        try:
+            return int(cramjam.gzip.decompress_into(data, out))
+        except (cramjam.DecompressionError, ValueError, OverflowError):
+            pass  # too small, or corrupt: the plain path tells which (and raises the typed error)
+    raw = decompress(codec, data, path=path, position=position)
+    if len(raw) > len(out):
+        return raw
+    out[: len(raw)] = np.frombuffer(raw, np.uint8)
+    return len(raw)
+
+
+# ---- zstd ----------------------------------------------------------------------------------------
+_ZSTD = threading.local()
+
+
+def _zstd_decompress(data: bytes | memoryview) -> bytes:
+    """All frames of ``data`` (Kafka's have no content size), reusing a per-thread decoder context."""
+    decompressor = getattr(_ZSTD, "d", None)
+    if decompressor is None:
+        decompressor = _ZSTD.d = zstandard.ZstdDecompressor()
+    out = []
+    rest: bytes | memoryview = data
+    while True:
+        obj = decompressor.decompressobj()
+        out.append(obj.decompress(rest))
+        if not obj.eof:
+            raise CompressionError("truncated zstd frame")
+        rest = obj.unused_data
+        if not rest:
+            return out[0] if len(out) == 1 else b"".join(out)
 
 
 # ---- snappy (xerial framing) ---------------------------------------------------------------------

@@ -1,0 +1,175 @@
+"""Decode benchmark: rlm.log.read_arrow vs kafka-python vs aiokafka's compiled parser (not a test).
+
+Generates a partition segment of ``--size-mb`` (default 1024) of 100-byte values with 10-byte
+keys, once uncompressed and once zstd, with :func:`rlm.log.encode_batch`, then decodes it in
+the same run with:
+
+* ``rlm.log.read_arrow`` (to a ``pyarrow.Table``; CRC-32C verified, and once without);
+* kafka-python's ``kafka.record.MemoryRecords`` (pure Python; on the first ``--baseline-mb``);
+* aiokafka's Cython ``aiokafka.record._crecords.MemoryRecords``;
+* for zstd, zstd decompression of every batch payload alone (cramjam, as rlm uses).
+
+The two client parsers build one Python object per record and touch offset, timestamp, key,
+value and headers; they do not verify CRCs. Rates are records/s and MB/s of ``.log`` bytes.
+
+    .venv/bin/python benchmarks/bench_decode.py --size-mb 256
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import random
+import struct
+import tempfile
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+import cramjam
+
+from rlm.log import Compression, encode_batch, iter_batches, read_arrow
+
+POOL = 64  # distinct batches; repeated with patched base offsets (outside the CRC) to fill the file
+
+
+def make_segment(path: Path, size_mb: int, codec: Compression, batch_bytes: int, seed: int = 7) -> int:
+    """Write ``size_mb`` of batches to ``path``; returns the number of records."""
+    rnd = random.Random(seed)
+    words = [
+        bytes(rnd.choice(b"abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(rnd.randint(3, 9)))
+        for _ in range(2000)
+    ]
+    per_batch = max(1, batch_bytes // 125)
+    pool = []
+    ts = 1_700_000_000_000
+    for b in range(POOL):
+        records = []
+        for i in range(per_batch):
+            value = b" ".join(rnd.choice(words) for _ in range(20))[:100].ljust(100, b".")
+            records.append((b"key%07d" % (b * per_batch + i), value, None, ts + b * per_batch + i))
+        pool.append(encode_batch(records, base_offset=0, compression=codec))
+    target = size_mb * 1024 * 1024
+    written = 0
+    offset = 0
+    with open(path, "wb") as f:
+        i = 0
+        while written < target:
+            batch = bytearray(pool[i % POOL])
+            struct.pack_into(">q", batch, 0, offset)
+            f.write(batch)
+            written += len(batch)
+            offset += per_batch
+            i += 1
+    return offset
+
+
+def timed(fn: Callable[[], int]) -> tuple[float, int]:
+    gc.collect()
+    t0 = time.perf_counter()
+    n = fn()
+    return time.perf_counter() - t0, n
+
+
+def rlm_arrow(path: Path, verify_crc: bool) -> int:
+    table = read_arrow(path, topic="bench", partition=0, verify_crc=verify_crc)
+    return int(table.num_rows)
+
+
+def client_parser(memory_records: type, data: bytes) -> int:
+    n = 0
+    records = memory_records(data)
+    while True:
+        batch = records.next_batch()
+        if batch is None:
+            return n
+        for rec in batch:
+            _ = (rec.offset, rec.timestamp, rec.key, rec.value, rec.headers)
+            n += 1
+
+
+def zstd_alone(path: Path) -> tuple[float, int]:
+    data = path.read_bytes()
+    view = memoryview(data)
+    payloads = [view[h.position + 61 : h.end_position] for h in iter_batches(data, verify_crc=False)]
+    gc.collect()
+    t0 = time.perf_counter()
+    total = 0
+    for p in payloads:
+        total += len(cramjam.zstd.decompress(p))
+    return time.perf_counter() - t0, total
+
+
+def first_mb(path: Path, mb: int) -> bytes:
+    """Whole batches from the start of ``path`` covering about ``mb`` MiB."""
+    data = path.read_bytes()
+    end = 0
+    for h in iter_batches(data, verify_crc=False):
+        if h.end_position > mb * 1024 * 1024:
+            break
+        end = h.end_position
+    return data[:end]
+
+
+def report(label: str, seconds: float, records: int, nbytes: int) -> None:
+    print(
+        f"  {label:<44} {records / seconds / 1e6:8.2f} M rec/s {nbytes / seconds / 1e6:9.1f} MB/s"
+        f" {seconds:8.2f} s  ({records} records)",
+        flush=True,
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size-mb", type=int, default=1024)
+    ap.add_argument("--baseline-mb", type=int, default=64, help="data given to kafka-python (it is slow)")
+    ap.add_argument(
+        "--batch-bytes", type=int, default=16384, help="uncompressed bytes per batch (producer batch.size)"
+    )
+    ap.add_argument("--codecs", default="none,zstd")
+    ap.add_argument("--dir", default=None, help="where to write the segments (default: a temp dir)")
+    ap.add_argument("--repeat", type=int, default=3, help="best of N for the fast decoders")
+    args = ap.parse_args()
+
+    from aiokafka.record._crecords import MemoryRecords as AioMemoryRecords
+    from kafka.record.memory_records import MemoryRecords as KpMemoryRecords
+
+    read_arrow(
+        encode_batch([(b"k", b"v", None, 0)], base_offset=0), topic="warm", partition=0
+    )  # load kernels
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        for name in args.codecs.split(","):
+            codec = Compression[name.upper()]
+            path = Path(tmp) / f"{name}-00000000000000000000.log"
+            t0 = time.perf_counter()
+            records = make_segment(path, args.size_mb, codec, args.batch_bytes)
+            size = path.stat().st_size
+            print(
+                f"\n{name}: {size / 1e6:.0f} MB, {records} records, {args.batch_bytes} B batches "
+                f"(generated in {time.perf_counter() - t0:.1f} s)",
+                flush=True,
+            )
+            best = min(timed(partial(rlm_arrow, path, True)) for _ in range(args.repeat))
+            report("rlm.log.read_arrow (CRC checked)", best[0], best[1], size)
+            best = min(timed(partial(rlm_arrow, path, False)) for _ in range(args.repeat))
+            report("rlm.log.read_arrow (no CRC)", best[0], best[1], size)
+            data = path.read_bytes()
+            best = min(timed(partial(client_parser, AioMemoryRecords, data)) for _ in range(args.repeat))
+            report("aiokafka _crecords (no CRC)", best[0], best[1], size)
+            del data
+            sample = first_mb(path, args.baseline_mb)
+            seconds, n = timed(partial(client_parser, KpMemoryRecords, sample))
+            report(f"kafka-python (first {len(sample) / 1e6:.0f} MB, no CRC)", seconds, n, len(sample))
+            del sample
+            if codec == Compression.ZSTD:
+                seconds, out = min(zstd_alone(path) for _ in range(args.repeat))
+                print(
+                    f"  {'zstd decompression alone (cramjam)':<44} {seconds:8.2f} s  ({out / 1e6:.0f} MB out)"
+                )
+            os.unlink(path)
+
+
+if __name__ == "__main__":
+    main()
