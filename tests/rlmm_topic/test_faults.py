@@ -25,6 +25,7 @@ from rlm.types import (
 from rlmm.serde import RemoteLogSegmentMetadataSnapshot, serialize
 from rlmm.topic import TopicBasedRemoteLogMetadataManager
 from tests.services.kafka import KafkaCluster
+from tests.services.proc import kill
 
 pytestmark = pytest.mark.kafka
 
@@ -142,7 +143,10 @@ def test_broker_down_gives_retriable_errors_and_catches_up(tmp_path: Path) -> No
         first = _segment(tp, 0)
         m.add_remote_log_segment_metadata(first)
 
-        cluster.stop_node(1)
+        node = cluster.node(1)
+        assert node.proc is not None
+        kill(node.proc)  # a crash, not a clean shutdown
+        node.proc = None
         with pytest.raises((MetadataTimeoutError, MetadataUnavailableError)) as e:
             m.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
                 first.remote_log_segment_id, 2, S.COPY_SEGMENT_FINISHED, 3))

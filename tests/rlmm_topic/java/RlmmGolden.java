@@ -3,7 +3,7 @@
  * Python partitioner and serde can be compared with them. Compiled by the tests with javac.
  *
  * Modes (one command-line argument; input lines on stdin, one answer line per input line):
- *   partition <numPartitions>   "<topicIdBase64> <partition>"  -> metadata partition number
+ *   partition                   "<topicIdBase64> <partition> <numMetadataPartitions>" -> metadata partition
  *   serialize                   a record spec (below)          -> hex of RemoteLogMetadataSerde.serialize
  *   deserialize                 hex of a serialized record     -> the record spec Kafka decodes
  *
@@ -42,8 +42,7 @@ public final class RlmmGolden {
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
         PrintStream out = new PrintStream(System.out, false, StandardCharsets.UTF_8);
         String mode = args[0];
-        RemoteLogMetadataTopicPartitioner partitioner =
-            mode.equals("partition") ? new RemoteLogMetadataTopicPartitioner(Integer.parseInt(args[1])) : null;
+        Map<Integer, RemoteLogMetadataTopicPartitioner> partitioners = new TreeMap<>();
         String line;
         while ((line = in.readLine()) != null) {
             line = line.trim();
@@ -54,6 +53,8 @@ public final class RlmmGolden {
                 case "partition": {
                     String[] f = line.split(" ");
                     TopicIdPartition tp = new TopicIdPartition(Uuid.fromString(f[0]), Integer.parseInt(f[1]), "t");
+                    RemoteLogMetadataTopicPartitioner partitioner = partitioners.computeIfAbsent(
+                        Integer.parseInt(f[2]), RemoteLogMetadataTopicPartitioner::new);
                     out.println(partitioner.metadataPartition(tp));
                     break;
                 }
