@@ -47,7 +47,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p = subparsers.add_parser("dump", help="print Kafka log, index, snapshot and checkpoint files",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", action="store_true", help="one JSON object per line")
-    p.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+    p.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="files, or directories of them")
     p.set_defaults(func=dump)
 
 
@@ -174,9 +174,25 @@ def dump_lines(path: Path, *, as_json: bool) -> Iterator[str]:
         yield render(obj)
 
 
+def _expand(paths: list[Path]) -> Iterator[Path]:
+    """Files as given; a directory stands for the files in it this command knows, sorted."""
+    for path in paths:
+        if path.is_dir():
+            yield from sorted(f for f in path.iterdir() if f.is_file() and _known(f))
+        else:
+            yield path
+
+
+def _known(path: Path) -> bool:
+    name = path.name
+    return name.endswith((".log", ".index", ".timeindex", ".txnindex", ".snapshot")) or name in (
+        ckpt.LEADER_EPOCH_CHECKPOINT, ckpt.PARTITION_METADATA, ckpt.META_PROPERTIES, ckpt.CLEAN_SHUTDOWN,
+        *ckpt.LOG_DIR_CHECKPOINTS)
+
+
 def dump(args: argparse.Namespace) -> int:
     out = sys.stdout
-    for path in args.paths:
+    for path in _expand(args.paths):
         if not args.json:
             out.write(f"Dumping {path}\n")
         for line in dump_lines(path, as_json=args.json):

@@ -88,6 +88,8 @@ def test_indexes_snapshots_and_checkpoints(pdir: PartitionDir, capsys: pytest.Ca
         {"topic": "d", "partition": 0, "offset": pdir.log_end_offset()}]
     assert _json(capsys, root / "meta.properties")[0]["node.id"] == "3"
     assert _json(capsys, root / ".kafka_cleanshutdown") == [{"broker_epoch": -1}]
+    assert main(["dump", "--json", str(pdir.path)]) == 0
+    assert len(capsys.readouterr().out.splitlines()) > 500
     assert main(["dump", str(seg.index_path), str(seg.log_path)]) == 0
     text = capsys.readouterr().out
     assert f"Dumping {seg.index_path}" in text and "isvalid: true" in text and "| offset:" in text

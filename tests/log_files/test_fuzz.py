@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rlm.commands.dump import dump_lines
 from rlm.errors import CheckpointFormatError, IndexFormatError, LogFormatError, SnapshotFormatError
 from rlm.log import checkpoints as ckpt
 from rlm.log.lookup import find_offset, find_offset_for_timestamp
@@ -214,6 +215,7 @@ def test_partition_readers_on_a_damaged_file(small_partition: Path, tmp_path_fac
     p = PartitionDir(d)
     for op in (lambda: stable_offsets(p, high_watermark=None), lambda: find_offset(p, 17),
                lambda: find_offset_for_timestamp(p, Clock().now + 50), lambda: p.leader_epochs(),
-               lambda: [p.max_timestamp(s) for s in p.segments]):
+               lambda: [p.max_timestamp(s) for s in p.segments],
+               lambda: list(dump_lines(victim, as_json=True))):
         with contextlib.suppress(LogFormatError):
             op()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from rlm.errors import LogFileGoneError
 from rlm.log.encode import encode_empty_batch
 from rlm.log.lso import scan_aborted_transactions, stable_offsets
 from rlm.log.partition import PartitionDir
@@ -116,6 +117,15 @@ def test_segment_model(written: tuple[PartitionDir, Expected], tmp_path: Path) -
         assert mt.timestamp == best
         assert mt.offset == next(h.last_offset for h in hs if h.max_timestamp == best)
         assert p.snapshot_for_segment(seg) == p.snapshot_path(p.next_offset(seg))
+    gone = p.segments[0]
+    for f in (gone.log_path, gone.index_path, gone.time_index_path):
+        f.unlink()
+    with pytest.raises(LogFileGoneError):
+        p.last_offset(gone)
+    with pytest.raises(LogFileGoneError):
+        p.max_timestamp(gone)
+    p.refresh()
+    assert gone not in p.segments
 
 
 def test_active_segment_with_preallocated_and_stale_index_tails(written: tuple[PartitionDir, Expected],
