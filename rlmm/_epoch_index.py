@@ -67,13 +67,13 @@ class EpochState:
     def last(self) -> tuple[int, int] | None:
         if self.tail == self.head:
             return None
-        return int(self.keys[self.tail - 1]), int(self.rows[self.tail - 1])
+        return self.keys.item(self.tail - 1), self.rows.item(self.tail - 1)
 
     def floor(self, offset: int) -> int:
         """Row of the greatest key <= offset, or -1 (``NavigableMap.floorEntry``)."""
         i = self.head + int(np.searchsorted(self.keys[self.head:self.tail], offset, side="right")) - 1
         while i >= self.head:
-            row = int(self.rows[i])
+            row: int = self.rows.item(i)
             if row != TOMB:
                 return row
             i -= 1
@@ -81,7 +81,7 @@ class EpochState:
 
     def put(self, key: int, row: int) -> None:
         """``offsetToId.put``: replaces the row of an existing key, else inserts in order."""
-        if self.tail == self.head or key > int(self.keys[self.tail - 1]):
+        if self.tail == self.head or key > self.keys.item(self.tail - 1):
             if self.tail == len(self.keys):
                 if self.head > (self.tail - self.head):
                     self._pack()

@@ -12,6 +12,7 @@ Not thread-safe: :class:`rlmm.cache.RemoteLogMetadataCache` serialises access.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,8 +43,12 @@ _MASK64 = (1 << 64) - 1
 _MAX_LOAD = 0.7
 
 
+_ID = struct.Struct(">QQ")
+
+
 def split_id(raw: bytes) -> tuple[int, int]:
-    return int.from_bytes(raw[:8], "big"), int.from_bytes(raw[8:], "big")
+    hi, lo = _ID.unpack(raw)
+    return int(hi), int(lo)
 
 
 def _grown(arr: Col, cap: int) -> Col:
@@ -91,7 +96,7 @@ class RowsView:
 class SegmentTable:
     """Rows of segments of one partition plus the id -> row hash index."""
 
-    __slots__ = ("c", "cap", "cm_buf", "fe_epoch", "fe_n", "fe_off", "ht", "live", "n")
+    __slots__ = ("c", "cap", "cm_buf", "fe_epoch", "fe_n", "fe_off", "ht", "live", "n", "shift")
 
     def __init__(self, capacity: int = 8) -> None:
         self.cap = max(1, capacity)
@@ -104,30 +109,30 @@ class SegmentTable:
         self.fe_n = 0
         self.cm_buf = bytearray()
         self.ht: I32 = np.full(16, -1, dtype=np.int32)
+        self.shift = 64 - 4
 
     # ---- hash index -------------------------------------------------------------------------
     def _home(self, hi: int, lo: int) -> int:
-        bits = len(self.ht).bit_length() - 1
-        return (((hi ^ lo) * _MIX) & _MASK64) >> (64 - bits)
+        return (((hi ^ lo) * _MIX) & _MASK64) >> self.shift
 
     def find(self, raw: bytes) -> int:
         """Row of a live segment id, or -1."""
         hi, lo = split_id(raw)
         ht, id_hi, id_lo = self.ht, self.c["id_hi"], self.c["id_lo"]
         mask = len(ht) - 1
-        slot = self._home(hi, lo)
+        slot = (((hi ^ lo) * _MIX) & _MASK64) >> self.shift
         while True:
-            row = int(ht[slot])
+            row: int = ht.item(slot)
             if row < 0:
                 return -1
-            if int(id_lo[row]) == lo and int(id_hi[row]) == hi:
+            if id_lo.item(row) == lo and id_hi.item(row) == hi:
                 return row
             slot = (slot + 1) & mask
 
     def _hash_insert(self, row: int) -> None:
         ht = self.ht
         mask = len(ht) - 1
-        slot = self._home(int(self.c["id_hi"][row]), int(self.c["id_lo"][row]))
+        slot = self._home(self.c["id_hi"].item(row), self.c["id_lo"].item(row))
         while ht[slot] >= 0:
             slot = (slot + 1) & mask
         ht[slot] = row
@@ -135,16 +140,16 @@ class SegmentTable:
     def _hash_delete(self, row: int) -> None:
         ht, id_hi, id_lo = self.ht, self.c["id_hi"], self.c["id_lo"]
         mask = len(ht) - 1
-        i = self._home(int(id_hi[row]), int(id_lo[row]))
-        while int(ht[i]) != row:
+        i = self._home(id_hi.item(row), id_lo.item(row))
+        while ht.item(i) != row:
             i = (i + 1) & mask
         j = i
         while True:  # backward-shift deletion keeps every probe chain gap-free
             j = (j + 1) & mask
-            other = int(ht[j])
+            other = ht.item(j)
             if other < 0:
                 break
-            k = self._home(int(id_hi[other]), int(id_lo[other]))
+            k = self._home(id_hi.item(other), id_lo.item(other))
             if (i < k <= j) if i <= j else (i < k or k <= j):
                 continue
             ht[i] = other
@@ -176,6 +181,7 @@ class SegmentTable:
                 keep[winners] = False
                 pending, pos = pending[keep], pos[keep]
         self.ht = ht
+        self.shift = 64 - (size.bit_length() - 1)
 
     # ---- rows ---------------------------------------------------------------------------------
     def _ensure_row_capacity(self) -> None:
@@ -262,10 +268,31 @@ class SegmentTable:
 
     def epoch_end(self, row: int, epoch: int) -> int:
         """Last offset of ``epoch`` inside the segment: next epoch's start - 1, or the end offset."""
-        es, n = int(self.c["ep_start"][row]), int(self.c["ep_cnt"][row])
-        eps = self.fe_epoch[es:es + n]
-        i = int(np.searchsorted(eps, epoch, side="right"))
-        return int(self.fe_off[es + i]) - 1 if i < n else int(self.c["end"][row])
+        es, n = self.c["ep_start"].item(row), self.c["ep_cnt"].item(row)
+        fe_epoch = self.fe_epoch
+        for k in range(es, es + n):  # a segment has very few epochs
+            if fe_epoch.item(k) > epoch:
+                return int(self.fe_off.item(k)) - 1
+        return int(self.c["end"].item(row))
+
+    def metadata(self, tp: TopicIdPartition, row: int) -> RemoteLogSegmentMetadata:
+        """One row as a value object (the single-segment fast path of :class:`RowsView`)."""
+        c = self.c
+        es, n = c["ep_start"].item(row), c["ep_cnt"].item(row)
+        epochs = tuple(zip(self.fe_epoch[es:es + n].tolist(), self.fe_off[es:es + n].tolist(), strict=True))
+        cm_len = c["cm_len"].item(row)
+        custom = None
+        if cm_len >= 0:
+            off = c["cm_off"].item(row)
+            custom = bytes(self.cm_buf[off:off + cm_len])
+        return RemoteLogSegmentMetadata(
+            remote_log_segment_id=RemoteLogSegmentId(tp, KafkaUuid(_ID.pack(c["id_hi"].item(row),
+                                                                            c["id_lo"].item(row)))),
+            start_offset=c["start"].item(row), end_offset=c["end"].item(row),
+            max_timestamp_ms=c["max_ts"].item(row), broker_id=c["broker"].item(row),
+            event_timestamp_ms=c["event_ts"].item(row), segment_size_in_bytes=c["size"].item(row),
+            segment_leader_epochs=epochs, state=RemoteLogSegmentState(c["state"].item(row)),
+            custom_metadata=custom, txn_index_empty=bool(c["txn"].item(row)))
 
     def view(self, tp: TopicIdPartition, rows: npt.NDArray[np.integer]) -> RowsView:
         return RowsView(tp, {name: arr[rows] for name, arr in self.c.items()}, self.fe_epoch, self.fe_off,

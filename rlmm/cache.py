@@ -69,7 +69,10 @@ class RemoteLogMetadataCache:
             return None, -1
         return p, p.table.find(sid.id.raw)
 
-    def _check(self, md: RemoteLogMetadata) -> None:
+    def _check(self, md: RemoteLogMetadata) -> tuple[PartitionState | None, int]:
+        """Raises if ``md`` is invalid; else returns the segment's partition state and row (-1 if new)."""
+        p: PartitionState | None = None
+        row = -1
         if isinstance(md, RemoteLogSegmentMetadata):
             if md.state is not _STARTED:
                 raise InvalidStateTransitionError(
@@ -106,6 +109,7 @@ class RemoteLogMetadataCache:
                                          "are not metadata log events")
         else:
             raise TypeError(f"not a remote log metadata value: {type(md).__name__}")
+        return p, row
 
     def validate(self, md: RemoteLogMetadata) -> None:
         """Raises InvalidStateTransitionError / RemoteLogSegmentNotFoundError if ``md`` would be
@@ -118,7 +122,7 @@ class RemoteLogMetadataCache:
         """Applies an event; an invalid one is logged and dropped (False), as Kafka's consumer does."""
         with self._lock:
             try:
-                self._check(md)
+                p, row = self._check(md)
             except RemoteLogSegmentNotFoundError as e:
                 log.warning("rlmm_event_dropped", reason="unknown_segment", detail=str(e))
                 return False
@@ -126,21 +130,20 @@ class RemoteLogMetadataCache:
                 log.error("rlmm_event_dropped", reason=type(e).__name__, detail=str(e))
                 return False
             if isinstance(md, RemoteLogSegmentMetadata):
-                self._add_segment(md)
+                self._add_segment(md, p, row)
             elif isinstance(md, RemoteLogSegmentMetadataUpdate):
-                self._update_segment(md)
+                assert p is not None
+                self._update_segment(md, p, row)
             elif isinstance(md, RemotePartitionDeleteMetadata):
                 self._deletes[md.topic_id_partition] = md
                 if md.state is RemotePartitionDeleteState.DELETE_PARTITION_FINISHED:
                     self._parts.pop(md.topic_id_partition, None)
             return True
 
-    def _add_segment(self, md: RemoteLogSegmentMetadata) -> None:
-        tp = md.topic_id_partition
-        p = self._parts.get(tp)
+    def _add_segment(self, md: RemoteLogSegmentMetadata, p: PartitionState | None, row: int) -> None:
         if p is None:
+            tp = md.topic_id_partition
             p = self._parts[tp] = PartitionState(tp)
-        row = p.table.find(md.remote_log_segment_id.id.raw)
         if row >= 0:  # an idempotent re-add while still COPY_SEGMENT_STARTED replaces the metadata
             p.table.write_row(row, md)
         else:
@@ -148,9 +151,7 @@ class RemoteLogMetadataCache:
         for epoch, _ in md.segment_leader_epochs:
             p.epoch(epoch).unref.add(row)
 
-    def _update_segment(self, u: RemoteLogSegmentMetadataUpdate) -> None:
-        p, row = self._segment_row(u.remote_log_segment_id)
-        assert p is not None and row >= 0
+    def _update_segment(self, u: RemoteLogSegmentMetadataUpdate, p: PartitionState, row: int) -> None:
         t = p.table
         epochs = t.epochs(row)
         if u.state is _FINISHED:
@@ -179,7 +180,7 @@ class RemoteLogMetadataCache:
             row = es.floor(offset)
             if row < 0 or offset > p.table.epoch_end(row, leader_epoch):
                 return None
-            return p.table.view(tp, np.array([row])).metadata(0)
+            return p.table.metadata(tp, row)
 
     def highest_offset_for_epoch(self, tp: TopicIdPartition, leader_epoch: int) -> int | None:
         with self._lock:
@@ -228,7 +229,7 @@ class RemoteLogMetadataCache:
             p, row = self._segment_row(sid)
             if p is None or row < 0:
                 return None
-            return p.table.view(sid.topic_id_partition, np.array([row])).metadata(0)
+            return p.table.metadata(sid.topic_id_partition, row)
 
     def remote_partition_delete_state(self, tp: TopicIdPartition) -> RemotePartitionDeleteState | None:
         with self._lock:
