@@ -22,6 +22,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import structlog
+
 from rlm.errors import LogFormatError
 from rlm.log._fileio import read_bytes
 from rlm.log._scan import read_entry, scan_batches
@@ -31,6 +33,7 @@ from rlm.log.records import BatchHeader, ControlRecordType, decode_control_recor
 from rlm.log.txn_index import AbortedTxn
 
 NUM_BATCHES_TO_RETAIN = 5
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +183,9 @@ def _load_snapshot(partition: PartitionDir,
     for off in reversed([o for o in partition.snapshot_offsets if o <= below_or_at]):
         try:
             return off, read_snapshot(partition.snapshot_path(off))
-        except LogFormatError:  # corrupt (SnapshotFormatError) or deleted meanwhile
+        except LogFormatError as e:  # corrupt (SnapshotFormatError) or deleted meanwhile
+            log.warning("producer_snapshot_skipped", partition=str(partition.topic_partition), offset=off,
+                        error=str(e))
             continue
     return None
 
