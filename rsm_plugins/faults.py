@@ -46,11 +46,13 @@ class _FaultyReader:
 
     def read(self, n: int = -1) -> bytes:
         pos = self._inner.tell()
-        if n < 0 or pos + n > self._fail_at:
+        if n < 0:  # reading to the end crosses the fault
+            raise self._error
+        if pos + n > self._fail_at:
             allowed = max(0, self._fail_at - pos)
             if allowed == 0:
                 raise self._error
-            return self._inner.read(allowed)
+            return self._inner.read(allowed)  # a short read; the next one fails
         return self._inner.read(n)
 
     def readinto(self, b: bytearray | memoryview) -> int:

@@ -26,11 +26,11 @@ from __future__ import annotations
 import os
 import pickle
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import ClassVar
+from typing import BinaryIO, ClassVar
 
 import pytest
 
@@ -160,11 +160,11 @@ def finished(md: RemoteLogSegmentMetadata, custom: bytes | None) -> RemoteLogSeg
     return replace(md, state=RemoteLogSegmentState.COPY_SEGMENT_FINISHED, custom_metadata=custom)
 
 
-def read_all(stream_factory: Callable[[], object]) -> bytes:
-    stream = stream_factory()
-    with stream as f:  # type: ignore[attr-defined]
-        data: bytes = f.read()
-    return data
+def read_all(stream: BinaryIO) -> bytes:
+    """Read a fetched stream to the end and close it (errors found at the end, e.g. a checksum
+    mismatch, are raised here)."""
+    with stream as f:
+        return f.read()
 
 
 class RemoteStorageManagerContract:
@@ -203,18 +203,18 @@ class RemoteStorageManagerContract:
     def assert_round_trip(
         self, rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata, seg: Segment
     ) -> None:
-        assert read_all(lambda: rsm.fetch_log_segment(md, 0)) == seg.log
+        assert read_all(rsm.fetch_log_segment(md, 0)) == seg.log
         for index_type, ft in INDEX_FILES.items():
             if ft in seg.contents:
-                got = read_all(lambda it=index_type: rsm.fetch_index(md, it))  # type: ignore[misc]
+                got = read_all(rsm.fetch_index(md, index_type))
                 assert got == seg.contents[ft], f"{index_type.name} differs"
 
     def assert_gone(self, rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata) -> None:
         with pytest.raises(RemoteResourceNotFoundError):
-            read_all(lambda: rsm.fetch_log_segment(md, 0))
+            read_all(rsm.fetch_log_segment(md, 0))
         for index_type in IndexType:
             with pytest.raises(RemoteResourceNotFoundError):
-                read_all(lambda it=index_type: rsm.fetch_index(md, it))  # type: ignore[misc]
+                read_all(rsm.fetch_index(md, index_type))
 
     # ---- the contract -----------------------------------------------------------------------
     def test_round_trip_every_file(self, rsm: RemoteStorageManager, segments: SegmentFactory) -> None:
@@ -228,13 +228,13 @@ class RemoteStorageManagerContract:
     ) -> None:
         seg = segments.make(1000)
         md = self.copy(rsm, seg)
-        assert read_all(lambda: rsm.fetch_index(md, index_type)) == seg.contents[INDEX_FILES[index_type]]
+        assert read_all(rsm.fetch_index(md, index_type)) == seg.contents[INDEX_FILES[index_type]]
 
     def test_empty_index_files(self, rsm: RemoteStorageManager, segments: SegmentFactory) -> None:
         seg = segments.make(500, empty_indexes=True)
         md = self.copy(rsm, seg)
         for index_type in (IndexType.OFFSET, IndexType.TIMESTAMP, IndexType.TRANSACTION):
-            assert read_all(lambda it=index_type: rsm.fetch_index(md, it)) == b""  # type: ignore[misc]
+            assert read_all(rsm.fetch_index(md, index_type)) == b""
         self.assert_round_trip(rsm, md, seg)
 
     def test_range_reads(self, rsm: RemoteStorageManager, segments: SegmentFactory) -> None:
@@ -243,7 +243,7 @@ class RemoteStorageManagerContract:
         data, n = seg.log, len(seg.log)
 
         def rng(start: int, end: int | None) -> bytes:
-            return read_all(lambda: rsm.fetch_log_segment(md, start, end))
+            return read_all(rsm.fetch_log_segment(md, start, end))
 
         assert rng(0, 0) == data[:1]
         assert rng(n - 1, n - 1) == data[-1:]
@@ -269,7 +269,7 @@ class RemoteStorageManagerContract:
         seg = segments.make(5000, txn_index=False)
         md = self.copy(rsm, seg)
         with pytest.raises(RemoteResourceNotFoundError):
-            read_all(lambda: rsm.fetch_index(md, IndexType.TRANSACTION))
+            read_all(rsm.fetch_index(md, IndexType.TRANSACTION))
         self.assert_round_trip(rsm, md, seg)
 
     def test_idempotent_copy_overwrites(self, rsm: RemoteStorageManager, segments: SegmentFactory) -> None:
@@ -284,7 +284,7 @@ class RemoteStorageManagerContract:
         md = self.copy(rsm, again)
         self.assert_round_trip(rsm, md, again)
         with pytest.raises(RemoteResourceNotFoundError):
-            read_all(lambda: rsm.fetch_index(md, IndexType.TRANSACTION))
+            read_all(rsm.fetch_index(md, IndexType.TRANSACTION))
         md2 = self.copy(rsm, again)
         self.assert_round_trip(rsm, md2, again)
 
@@ -321,7 +321,7 @@ class RemoteStorageManagerContract:
         md = self.copy(rsm, seg)
         self.assert_round_trip(rsm, md, seg)
         mid = self.large_segment_bytes // 2
-        got = read_all(lambda: rsm.fetch_log_segment(md, mid - 3_000_000, mid + 2_999_999))
+        got = read_all(rsm.fetch_log_segment(md, mid - 3_000_000, mid + 2_999_999))
         assert got == seg.log[mid - 3_000_000 : mid + 3_000_000]
 
     @pytest.mark.parametrize(
@@ -362,7 +362,7 @@ class RemoteStorageManagerContract:
         with pytest.raises(RemoteStorageError):
             faulty.copy_log_segment_data(seg.metadata, seg.data)
         with pytest.raises(RemoteResourceNotFoundError):
-            read_all(lambda: rsm.fetch_log_segment(seg.metadata, 0))
+            read_all(rsm.fetch_log_segment(seg.metadata, 0))
 
     def test_pickle_round_trip(self, rsm: RemoteStorageManager, segments: SegmentFactory) -> None:
         seg = segments.make(self.segment_bytes)
@@ -396,8 +396,8 @@ class RemoteStorageManagerContract:
         )
         bad = replace(md, custom_metadata=integrity.encode(replace(manifest, files=wrong)))
         with pytest.raises(RemoteStorageIntegrityError):
-            read_all(lambda: rsm.fetch_log_segment(bad, 0))
+            read_all(rsm.fetch_log_segment(bad, 0))
         with pytest.raises(RemoteStorageIntegrityError):
-            read_all(lambda: rsm.fetch_index(bad, IndexType.OFFSET))
+            read_all(rsm.fetch_index(bad, IndexType.OFFSET))
         # a partial range cannot be checked against a whole-file checksum, and is served
-        assert read_all(lambda: rsm.fetch_log_segment(bad, 1)) == seg.log[1:]
+        assert read_all(rsm.fetch_log_segment(bad, 1)) == seg.log[1:]

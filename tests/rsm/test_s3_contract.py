@@ -17,7 +17,7 @@ from rsm_plugins.api import RemoteStorageManager
 from rsm_plugins.testing import RemoteStorageManagerContract
 from tests.services.s3 import ACCESS_KEY, REGION, SECRET_KEY, S3Endpoint
 
-pytestmark = pytest.mark.s3
+pytestmark = [pytest.mark.s3, pytest.mark.slow]
 
 MiB = 1 << 20
 

@@ -122,7 +122,7 @@ def test_reader_uses_recorded_location(
     manifest = integrity.decode(md.custom_metadata)
     assert manifest is not None and manifest.location == f"{moto_bucket}/writer/"
     reader = rsm_plugins.load("s3", s3_config(moto_server, "some-other-bucket", prefix="elsewhere/"))
-    assert read_all(lambda: reader.fetch_log_segment(md, 0)) == seg.log
+    assert read_all(reader.fetch_log_segment(md, 0)) == seg.log
     guessing = rsm_plugins.load(
         "s3", s3_config(moto_server, moto_bucket, prefix="elsewhere/", use_recorded_location=False)
     )
@@ -147,12 +147,12 @@ def test_corrupted_object_is_detected(
     truncated = seg.contents[SegmentFileType.OFFSET_INDEX][:-8]
     client.put_object(Bucket=s3_bucket, Key=rsm.key(md, SegmentFileType.OFFSET_INDEX), Body=truncated)
     with pytest.raises(RemoteStorageIntegrityError, match="checksum mismatch"):
-        read_all(lambda: rsm.fetch_log_segment(md, 0))
+        read_all(rsm.fetch_log_segment(md, 0))
     with pytest.raises(RemoteStorageIntegrityError, match="size"):
-        read_all(lambda: rsm.fetch_index(md, IndexType.OFFSET))
-    assert read_all(lambda: rsm.fetch_log_segment(md, 10)) == bytes(bad[10:])  # ranges are not checked
+        read_all(rsm.fetch_index(md, IndexType.OFFSET))
+    assert read_all(rsm.fetch_log_segment(md, 10)) == bytes(bad[10:])  # ranges are not checked
     unchecked = rsm_plugins.load("s3", s3_config(s3_server, s3_bucket, verify_checksums=False))
-    assert read_all(lambda: unchecked.fetch_log_segment(md, 0)) == bytes(bad)
+    assert read_all(unchecked.fetch_log_segment(md, 0)) == bytes(bad)
     rsm.close()
     unchecked.close()
 

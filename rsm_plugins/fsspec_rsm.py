@@ -1,0 +1,296 @@
+"""``fsspec``: segments under any fsspec URL (``webhdfs://``, ``hdfs://``, ``gs://``, ``abfs://``,
+``file://``, ...), in the same layout as ``local`` (Kafka's ``LocalTieredStorage``)::
+
+    <url>/<topic>-<partition>-<topicId>/<20-digit start offset>-<segmentId>.<suffix>
+
+so a ``file://`` store is interchangeable with a ``local`` one. On filesystems with a real rename
+(local, HDFS, ...) each file is written under a temporary name and renamed into place; on object
+stores (where "rename" is a copy) files are written in place, the ``.log`` last. A failed copy
+removes what it wrote. Reads are ranged reads through fsspec's buffered files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import uuid
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor, wait
+from typing import Any, BinaryIO
+
+import structlog
+from pydantic import Field, SecretStr
+
+from rlm.errors import ConfigError, RemoteResourceNotFoundError, RemoteStorageError
+from rlm.types import IndexType, LogSegmentData, RemoteLogSegmentMetadata
+
+from . import integrity, layout, streams
+from .api import RemoteStorageManager
+from .config import PluginConfig, parse_config
+from .integrity import FileChecksum, LayoutCode, SegmentManifest
+from .layout import SegmentFileType, SourceFile
+
+log = structlog.get_logger(__name__)
+
+_CHUNK = 4 << 20
+#: Protocols whose "rename" is a server-side copy (or absent): write in place there.
+NO_ATOMIC_RENAME = frozenset(
+    {"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "oci", "oss", "http", "https"}
+)
+
+
+class FsspecConfig(PluginConfig):
+    url: str = Field(min_length=1, description="Root URL, e.g. webhdfs://namenode:9870/kafka/tiered.")
+    storage_options: dict[str, Any] = Field(default_factory=dict, description="fsspec filesystem options.")
+    secret_options: dict[str, SecretStr] = Field(
+        default_factory=dict, description="Filesystem options that are secrets (never logged)."
+    )
+    atomic_rename: bool | None = Field(None, description="Write temp name + rename; default by protocol.")
+    read_block_size: int = Field(8 << 20, ge=1 << 16, description="Read-ahead block of fsspec files.")
+
+
+class FsspecRemoteStorageManager(RemoteStorageManager):
+    """Remote tier on any fsspec filesystem. Thread-safe (one filesystem object per thread); picklable."""
+
+    plugin_name = "fsspec"
+
+    def __init__(self) -> None:
+        self._config: FsspecConfig | None = None
+        self._root = ""
+        self._protocol = ""
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_config": self._config, "_root": self._root, "_protocol": self._protocol}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._executor = None
+
+    def _pool(self) -> ThreadPoolExecutor:
+        """Writes the auxiliary files of a copy in parallel (each thread has its own filesystem)."""
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(8, thread_name_prefix="rsm-fsspec")
+            return self._executor
+
+    def close(self) -> None:
+        with self._lock:
+            pool, self._executor = self._executor, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    # ---- configuration ----------------------------------------------------------------------
+    def configure(self, config: Mapping[str, Any]) -> None:
+        cfg = parse_config(FsspecConfig, config, self.plugin_name)
+        self._config = cfg
+        fs = self._local.fs = self._new_fs()
+        try:
+            fs.makedirs(self._root, exist_ok=True)
+        except Exception as e:
+            raise ConfigError(
+                f"fsspec storage plugin: cannot create root {cfg.url}: {type(e).__name__}: {e}"
+            ) from e
+        log.info(
+            "rsm_configured",
+            plugin=self.plugin_name,
+            url=cfg.url,
+            protocol=self._protocol,
+            atomic_rename=self.atomic_rename,
+            storage_options=sorted(cfg.storage_options),
+        )
+
+    @property
+    def config(self) -> FsspecConfig:
+        if self._config is None:
+            raise RemoteStorageError("fsspec storage plugin used before configure()")
+        return self._config
+
+    def _new_fs(self) -> Any:
+        from fsspec.core import url_to_fs
+
+        cfg = self.config
+        opts = dict(cfg.storage_options)
+        opts.update({k: v.get_secret_value() for k, v in cfg.secret_options.items()})
+        try:
+            fs, root = url_to_fs(cfg.url, skip_instance_cache=True, **opts)
+        except ImportError as e:
+            raise ConfigError(
+                f"fsspec storage plugin: the filesystem for {cfg.url!r} needs a package: {e}"
+            ) from e
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"fsspec storage plugin: cannot open {cfg.url!r}: {e}") from e
+        protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+        self._root, self._protocol = str(root).rstrip("/") or "/", str(protocol)
+        return fs
+
+    @property
+    def fs(self) -> Any:
+        fs = getattr(self._local, "fs", None)
+        if fs is None:
+            fs = self._local.fs = self._new_fs()
+        return fs
+
+    @property
+    def atomic_rename(self) -> bool:
+        if self.config.atomic_rename is not None:
+            return self.config.atomic_rename
+        return self._protocol not in NO_ATOMIC_RENAME
+
+    def path_of(self, metadata: RemoteLogSegmentMetadata, file_type: SegmentFileType) -> str:
+        return f"{self._root.rstrip('/')}/{layout.kafka_relative_path(metadata, file_type)}"
+
+    # ---- copy -------------------------------------------------------------------------------
+    def copy_log_segment_data(
+        self, metadata: RemoteLogSegmentMetadata, segment_data: LogSegmentData
+    ) -> bytes | None:
+        cfg = self.config
+        fs = self.fs
+        sums: dict[SegmentFileType, FileChecksum] = {}
+        part_dir = self.path_of(metadata, SegmentFileType.SEGMENT).rsplit("/", 1)[0]
+        try:
+            fs.makedirs(part_dir, exist_ok=True)
+            if segment_data.transaction_index is None:  # a stale one from an earlier copy of this id
+                self._rm_quiet(fs, self.path_of(metadata, SegmentFileType.TRANSACTION_INDEX))
+            *aux, log_file = layout.source_files(segment_data)
+            futures = {
+                src.file_type: self._pool().submit(
+                    self._write, None, src, self.path_of(metadata, src.file_type)
+                )
+                for src in aux
+            }
+            wait(futures.values())
+            for ft, fut in futures.items():
+                sums[ft] = fut.result()
+            sums[log_file.file_type] = self._write(fs, log_file, self.path_of(metadata, log_file.file_type))
+        except Exception as e:
+            err = _map(e, part_dir, "copy")
+            log.warning(
+                "segment_copy_failed", plugin=self.plugin_name, error=str(err), **layout.describe(metadata)
+            )
+            self._remove(fs, metadata, strict=False)
+            raise err from e
+        log.info(
+            "segment_copied",
+            plugin=self.plugin_name,
+            bytes=sums[SegmentFileType.SEGMENT].size,
+            **layout.describe(metadata),
+        )
+        if cfg.custom_metadata_max_bytes == 0:
+            return None
+        return integrity.encode(
+            SegmentManifest(LayoutCode.KAFKA, sums, cfg.url), cfg.custom_metadata_max_bytes
+        )
+
+    def _write(self, fs: Any, src: SourceFile, final: str) -> FileChecksum:
+        fs = fs if fs is not None else self.fs
+        target = f"{final}.{uuid.uuid4().hex[:12]}.tmp" if self.atomic_rename else final
+        crc = integrity.Crc32c()
+        try:
+            with fs.open(target, "wb") as out:
+                if src.data is not None:
+                    out.write(src.data)
+                    crc.update(src.data)
+                else:
+                    assert src.path is not None
+                    with self.open_source(src.path) as inp:
+                        while chunk := inp.read(_CHUNK):
+                            out.write(chunk)
+                            crc.update(chunk)
+            if target != final:
+                self._rename(fs, target, final)
+        except BaseException:
+            if target != final:
+                self._rm_quiet(fs, target)
+            raise
+        return crc.result()
+
+    def _rename(self, fs: Any, tmp: str, final: str) -> None:
+        """Rename over an existing file. HDFS's rename refuses (and WebHDFS answers ``false``, not an
+        error) when the target exists, so the target is removed first and the outcome checked."""
+        self._rm_quiet(fs, final)
+        fs.mv(tmp, final)
+        if fs.exists(tmp) or not fs.exists(final):
+            raise RemoteStorageError(f"rename of {tmp} to {final} did not happen", retriable=True)
+
+    @staticmethod
+    def _rm_quiet(fs: Any, path: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            fs.rm_file(path)
+
+    # ---- fetch ------------------------------------------------------------------------------
+    def fetch_log_segment(
+        self, metadata: RemoteLogSegmentMetadata, start_position: int, end_position: int | None = None
+    ) -> BinaryIO:
+        return self._fetch(metadata, SegmentFileType.SEGMENT, start_position, end_position)
+
+    def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> BinaryIO:
+        return self._fetch(metadata, SegmentFileType.for_index(index_type), 0, None)
+
+    def _fetch(
+        self, metadata: RemoteLogSegmentMetadata, file_type: SegmentFileType, start: int, end: int | None
+    ) -> BinaryIO:
+        path = self.path_of(metadata, file_type)
+        what = f"{self._protocol}://{path.lstrip('/')}" if self._protocol != "file" else path
+        try:
+            f = self.fs.open(path, "rb", block_size=self.config.read_block_size, cache_type="readahead")
+        except Exception as e:
+            raise _map(e, what, "open") from e
+        try:
+            size = int(f.size) if getattr(f, "size", None) is not None else int(self.fs.size(path))
+            begin, stop = streams.check_range(start, end, size, what)
+            expected = None
+            if streams.covers_whole(begin, stop, size) and self.config.verify_checksums:
+                manifest = integrity.decode(metadata.custom_metadata)
+                expected = manifest.checksum(file_type) if manifest else None
+            if begin:
+                f.seek(begin)
+            return streams.wrap(
+                f, stop - begin, what=what, expected=expected, map_error=lambda e: _map(e, what, "read")
+            )
+        except BaseException:
+            f.close()
+            raise
+
+    # ---- delete -----------------------------------------------------------------------------
+    def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
+        try:
+            self._remove(self.fs, metadata, strict=True)
+        except Exception as e:
+            raise _map(e, self.path_of(metadata, SegmentFileType.SEGMENT), "delete") from e
+        log.info("segment_deleted", plugin=self.plugin_name, **layout.describe(metadata))
+
+    def _remove(self, fs: Any, metadata: RemoteLogSegmentMetadata, strict: bool) -> None:
+        order = [
+            SegmentFileType.SEGMENT,
+            *(ft for ft in SegmentFileType if ft is not SegmentFileType.SEGMENT),
+        ]
+        for ft in order:  # the .log (commit marker) first
+            try:
+                self._rm_quiet(fs, self.path_of(metadata, ft))
+            except Exception:
+                if strict:
+                    raise
+
+
+def _map(e: BaseException, where: str, action: str) -> RemoteStorageError:
+    """Translate fsspec/requests/OS errors at the plugin edge."""
+    if isinstance(e, RemoteStorageError):
+        return e
+    if isinstance(e, FileNotFoundError):
+        return RemoteResourceNotFoundError(f"{action} {where}: not found")
+    if isinstance(e, PermissionError):
+        return RemoteStorageError(f"{action} {where}: permission denied: {e}", retriable=False)
+    response = getattr(e, "response", None)
+    status = getattr(response, "status_code", None)
+    if isinstance(status, int):
+        retriable = status >= 500 or status in (408, 429)
+        return RemoteStorageError(f"{action} {where}: HTTP {status}: {e}", retriable=retriable)
+    if isinstance(e, OSError | ConnectionError | TimeoutError | RuntimeError):
+        # RuntimeError: WebHDFS's wrapper for server-side exceptions (standby, safe mode, ...)
+        return RemoteStorageError(f"{action} {where}: {type(e).__name__}: {e}", retriable=True)
+    return RemoteStorageError(f"{action} {where}: {type(e).__name__}: {e}", retriable=False)

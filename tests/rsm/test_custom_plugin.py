@@ -1,0 +1,55 @@
+"""A third-party plugin: ``examples/custom_rsm`` is pip-installed into the venv, found by its entry
+point name, and passes the same contract kit as the built-ins."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import rsm_plugins
+from rsm_plugins.api import RemoteStorageManager
+from rsm_plugins.testing import RemoteStorageManagerContract
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "custom_rsm"
+
+
+@pytest.fixture(scope="module")
+def installed_example() -> str:
+    uv = Path(sys.executable).parent / "uv"
+    cmd = [
+        str(uv),
+        "pip",
+        "install",
+        "--python",
+        sys.executable,
+        "--reinstall-package",
+        "custom-rsm-example",
+        str(EXAMPLE),
+    ]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert res.returncode == 0, res.stderr
+    importlib.invalidate_caches()
+    return "example-memory"
+
+
+def test_found_by_entry_point(installed_example: str) -> None:
+    assert rsm_plugins.available()[installed_example] == "custom_rsm:MemoryRemoteStorageManager"
+    cls = rsm_plugins.resolve(installed_example)
+    assert cls.__module__ == "custom_rsm" and issubclass(cls, RemoteStorageManager)
+    assert Path(sys.modules["custom_rsm"].__file__ or "").is_relative_to(Path(sys.prefix))
+
+
+class TestCustomPluginContract(RemoteStorageManagerContract):
+    records_checksums = False  # the example returns no custom metadata
+
+    @pytest.fixture
+    def rsm(self, installed_example: str, request: pytest.FixtureRequest) -> Iterator[RemoteStorageManager]:
+        plugin = rsm_plugins.load(installed_example, {"namespace": request.node.nodeid})
+        yield plugin
+        plugin.close()
