@@ -53,6 +53,19 @@ _PathArg = str | os.PathLike[str] | None
 
 def parse_v2_header(buf: memoryview, position: int, *, path: str | None, verify_crc: bool) -> BatchHeader:
     """Parse and validate the 61-byte header of the v2 batch at ``position`` (whole batch in ``buf``)."""
+    _, size, _, magic = struct.unpack_from(">qiib", buf, position)
+    if magic != 2:
+        raise CorruptRecordError(f"unsupported record batch magic {magic}", path=path, position=position)
+    if size + LOG_OVERHEAD < RECORD_BATCH_OVERHEAD:
+        raise CorruptRecordError(
+            f"record batch size {size + LOG_OVERHEAD} is smaller than the minimum 61",
+            path=path,
+            position=position,
+        )
+    if position + LOG_OVERHEAD + size > len(buf):
+        raise CorruptRecordError(
+            f"record batch of {size + LOG_OVERHEAD} bytes runs past the end", path=path, position=position
+        )
     (
         base_offset,
         batch_length,
@@ -68,14 +81,6 @@ def parse_v2_header(buf: memoryview, position: int, *, path: str | None, verify_
         base_seq,
         count,
     ) = _V2_HEADER.unpack_from(buf, position)
-    if magic != 2:
-        raise CorruptRecordError(f"unsupported record batch magic {magic}", path=path, position=position)
-    if batch_length + LOG_OVERHEAD < RECORD_BATCH_OVERHEAD:
-        raise CorruptRecordError(
-            f"record batch size {batch_length + LOG_OVERHEAD} is smaller than the minimum 61",
-            path=path,
-            position=position,
-        )
     if verify_crc:
         end = position + LOG_OVERHEAD + batch_length
         actual = crc32c(buf[position + 21 : end])
