@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient
@@ -37,18 +36,32 @@ def leader_of(bs: str, topic: str) -> int:
 
 def sidecar(c: KafkaCluster, node_id: int, tmp: Path) -> Daemon:
     work = tmp / f"work{node_id}"
-    cfg = load_config(None, log_dirs=[str(c.node(node_id).log_dir)], work_dir=str(work), bootstrap_servers=c.bootstrap,
-                      storage={"plugin": "local", "config": {"root": str(tmp / "remote"), "fsync": False}},
-                      metadata=topic_rlmm(c.bootstrap, work) | {"config": {
-                          **topic_rlmm(c.bootstrap, work)["config"], "remote.log.metadata.topic.replication.factor": 3}},
-                      topics=[{"pattern": TOPIC, "remote.storage.enable": True}], task_interval_ms=200,
-                      leadership_refresh_interval_ms=300, rescan_interval_ms=300, http={"enabled": False})
+    cfg = load_config(
+        None,
+        log_dirs=[str(c.node(node_id).log_dir)],
+        work_dir=str(work),
+        bootstrap_servers=c.bootstrap,
+        storage={"plugin": "local", "config": {"root": str(tmp / "remote"), "fsync": False}},
+        metadata=topic_rlmm(c.bootstrap, work)
+        | {
+            "config": {
+                **topic_rlmm(c.bootstrap, work)["config"],
+                "remote.log.metadata.topic.replication.factor": 3,
+            }
+        },
+        topics=[{"pattern": TOPIC, "remote.storage.enable": True}],
+        task_interval_ms=200,
+        leadership_refresh_interval_ms=300,
+        rescan_interval_ms=300,
+        http={"enabled": False},
+    )
     return Daemon(cfg).start()
 
 
 def copied_by(d: Daemon) -> float:
-    return sum(s.value for m in d.metrics.segments_copied.collect() for s in m.samples
-               if s.name.endswith("_total"))
+    return sum(
+        s.value for m in d.metrics.segments_copied.collect() for s in m.samples if s.name.endswith("_total")
+    )
 
 
 def test_only_leader_copies_and_new_leader_resumes(cluster3: KafkaCluster, tmp_path: Path) -> None:
@@ -77,7 +90,10 @@ def test_only_leader_copies_and_new_leader_resumes(cluster3: KafkaCluster, tmp_p
         new = leader_of(c.bootstrap, TOPIC)
         produce(c.bootstrap, TOPIC, 15000, acks="all")
         new_pdir = PartitionDir(c.node(new).log_dir / f"{TOPIC}-0")
-        wait_for("new segments rolled", lambda: len(PartitionDir(new_pdir.path).inactive_segments()) > len(first) + 1)
+        wait_for(
+            "new segments rolled",
+            lambda: len(PartitionDir(new_pdir.path).inactive_segments()) > len(first) + 1,
+        )
         new_rlmm = daemons[new].ctx.rlmm  # type: ignore[union-attr]
 
         def caught_up() -> bool:

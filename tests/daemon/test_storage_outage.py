@@ -35,8 +35,14 @@ def test_outage_then_catch_up(kafka: Any, unique_topic: str, tmp_path: Path) -> 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     endpoint = f"http://127.0.0.1:{port}"
-    s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY,
-                      region_name=REGION, config=Config(s3={"addressing_style": "path"}))
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET_KEY,
+        region_name=REGION,
+        config=Config(s3={"addressing_style": "path"}),
+    )
     bucket = f"outage-{unique_topic[-8:]}"
     s3.create_bucket(Bucket=bucket)
     bs = kafka.bootstrap
@@ -47,13 +53,30 @@ def test_outage_then_catch_up(kafka: Any, unique_topic: str, tmp_path: Path) -> 
     pdir.refresh()
     tip = TopicIdPartition(pdir.topic_id, unique_topic, 0)
     cfg = load_config(
-        None, log_dirs=[str(kafka.log_dir)], work_dir=str(tmp_path / "work"), bootstrap_servers=bs,
-        storage={"plugin": "s3", "config": {"bucket": bucket, "endpoint_url": endpoint, "region": REGION,
-                                            "path_style": True, "access_key_id": ACCESS_KEY,
-                                            "secret_access_key": SECRET_KEY, "max_attempts": 1,
-                                            "connect_timeout": 1.0, "read_timeout": 5.0}},
-        topics=[{"pattern": unique_topic, "remote.storage.enable": True}], task_interval_ms=200,
-        retry_backoff_ms=100, retry_backoff_max_ms=800, http={"enabled": False})
+        None,
+        log_dirs=[str(kafka.log_dir)],
+        work_dir=str(tmp_path / "work"),
+        bootstrap_servers=bs,
+        storage={
+            "plugin": "s3",
+            "config": {
+                "bucket": bucket,
+                "endpoint_url": endpoint,
+                "region": REGION,
+                "path_style": True,
+                "access_key_id": ACCESS_KEY,
+                "secret_access_key": SECRET_KEY,
+                "max_attempts": 1,
+                "connect_timeout": 1.0,
+                "read_timeout": 5.0,
+            },
+        },
+        topics=[{"pattern": unique_topic, "remote.storage.enable": True}],
+        task_interval_ms=200,
+        retry_backoff_ms=100,
+        retry_backoff_max_ms=800,
+        http={"enabled": False},
+    )
     server.stop()  # storage goes down before the daemon has copied anything
     d = Daemon(cfg).start()
     try:
@@ -72,8 +95,9 @@ def test_outage_then_catch_up(kafka: Any, unique_topic: str, tmp_path: Path) -> 
 
         def converged() -> bool:
             listed = list(rlmm.list_remote_log_segments(tip))
-            return ([m.start_offset for m in finished(rlmm, tip)] == want
-                    and all(m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED for m in listed))
+            return [m.start_offset for m in finished(rlmm, tip)] == want and all(
+                m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED for m in listed
+            )
 
         wait_for("caught up after the outage", converged, timeout=60)
         assert d.ctx.status.partition(unique_topic, 0).last_error is None  # type: ignore[union-attr]
