@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from rlm.log._scan import read_entry, scan_batches
 from rlm.log.partition import PartitionDir, Segment
-from rlm.log.records import BatchHeader, decode_records
+from rlm.log.records import BatchHeader, decode_control_records, decode_records
 from rlm.log.time_index import TimestampOffset
 
 LATEST_TIMESTAMP = -1
@@ -73,7 +73,8 @@ def _first_record_at_or_after(partition: PartitionDir, segment: Segment, timesta
         if h.max_timestamp < timestamp or h.last_offset < min_offset:
             continue
         data = read_entry(segment.log_path, h)
-        for r in decode_records(data, path=str(segment.log_path), position=h.position):
+        decode = decode_control_records if h.is_control else decode_records  # markers count, as in Kafka
+        for r in decode(data, path=str(segment.log_path), position=h.position):
             if r.timestamp >= timestamp and r.offset >= min_offset:
                 return TimestampOffset(r.timestamp, r.offset)
     return None
