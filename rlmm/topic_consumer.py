@@ -43,6 +43,7 @@ _POLL_S = 0.1
 _BATCH = 1000
 _WATERMARK_RETRY_S = 1.0
 _REJECTED_KEEP = 1024
+_ERROR_BACKOFF_S = 1.0
 
 
 @dataclass
@@ -164,16 +165,14 @@ class MetadataConsumer:
                     if not self._wanted and not self._states:
                         self._cond.wait(0.5)
                         continue
-                self._reconcile()
-                self._check_ready()
-                # poll() returns on the first record (consume() would wait for a full batch), then
-                # drain what is already buffered without waiting.
-                first = self._consumer.poll(_POLL_S)
-                if first is not None:
-                    self._handle([first, *self._consumer.consume(_BATCH, timeout=0)])
-                if self._snapshots is not None and \
-                        time.monotonic() - self._last_snapshot >= self._cfg.snapshot_interval_ms / 1000:
-                    self._write_snapshots(set(self._states))
+                try:
+                    self._step()
+                except KafkaException as e:  # client trouble (broker gone, ...): retry, never stop
+                    log.warning("rlmm_consumer_retry", error=str(e))
+                    with self._cond:
+                        for st in self._states.values():
+                            st.reassign = True
+                        self._cond.wait(_ERROR_BACKOFF_S)
         except BaseException as e:
             log.exception("rlmm_consumer_failed")
             with self._cond:
@@ -185,6 +184,18 @@ class MetadataConsumer:
                     self._write_snapshots(set(self._states))
             finally:
                 self._consumer.close()
+
+    def _step(self) -> None:
+        self._reconcile()
+        self._check_ready()
+        # poll() returns on the first record (consume() would wait for a full batch), then
+        # drain what is already buffered without waiting.
+        first = self._consumer.poll(_POLL_S)
+        if first is not None:
+            self._handle([first, *self._consumer.consume(_BATCH, timeout=0)])
+        if self._snapshots is not None and \
+                time.monotonic() - self._last_snapshot >= self._cfg.snapshot_interval_ms / 1000:
+            self._write_snapshots(set(self._states))
 
     @property
     def failure(self) -> BaseException | None:
@@ -298,7 +309,12 @@ class MetadataConsumer:
                     log.error("rlmm_unexpected_snapshot_record", partition=mp, offset=off)
                     self.stats.records_skipped += 1
                     continue
-                if self._cache.apply(event):
+                try:
+                    applied = self._cache.apply(event)
+                except Exception as e:  # a bug must not stop the consumer (Kafka's would stop for good)
+                    log.exception("rlmm_apply_failed", partition=mp, offset=off, error=str(e))
+                    applied = False
+                if applied:
                     self.stats.records_applied += 1
                 else:
                     self.stats.records_rejected += 1
