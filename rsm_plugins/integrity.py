@@ -44,7 +44,7 @@ class LayoutCode(enum.IntEnum):
 
 def crc32c(data: bytes | bytearray | memoryview, crc: int = 0) -> int:
     """CRC-32C (Castagnoli) of ``data``, continuing from ``crc``."""
-    return int(google_crc32c.extend(crc, bytes(data) if isinstance(data, memoryview) else data))
+    return int(google_crc32c.extend(crc, data if isinstance(data, bytes) else bytes(data)))
 
 
 class Crc32c:
@@ -57,8 +57,10 @@ class Crc32c:
         self.size = 0
 
     def update(self, data: bytes | bytearray | memoryview) -> None:
-        if data:
-            self.value = int(google_crc32c.extend(self.value, data))
+        if data:  # the C extension takes only immutable bytes
+            self.value = int(
+                google_crc32c.extend(self.value, data if isinstance(data, bytes) else bytes(data))
+            )
             self.size += len(data)
 
     def result(self) -> FileChecksum:
