@@ -32,15 +32,17 @@ class ClusterView:
     """One refresh of the cluster's metadata. ``topic_ids`` holds every existing topic."""
 
     leaders: dict[TopicPartition, int] = field(default_factory=dict)
+    topic_names: frozenset[str] = frozenset()
     topic_ids: dict[str, KafkaUuid] = field(default_factory=dict)
     topic_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     complete: bool = False
 
     def topic_exists(self, topic: str, topic_id: KafkaUuid | None) -> bool:
-        known = self.topic_ids.get(topic)
-        if known is None:
+        """False only when the cluster says so: the name is gone, or it now has another id."""
+        if topic not in self.topic_names:
             return False
-        return topic_id is None or known == topic_id
+        known = self.topic_ids.get(topic)
+        return known is None or topic_id is None or known == topic_id
 
 
 class Cluster:
@@ -67,9 +69,9 @@ class Cluster:
             leaders: dict[TopicPartition, int] = {}
             names = []
             for name, t in md.topics.items():
+                names.append(name)
                 if t.error is not None:
                     continue
-                names.append(name)
                 for pid, p in t.partitions.items():
                     leaders[TopicPartition(name, int(pid))] = int(p.leader)
             ids: dict[str, KafkaUuid] = {}
@@ -96,7 +98,7 @@ class Cluster:
                     configs[r.name] = {k: str(v.value) for k, v in entries.items() if v.value is not None}
         except KafkaException as e:
             raise ClusterUnavailableError(f"cluster metadata refresh failed: {e}") from e
-        return ClusterView(leaders, ids, configs, complete=True)
+        return ClusterView(leaders, frozenset(names), ids, configs, complete=True)
 
     def last_stable_offset(self, tp: TopicPartition) -> int:
         """ListOffsets LATEST under ``read_committed``: the partition's LSO."""

@@ -32,7 +32,7 @@ from rlm.daemon.plugins import load_rlmm, load_rsm
 from rlm.daemon.quota import CopyQuota
 from rlm.daemon.scheduler import PartitionScheduler
 from rlm.daemon.status import StatusBoard
-from rlm.errors import ConfigError, LogFormatError
+from rlm.errors import ConfigError, LogFileGoneError, LogFormatError
 from rlm.types import KafkaUuid, TopicIdPartition, TopicPartition
 
 log = structlog.get_logger(__name__)
@@ -62,6 +62,7 @@ class Daemon:
         self._managed: dict[TopicIdPartition, Managed] = {}
         self._known_path = config.work_dir / "known-partitions.json"
         self._known: dict[TopicPartition, KafkaUuid] = {}
+        self._suspects: dict[TopicPartition, int] = {}
         self._lock = threading.Lock()
         self._view: ClusterView | None = None
         self._last_refresh_ok = 0.0
@@ -227,7 +228,13 @@ class Daemon:
             else:
                 deleted = tp in deleting or (live is not None and live.topic_id != tid)
             if not deleted:
+                self._suspects.pop(tp, None)
                 continue
+            # one refresh is not enough evidence to delete remote data: wait for a second one
+            self._suspects[tp] = self._suspects.get(tp, 0) + 1
+            if self._suspects[tp] < 2:
+                continue
+            del self._suspects[tp]
             tip = TopicIdPartition(tid, tp.topic, tp.partition)
             log.info("partition_deleted_detected", topic=tp.topic, partition=tp.partition, topic_id=tid.text)
             if tip not in self._rlmm_leaders:
@@ -276,7 +283,11 @@ class Daemon:
         st = ctx.status.partition(key.topic, key.partition)
         st.topic_id, st.role, st.tiered = key.topic_id.text, "leader", True
         try:
-            view = LocalLogView.load(m.found.dir)
+            try:
+                view = LocalLogView.load(m.found.dir)
+            except LogFileGoneError:
+                log.info("partition_dir_gone", topic=key.topic, partition=key.partition, dir=str(m.found.dir))
+                return
             if view.topic_id is not None and view.topic_id != key.topic_id:
                 return
             lso = (

@@ -11,6 +11,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from rlm.config import DaemonConfig, load_config
+from rlm.daemon.plugins import load_rlmm
 from rlm.daemon.service import Daemon
 from rlm.log.partition import PartitionDir
 from rlm.types import RemotePartitionDeleteState, TopicIdPartition
@@ -118,14 +119,19 @@ def test_topic_deletion_empties_remote(kafka: Any, unique_topic: str, tmp_path: 
         admin = AdminClient({"bootstrap.servers": bs})
         admin.delete_topics([unique_topic])[unique_topic].result(30)
         wait_for(
-            "partition deletion finished",
-            lambda: (
-                rlmm.remote_partition_delete_state(tip)
-                is RemotePartitionDeleteState.DELETE_PARTITION_FINISHED
-            ),
+            "remote storage empty",
+            lambda: not any(f.is_file() for f in (tmp_path / "remote").rglob("*")),
             timeout=90,
         )
-        assert not list(rlmm.list_remote_log_segments(tip))
-        assert not any(f.is_file() for f in (tmp_path / "remote").rglob("*"))
+        wait_for("partition no longer managed", lambda: not d.managed() and not d.remover.pending())
     finally:
         d.stop(10)
+    cfg = config(kafka, unique_topic, tmp_path)
+    reader = load_rlmm(cfg.model_copy(update={"work_dir": tmp_path / "reader"}), 99)
+    try:
+        reader.on_partition_leadership_changes(set(), {tip})
+        state = reader.remote_partition_delete_state(tip)
+        assert state is RemotePartitionDeleteState.DELETE_PARTITION_FINISHED
+        assert not list(reader.list_remote_log_segments(tip))
+    finally:
+        reader.close()
