@@ -8,8 +8,9 @@ from rlm.log.encode import encode_batch, encode_control_batch, encode_empty_batc
 BASE_TS = 1_700_000_000_000
 
 
-def sample_records(n: int, *, seed: int = 0, ts: int = BASE_TS) -> list[tuple[bytes | None, bytes | None,
-                                                                             list[tuple[str, bytes | None]], int]]:
+def sample_records(
+    n: int, *, seed: int = 0, ts: int = BASE_TS
+) -> list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]]:
     """Records with null keys/values, empty values, headers (null and non-ASCII keys), varied timestamps."""
     out = []
     for j in range(n):
@@ -40,21 +41,46 @@ def mixed_log() -> tuple[bytes, list[Record]]:
         lat = kw.get("log_append_time")
         for i, (k, v, h, t) in enumerate(records):
             off = offset + (deltas[i] if deltas else i)
-            expected.append(Record(off, lat if lat is not None else t,
-                                   TimestampType.LOG_APPEND_TIME if lat is not None else TimestampType.CREATE_TIME,
-                                   k, v, tuple(h)))
+            expected.append(
+                Record(
+                    off,
+                    lat if lat is not None else t,
+                    TimestampType.LOG_APPEND_TIME if lat is not None else TimestampType.CREATE_TIME,
+                    k,
+                    v,
+                    tuple(h),
+                )
+            )
         offset += (deltas[-1] if deltas else len(records) - 1) + 1
 
     for c in Compression:
         add(sample_records(40, seed=offset), compression=c)
-    add(sample_records(5, seed=offset), producer_id=77, producer_epoch=1, base_sequence=0, is_transactional=True)
-    data.extend(encode_control_batch(offset=offset, producer_id=77, producer_epoch=1,
-                                     control_type=ControlRecordType.ABORT, coordinator_epoch=3, timestamp=BASE_TS))
+    add(
+        sample_records(5, seed=offset),
+        producer_id=77,
+        producer_epoch=1,
+        base_sequence=0,
+        is_transactional=True,
+    )
+    data.extend(
+        encode_control_batch(
+            offset=offset,
+            producer_id=77,
+            producer_epoch=1,
+            control_type=ControlRecordType.ABORT,
+            coordinator_epoch=3,
+            timestamp=BASE_TS,
+        )
+    )
     offset += 1
     data.extend(encode_empty_batch(base_offset=offset, last_offset_delta=4, max_timestamp=BASE_TS))
     offset += 5
-    add(sample_records(6, seed=offset), compression=Compression.LZ4, timestamp_type=TimestampType.LOG_APPEND_TIME,
-        log_append_time=BASE_TS + 5000)
+    add(
+        sample_records(6, seed=offset),
+        compression=Compression.LZ4,
+        timestamp_type=TimestampType.LOG_APPEND_TIME,
+        log_append_time=BASE_TS + 5000,
+    )
     add(sample_records(4, seed=offset), offset_deltas=[0, 2, 3, 9], compression=Compression.ZSTD)
     return bytes(data), expected
 
@@ -72,8 +98,16 @@ def legacy_log() -> tuple[bytes, list[Record]]:
                 tst = TimestampType.CREATE_TIME if magic else TimestampType.NO_TIMESTAMP
                 expected.append(Record(offset + i, t if magic else -1, tst, k, v))
             offset += len(recs)
-    data.extend(encode_legacy_message_set(recs, magic=1, base_offset=offset, compression=Compression.GZIP,
-                                          timestamp_type=TimestampType.LOG_APPEND_TIME, log_append_time=BASE_TS))
+    data.extend(
+        encode_legacy_message_set(
+            recs,
+            magic=1,
+            base_offset=offset,
+            compression=Compression.GZIP,
+            timestamp_type=TimestampType.LOG_APPEND_TIME,
+            log_append_time=BASE_TS,
+        )
+    )
     for i, (k, v, _t) in enumerate(recs):
         expected.append(Record(offset + i, BASE_TS, TimestampType.LOG_APPEND_TIME, k, v))
     return bytes(data), expected

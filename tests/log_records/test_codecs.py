@@ -77,8 +77,14 @@ def test_lz4_reads_block_checksums_and_content_size() -> None:
     assert decompress(Compression.LZ4, framed) == BIG
     block = bytes(cramjam.lz4.compress_block(SMALL, store_size=False))
     desc = bytes([0x68, 0x40]) + struct.pack("<Q", len(SMALL))  # content size present
-    frame = (b"\x04\x22\x4d\x18" + desc + bytes([lz4_header_checksum(desc)]) + struct.pack("<I", len(block)) + block
-             + b"\0\0\0\0")
+    frame = (
+        b"\x04\x22\x4d\x18"
+        + desc
+        + bytes([lz4_header_checksum(desc)])
+        + struct.pack("<I", len(block))
+        + block
+        + b"\0\0\0\0"
+    )
     assert decompress(Compression.LZ4, frame) == SMALL
     bad = bytearray(framed)
     bad[-6] ^= 0xFF  # inside the last block or its checksum
