@@ -1,0 +1,139 @@
+"""Pure parts of the daemon: epoch lineage rules, the scheduler, the copy quota, the epoch history."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from rlm.daemon.context import EpochHistory
+from rlm.daemon.lineage import (
+    checkpoint_bytes,
+    epochs_for_range,
+    filtered_epochs,
+    find_highest_remote_offset,
+    is_within_lineage,
+)
+from rlm.daemon.quota import CopyQuota
+from rlm.daemon.scheduler import PartitionScheduler
+from rlm.errors import RlmError
+from rlm.types import KafkaUuid, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
+
+TP = TopicIdPartition(KafkaUuid.random(), "t", 0)
+
+
+def md(start: int, end: int, epochs: list[tuple[int, int]]) -> RemoteLogSegmentMetadata:
+    return RemoteLogSegmentMetadata(
+        RemoteLogSegmentId.generate_new(TP), start, end, 0, 1, 0, 10, tuple(epochs)
+    )
+
+
+def test_epochs_for_range_matches_kafka() -> None:
+    epochs = [(0, 0), (2, 100), (5, 250)]
+    assert epochs_for_range(epochs, 50, 150) == [(0, 50), (2, 100)]
+    assert epochs_for_range(epochs, 100, 250) == [(2, 100)]
+    assert epochs_for_range(epochs, 120, 400) == [(2, 120), (5, 250)]
+    assert epochs_for_range([], 7, 9) == [(0, 7)]
+    assert filtered_epochs([(0, 0), (1, 10), (2, 10)]) == [(0, 0), (2, 10)]
+    assert checkpoint_bytes(epochs, 250) == b"0\n2\n0 0\n2 100\n"
+
+
+def test_highest_remote_offset_walks_epochs_backwards() -> None:
+    epochs = [(0, 0), (2, 100), (5, 250)]
+    remote = {0: 99, 2: 180}
+    assert find_highest_remote_offset(epochs, 300, remote.get) == (180, 2)
+    # remote holds more of epoch 0 than this replica's epoch 0 (divergence): cap at the epoch end
+    assert find_highest_remote_offset(epochs, 300, {0: 150}.get) == (99, 0)
+    assert find_highest_remote_offset(epochs, 300, {}.get) == (-1, -1)
+
+
+def test_lineage_check() -> None:
+    lineage = [(0, 0), (2, 100), (5, 250)]
+    assert is_within_lineage(md(0, 99, [(0, 0)]), 400, lineage)
+    assert is_within_lineage(md(50, 180, [(0, 50), (2, 100)]), 400, lineage)
+    assert not is_within_lineage(md(50, 180, [(0, 50), (1, 100)]), 400, lineage)  # unknown epoch
+    assert not is_within_lineage(md(50, 180, [(0, 50), (2, 90)]), 400, lineage)  # epoch 2 started elsewhere
+    assert not is_within_lineage(md(200, 260, [(2, 200)]), 400, lineage)  # epoch 2 ended at 249
+    assert not is_within_lineage(md(300, 400, [(5, 300)]), 400, lineage)  # beyond the log end
+    assert not is_within_lineage(md(300, 310, [(7, 300)]), 400, lineage)  # epoch after the last known
+
+
+def test_epoch_history_keeps_what_the_broker_truncated(tmp_path: Path) -> None:
+    h = EpochHistory(tmp_path)
+    assert h.merge(TP, [(0, 0), (1, 500)]) == [(0, 0), (1, 500)]
+    # local retention moved the broker's log start: the checkpoint was truncated from the front
+    assert h.merge(TP, [(1, 800), (2, 900)]) == [(0, 0), (1, 500), (2, 900)]
+    # an unclean election truncated the tail: the checkpoint wins there
+    assert h.merge(TP, [(1, 800), (3, 850)]) == [(0, 0), (1, 500), (3, 850)]
+
+
+def test_scheduler_backoff_interval_and_exclusivity() -> None:
+    runs: dict[str, list[float]] = {"a": [], "b": []}
+    active: set[str] = set()
+    overlap: list[str] = []
+    lock = threading.Lock()
+
+    def task(key: object) -> None:
+        k = str(key)
+        with lock:
+            if k in active:
+                overlap.append(k)
+            active.add(k)
+        runs[k].append(time.monotonic())
+        time.sleep(0.01)
+        with lock:
+            active.discard(k)
+        if k == "b":
+            raise RlmError("remote down", retriable=True)
+
+    s = PartitionScheduler(
+        task, threads=3, interval_s=0.05, backoff_base_s=0.02, backoff_max_s=0.16, jitter=0.0
+    )
+    s.add("a")
+    s.add("b")
+    s.start()
+    time.sleep(1.2)
+    s.remove("a")
+    n_after_remove = len(runs["a"])
+    time.sleep(0.3)
+    assert s.stop(5)
+    assert not overlap
+    assert len(runs["a"]) <= n_after_remove + 1, "a removed partition is dropped after its run"
+    assert [s.backoff(n) for n in range(1, 6)] == [0.02, 0.04, 0.08, 0.16, 0.16], "exponential, capped"
+    assert s._entries["b"].failures == len(runs["b"]) >= 3, "every failed run counts towards the backoff"
+    assert len(s.errors) == len(runs["b"])
+    jittered = PartitionScheduler(
+        task, threads=1, interval_s=1, backoff_base_s=1, backoff_max_s=8, jitter=0.2
+    )
+    assert all(0.8 * 4 <= jittered.backoff(3) <= 1.2 * 4 for _ in range(50))
+
+
+def test_scheduler_once() -> None:
+    seen: list[object] = []
+    s = PartitionScheduler(
+        seen.append, threads=2, interval_s=10, backoff_base_s=1, backoff_max_s=1, jitter=0.2, once=True
+    )
+    for k in range(5):
+        s.add(k)
+    s.start()
+    assert s.wait_once(10)
+    assert sorted(seen) == [0, 1, 2, 3, 4]  # type: ignore[type-var]
+    assert s.stop(5)
+
+
+def test_copy_quota_token_bucket() -> None:
+    now = [0.0]
+    q = CopyQuota(1000, clock=lambda: now[0])
+    assert q.acquire(1000)  # a full bucket
+    stop = threading.Event()
+    result: list[bool] = []
+    t = threading.Thread(target=lambda: result.append(q.acquire(500, stop)))
+    t.start()
+    time.sleep(0.1)
+    assert not result, "empty bucket: the next copy waits"
+    now[0] = 0.6  # 600 bytes of credit
+    t.join(5)
+    assert result == [True]
+    stop.set()
+    assert not q.acquire(10_000, stop), "a stop request interrupts the wait"
+    assert CopyQuota(2**63 - 1).acquire(10**12)
