@@ -65,14 +65,16 @@ def write_segment(directory: Path, size: int) -> tuple[RemoteLogSegmentMetadata,
     return md, data
 
 
-def timed(fn: Callable[[], Any]) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
-def best(fn: Callable[[], Any], repeat: int) -> float:
-    return min(timed(fn) for _ in range(repeat))
+def round_robin(cases: list[tuple[str, Callable[[], Any]]], repeat: int) -> dict[str, float]:
+    """Best time of each case over ``repeat`` rounds, the cases interleaved within a round so that a
+    noisy moment (other processes, page-cache writeback, server housekeeping) hits all of them."""
+    out: dict[str, float] = {}
+    for _ in range(repeat):
+        for name, fn in cases:
+            t0 = time.perf_counter()
+            fn()
+            out[name] = min(out.get(name, float("inf")), time.perf_counter() - t0)
+    return out
 
 
 def stream_to_file(stream: Any, path: Path) -> None:
@@ -112,7 +114,7 @@ def s3_server(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size-mb", type=int, default=1024, help="segment size in MiB (default 1024)")
-    ap.add_argument("--repeat", type=int, default=1, help="runs per measurement; the best is shown")
+    ap.add_argument("--repeat", type=int, default=3, help="rounds; the best time of each case is shown")
     ap.add_argument("--ranged-reads", type=int, default=50, help="number of random 1 MiB reads")
     ap.add_argument("--endpoint-url", help="use this S3 server instead of starting SeaweedFS")
     ap.add_argument("--bucket", default="bench", help="bucket on --endpoint-url (must exist)")
@@ -132,58 +134,45 @@ def main() -> int:
         def mbps(seconds: float) -> str:
             return f"{size / MiB / seconds:8.1f} MiB/s ({seconds:6.2f} s)"
 
+        def lat_row(name: str, fn: Callable[[int], Any]) -> None:
+            lat = latencies(fn, size, args.ranged_reads)
+            rows.append((name, "", f"p50 {pct(lat, 0.5):6.2f} ms  p95 {pct(lat, 0.95):6.2f} ms"))
+
         if not args.skip_local:
-            for fsync in (True, False):
-                rsm = rsm_plugins.load("local", {"root": str(tmp / f"remote-{fsync}"), "fsync": fsync})
-                up = best(lambda r=rsm: r.copy_log_segment_data(md, data), args.repeat)
-                rows.append((f"local plugin upload (fsync={fsync})", mbps(up), ""))
-            custom = rsm.copy_log_segment_data(md, data)
-            rows.append(
-                (
-                    "shutil.copyfile upload",
-                    mbps(best(lambda: shutil.copyfile(data.log_segment, tmp / "plain.log"), args.repeat)),
-                    "",
-                )
-            )
-            full = replace(md, custom_metadata=custom)
-            rows.append(
-                (
-                    "local plugin download (CRC-32C checked)",
-                    mbps(
-                        best(
-                            lambda: stream_to_file(rsm.fetch_log_segment(full, 0), tmp / "down.log"),
-                            args.repeat,
-                        )
+            synced = rsm_plugins.load("local", {"root": str(tmp / "remote-fsync"), "fsync": True})
+            unsynced = rsm_plugins.load("local", {"root": str(tmp / "remote"), "fsync": False})
+            full = replace(md, custom_metadata=unsynced.copy_log_segment_data(md, data))
+            shutil.copyfile(data.log_segment, tmp / "plain.log")
+            times = round_robin(
+                [
+                    ("local plugin upload (fsync)", lambda: synced.copy_log_segment_data(md, data)),
+                    ("local plugin upload (no fsync)", lambda: unsynced.copy_log_segment_data(md, data)),
+                    (
+                        "shutil.copyfile upload (no fsync)",
+                        lambda: shutil.copyfile(data.log_segment, tmp / "p.log"),
                     ),
-                    "",
-                )
-            )
-            rows.append(
-                (
-                    "local plugin download (no check)",
-                    mbps(
-                        best(
-                            lambda: stream_to_file(rsm.fetch_log_segment(md, 0), tmp / "down.log"),
-                            args.repeat,
-                        )
+                    (
+                        "local plugin download (CRC-32C checked)",
+                        lambda: stream_to_file(unsynced.fetch_log_segment(full, 0), tmp / "down.log"),
                     ),
-                    "",
-                )
+                    (
+                        "local plugin download (unchecked)",
+                        lambda: stream_to_file(unsynced.fetch_log_segment(md, 0), tmp / "down.log"),
+                    ),
+                    (
+                        "shutil.copyfile download",
+                        lambda: shutil.copyfile(tmp / "plain.log", tmp / "down2.log"),
+                    ),
+                ],
+                args.repeat,
             )
-            rows.append(
-                (
-                    "shutil.copyfile download",
-                    mbps(best(lambda: shutil.copyfile(tmp / "plain.log", tmp / "down2.log"), args.repeat)),
-                    "",
-                )
+            rows.extend((name, mbps(t), "") for name, t in times.items())
+            lat_row(
+                "local plugin 1 MiB ranged read",
+                lambda p: unsynced.fetch_log_segment(md, p, p + MiB - 1).read(),
             )
-            lat = latencies(
-                lambda p: rsm.fetch_log_segment(md, p, p + MiB - 1).read(), size, args.ranged_reads
-            )
-            rows.append(
-                ("local 1 MiB ranged read", "", f"p50 {pct(lat, 0.5):6.2f} ms  p95 {pct(lat, 0.95):6.2f} ms")
-            )
-            rsm.close()
+            synced.close()
+            unsynced.close()
 
         if not args.skip_s3:
             import boto3
@@ -191,51 +180,20 @@ def main() -> int:
             from botocore.config import Config
 
             with s3_server(args) as (endpoint, bucket):
-                creds = {
-                    "aws_access_key_id": "bench",
-                    "aws_secret_access_key": "bench",
-                    "region_name": "us-east-1",
-                }
                 client = boto3.client(
                     "s3",
                     endpoint_url=endpoint,
+                    aws_access_key_id="bench",
+                    aws_secret_access_key="bench",
+                    region_name="us-east-1",
                     config=Config(
                         s3={"addressing_style": "path"},
                         max_pool_connections=32,
                         request_checksum_calculation="when_required",
                         response_checksum_validation="when_required",
                     ),
-                    **creds,
                 )
                 tc = TransferConfig()  # boto3 defaults: 8 MiB parts, 10 threads
-                rows.append(
-                    (
-                        "boto3 upload_file (TransferManager)",
-                        mbps(
-                            best(
-                                lambda: client.upload_file(
-                                    str(data.log_segment), bucket, "plain.log", Config=tc
-                                ),
-                                args.repeat,
-                            )
-                        ),
-                        "",
-                    )
-                )
-                rows.append(
-                    (
-                        "boto3 download_file (TransferManager)",
-                        mbps(
-                            best(
-                                lambda: client.download_file(
-                                    bucket, "plain.log", str(tmp / "down3.log"), Config=tc
-                                ),
-                                args.repeat,
-                            )
-                        ),
-                        "",
-                    )
-                )
                 rsm = rsm_plugins.load(
                     "s3",
                     {
@@ -248,45 +206,40 @@ def main() -> int:
                         "prefix": "rsm/",
                     },
                 )
-                up = best(lambda: rsm.copy_log_segment_data(md, data), args.repeat)
-                rows.append(("s3 plugin upload (copy_log_segment_data)", mbps(up), ""))
-                custom = rsm.copy_log_segment_data(md, data)
-                full = replace(md, custom_metadata=custom)
-                rows.append(
-                    (
-                        "s3 plugin download (CRC-32C checked)",
-                        mbps(
-                            best(
-                                lambda: stream_to_file(rsm.fetch_log_segment(full, 0), tmp / "down4.log"),
-                                args.repeat,
-                            )
+                full = replace(md, custom_metadata=rsm.copy_log_segment_data(md, data))
+                client.upload_file(str(data.log_segment), bucket, "plain.log", Config=tc)
+                times = round_robin(
+                    [
+                        (
+                            "boto3 upload_file (TransferManager)",
+                            lambda: client.upload_file(str(data.log_segment), bucket, "plain.log", Config=tc),
                         ),
-                        "",
-                    )
+                        (
+                            "s3 plugin upload (copy_log_segment_data)",
+                            lambda: rsm.copy_log_segment_data(md, data),
+                        ),
+                        (
+                            "boto3 download_file (TransferManager)",
+                            lambda: client.download_file(
+                                bucket, "plain.log", str(tmp / "down3.log"), Config=tc
+                            ),
+                        ),
+                        (
+                            "s3 plugin download (CRC-32C checked)",
+                            lambda: stream_to_file(rsm.fetch_log_segment(full, 0), tmp / "down4.log"),
+                        ),
+                    ],
+                    args.repeat,
                 )
-                lat = latencies(
-                    lambda p: rsm.fetch_log_segment(md, p, p + MiB - 1).read(), size, args.ranged_reads
+                rows.extend((name, mbps(t), "") for name, t in times.items())
+                lat_row(
+                    "s3 plugin 1 MiB ranged read", lambda p: rsm.fetch_log_segment(md, p, p + MiB - 1).read()
                 )
-                rows.append(
-                    (
-                        "s3 plugin 1 MiB ranged read",
-                        "",
-                        f"p50 {pct(lat, 0.5):6.2f} ms  p95 {pct(lat, 0.95):6.2f} ms",
-                    )
-                )
-                lat = latencies(
+                lat_row(
+                    "boto3 get_object 1 MiB range",
                     lambda p: client.get_object(
                         Bucket=bucket, Key="plain.log", Range=f"bytes={p}-{p + MiB - 1}"
                     )["Body"].read(),
-                    size,
-                    args.ranged_reads,
-                )
-                rows.append(
-                    (
-                        "boto3 get_object 1 MiB range",
-                        "",
-                        f"p50 {pct(lat, 0.5):6.2f} ms  p95 {pct(lat, 0.95):6.2f} ms",
-                    )
                 )
                 rsm.close()
 
