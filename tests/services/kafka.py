@@ -16,7 +16,17 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.services.proc import RUN_DIR, ServiceError, ensure_jars, free_ports, java, spawn, stop, tcp_open, wait_until
+from tests.services.proc import (
+    RUN_DIR,
+    ServiceError,
+    ensure_jars,
+    free_ports,
+    java,
+    spawn,
+    stop,
+    tcp_open,
+    wait_until,
+)
 
 LOG4J2 = """\
 appender.err.type = Console
@@ -97,17 +107,31 @@ class KafkaCluster:
         (self._base / "log4j2.properties").write_text(LOG4J2)
         ports = free_ports(2 * self.nodes)
         self._nodes = [
-            KafkaNode(node_id=i + 1, broker_port=ports[2 * i], controller_port=ports[2 * i + 1],
-                      log_dir=self._base / f"node{i + 1}" / "data", config=self._base / f"node{i + 1}" / "server.properties",
-                      log=self._base / f"node{i + 1}" / "server.log")
+            KafkaNode(
+                node_id=i + 1,
+                broker_port=ports[2 * i],
+                controller_port=ports[2 * i + 1],
+                log_dir=self._base / f"node{i + 1}" / "data",
+                config=self._base / f"node{i + 1}" / "server.properties",
+                log=self._base / f"node{i + 1}" / "server.log",
+            )
             for i in range(self.nodes)
         ]
         self.cluster_id = kafka_uuid()
         for n in self._nodes:
             n.config.parent.mkdir(parents=True)
             n.config.write_text(self._properties(n))
-            self.run_class("kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c", str(n.config),
-                           "--ignore-formatted", check=True, heap="256m")
+            self.run_class(
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                self.cluster_id,
+                "-c",
+                str(n.config),
+                "--ignore-formatted",
+                check=True,
+                heap="256m",
+            )
         for n in self._nodes:
             self.start_node(n.node_id, wait=False)
         for n in self._nodes:
@@ -150,9 +174,20 @@ class KafkaCluster:
     def start_node(self, node_id: int, *, wait: bool = True, timeout: float = 120.0) -> None:
         n = self.node(node_id)
         assert self._base is not None
-        cmd = [java(), f"-Xms128m", f"-Xmx{self.heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
-               "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={self._base / 'log4j2.properties'}",
-               f"-Dkafka.logs.dir={n.log.parent}", "-cp", self.classpath, "kafka.Kafka", str(n.config)]
+        cmd = [
+            java(),
+            "-Xms128m",
+            f"-Xmx{self.heap}",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self._base / 'log4j2.properties'}",
+            f"-Dkafka.logs.dir={n.log.parent}",
+            "-cp",
+            self.classpath,
+            "kafka.Kafka",
+            str(n.config),
+        ]
         n.proc = spawn(cmd, log=n.log)
         if wait:
             self._wait_ready(n, timeout)
@@ -182,37 +217,68 @@ class KafkaCluster:
             shutil.rmtree(self._base, ignore_errors=True)
 
     # ---- Kafka's own tools -----------------------------------------------------------------
-    def run_class(self, main_class: str, *args: str, check: bool = False, heap: str = "256m",
-                  timeout: float = 300, input: bytes | None = None) -> subprocess.CompletedProcess[str]:
+    def run_class(
+        self,
+        main_class: str,
+        *args: str,
+        check: bool = False,
+        heap: str = "256m",
+        timeout: float = 300,
+        input: bytes | None = None,
+    ) -> subprocess.CompletedProcess[str]:
         """Run a main class from the broker's jars (DumpLogSegments, ConsoleConsumer, ...)."""
         log4j = self._base / "log4j2.properties" if self._base else None
         cmd = [java(), f"-Xmx{heap}", "-Djava.awt.headless=true"]
         if log4j is not None:
             cmd.append(f"-Dlog4j2.configurationFile={log4j}")
         cmd += ["-cp", self.classpath, main_class, *args]
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                             input=input.decode() if input is not None else None)
+        res = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            input=input.decode() if input is not None else None,
+        )
         if check and res.returncode != 0:
-            raise ServiceError(f"{main_class} {' '.join(args)} exited {res.returncode}:\n{res.stdout}\n{res.stderr}")
+            raise ServiceError(
+                f"{main_class} {' '.join(args)} exited {res.returncode}:\n{res.stdout}\n{res.stderr}"
+            )
         return res
 
-    def dump_log_segments(self, *files: Path | str, extra: tuple[str, ...] = ("--deep-iteration",)) -> subprocess.CompletedProcess[str]:
-        return self.run_class("kafka.tools.DumpLogSegments", "--files", ",".join(str(f) for f in files), *extra)
+    def dump_log_segments(
+        self, *files: Path | str, extra: tuple[str, ...] = ("--deep-iteration",)
+    ) -> subprocess.CompletedProcess[str]:
+        return self.run_class(
+            "kafka.tools.DumpLogSegments", "--files", ",".join(str(f) for f in files), *extra
+        )
 
 
-def run_tool(main_class: str, *args: str, heap: str = "256m", timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def run_tool(
+    main_class: str, *args: str, heap: str = "256m", timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
     """Run a Kafka tool class without a cluster (e.g. DumpLogSegments on our own files)."""
     lib = ensure_jars("kafka")
     cmd = [java(), f"-Xmx{heap}", "-Dlog4j2.level=WARN", "-cp", str(lib / "*"), main_class, *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 
-def dump_log_segments(*files: Path | str, extra: tuple[str, ...] = ("--deep-iteration",)) -> subprocess.CompletedProcess[str]:
+def dump_log_segments(
+    *files: Path | str, extra: tuple[str, ...] = ("--deep-iteration",)
+) -> subprocess.CompletedProcess[str]:
     return run_tool("kafka.tools.DumpLogSegments", "--files", ",".join(str(f) for f in files), *extra)
 
 
-DUMP_PROBLEMS = ("isvalid: false", "Mismatches in", "Found timestamp mismatch", "out of order",
-                 "not found in the log", "Non-consecutive", "invalid bytes", "Exception", "error")
+DUMP_PROBLEMS = (
+    "isvalid: false",
+    "Mismatches in",
+    "Found timestamp mismatch",
+    "out of order",
+    "not found in the log",
+    "Non-consecutive",
+    "invalid bytes",
+    "Exception",
+    "error",
+)
 
 
 def dump_problems(res: subprocess.CompletedProcess[str]) -> list[str]:

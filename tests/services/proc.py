@@ -79,13 +79,21 @@ def ensure_jars(name: str) -> Path:
     return CACHE_DIR / name / "lib"
 
 
-def spawn(cmd: Sequence[str], *, log: Path, env: dict[str, str] | None = None,
-          cwd: Path | None = None) -> subprocess.Popen[bytes]:
+def spawn(
+    cmd: Sequence[str], *, log: Path, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.Popen[bytes]:
     """Start ``cmd`` in a new process group, output to ``log``; it is killed at interpreter exit."""
     log.parent.mkdir(parents=True, exist_ok=True)
     fh = open(log, "ab")  # noqa: SIM115 - handed to the child, closed with it
-    proc = subprocess.Popen(list(cmd), stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            env=env, cwd=cwd, start_new_session=True)
+    proc = subprocess.Popen(
+        list(cmd),
+        stdout=fh,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+    )
     fh.close()
     _LIVE.add(proc)
     return proc
@@ -115,8 +123,15 @@ def kill(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(10)
 
 
-def wait_until(what: str, check: Callable[[], bool], *, timeout: float, proc: subprocess.Popen[bytes] | None = None,
-               log: Path | None = None, interval: float = 0.25) -> None:
+def wait_until(
+    what: str,
+    check: Callable[[], bool],
+    *,
+    timeout: float,
+    proc: subprocess.Popen[bytes] | None = None,
+    log: Path | None = None,
+    interval: float = 0.25,
+) -> None:
     """Poll ``check`` until true; fail early if ``proc`` died, quoting the end of ``log``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -125,7 +140,7 @@ def wait_until(what: str, check: Callable[[], bool], *, timeout: float, proc: su
         try:
             if check():
                 return
-        except Exception:  # noqa: BLE001 - readiness probes fail in many ways while starting
+        except Exception:
             pass
         time.sleep(interval)
     raise ServiceError(f"{what}: not ready after {timeout:.0f}s{_tail(log)}")
