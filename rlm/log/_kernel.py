@@ -13,6 +13,7 @@ returns an error code and byte position instead of raising (numba cannot build o
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import os
 import sys
@@ -65,10 +66,33 @@ if PURE:
     def _copy(dst: Any, doff: Any, src: Any, soff: Any, n: Any) -> None:
         dst[doff : doff + n] = src[soff : soff + n]
 
+    def _view(addr: Any, n: Any) -> Any:
+        """The ``n`` bytes at ``addr`` (owned by a live object of the caller) as a memoryview."""
+        return memoryview((ctypes.c_ubyte * int(n)).from_address(int(addr))).cast("B")
+
 else:
     from numba import types
     from numba.core import cgutils
     from numba.extending import intrinsic
+    from numba.np.numpy_support import carray
+
+    _U8_POINTER: Any = types.CPointer(types.uint8)  # type: ignore[no-untyped-call]
+
+    @intrinsic
+    def _u8_pointer(typingctx: Any, addr: Any) -> Any:
+        """An ``int64`` address as a ``uint8*`` (for :func:`numba.carray`)."""
+        sig = _U8_POINTER(types.int64)
+
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            return builder.inttoptr(args[0], context.get_value_type(_U8_POINTER))
+
+        return sig, codegen
+
+    _pointer: Any = _u8_pointer
+
+    @_jit
+    def _view(addr: Any, n: Any) -> Any:
+        return carray(_pointer(addr), (n,))
 
     @intrinsic
     def _copy(typingctx: Any, dst: Any, doff: Any, src: Any, soff: Any, n: Any) -> Any:
@@ -229,11 +253,8 @@ def _varlong(buf: Any, pos: Any, end: Any) -> Any:
 
 @_jit
 def decode_v2(
-    fbuf: Any,
-    dbuf: Any,
-    b_src: Any,
-    b_start: Any,
-    b_end: Any,
+    b_addr: Any,
+    b_len: Any,
     b_base_offset: Any,
     b_base_ts: Any,
     b_count: Any,
@@ -254,8 +275,9 @@ def decode_v2(
 ) -> Any:
     """Decode the records of every batch into Arrow-ready buffers, keeping offsets in [min, max).
 
-    Per batch: records live in ``fbuf`` (``b_src`` 0, the mapped file) or ``dbuf`` (1, decompressed
-    payloads) at ``[b_start, b_end)``; with ``b_log_append`` set every record takes ``b_max_ts``.
+    Per batch: its records are the ``b_len`` bytes at address ``b_addr`` (inside the mapped file,
+    or a decompressed payload the caller keeps alive); with ``b_log_append`` set every record
+    takes ``b_max_ts``. Error positions are relative to that payload.
     Per kept row: ``out_i64[0|1, r]`` = offset, timestamp; ``out_i32[0..2, r+1]`` = end offsets of
     key, value and header list (row 0 holds 0), ``out_i32[3|4, r]`` = key/value validity,
     ``out_i32[5, r]`` = timestamp type. ``counters`` returns rows, headers, byte totals, null counts
@@ -276,10 +298,10 @@ def decode_v2(
     out_i32[2, 0] = 0
     hk_offsets[0] = 0
     hv_offsets[0] = 0
-    for i in range(b_start.shape[0]):
-        buf = fbuf if b_src[i] == 0 else dbuf
-        pos = b_start[i]
-        end = b_end[i]
+    for i in range(b_addr.shape[0]):
+        end = b_len[i]
+        buf = _view(b_addr[i], end)
+        pos = end - end  # 0, typed like ``end``
         base_offset = b_base_offset[i]
         base_ts = b_base_ts[i]
         log_append = b_log_append[i] != 0

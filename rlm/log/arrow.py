@@ -24,9 +24,9 @@ import pyarrow as pa
 from rlm.errors import CorruptRecordError, CrcMismatchError
 from rlm.log import _kernel, codecs
 from rlm.log._arrow_build import KAFKA_SCHEMA, build_batch, pool_empty, records_batch
-from rlm.log._crc import CRC32C_VALUE, crc32c
+from rlm.log._crc import CRC32C_VALUE, bytes_address, crc32c
 from rlm.log.legacy import legacy_records
-from rlm.log.model import ATTR_CONTROL, ATTR_TIMESTAMP_TYPE, RECORD_BATCH_OVERHEAD
+from rlm.log.model import ATTR_CONTROL, ATTR_TIMESTAMP_TYPE, RECORD_BATCH_OVERHEAD, Compression
 from rlm.log.source import Source, open_source, source_name
 
 __all__ = ["KAFKA_SCHEMA", "iter_arrow_batches", "read_arrow"]
@@ -71,8 +71,8 @@ class _Decoder:
         self.arr.setflags(write=False)  # one kernel signature whatever the source
         # The compiled kernels read a numpy view; the pure-Python copy reads the memoryview.
         self.fbuf: Any = view if kern.PURE else self.arr
-        self.empty: Any = memoryview(b"") if kern.PURE else np.frombuffer(b"\0", np.uint8)[:0]
-        self.dbuf: Arr = np.empty(0, np.uint8)  # decompressed payloads of the current group
+        self.base_address = int(self.arr.ctypes.data)
+        self.zstd_fast = codecs.ZstdFastPath()
 
     def groups(self, max_rows: int, max_bytes: int) -> Iterator[Arr]:
         """Entry tables (``meta`` rows) of consecutive groups of entries."""
@@ -144,66 +144,54 @@ class _Decoder:
             ]
         return records_batch(self.topic, self.partition, records)
 
-    def _decompress(self, run: Arr, codecs_: Arr, b_src: Arr, b_start: Arr, b_end: Arr) -> int:
-        """Decompress the group's compressed payloads one after another into ``self.dbuf``.
+    def _payloads(self, run: Arr) -> tuple[Arr, Arr, list[bytes]]:
+        """Address and length of every batch's records: in the mapped file, or decompressed.
 
-        The buffer is reused from group to group (it is only read by the kernel), so its pages
-        stay mapped; payload ``i`` is redirected to ``dbuf[b_start[i]:b_end[i]]``.
+        The kernel reads the payloads where they are; the decompressed ones are returned so that
+        the caller keeps them alive while it runs (no copy into one big buffer).
         """
-        compressed = np.flatnonzero(codecs_).tolist()
-        if not compressed:
-            return 0
-        want = 4 * int((b_end[compressed] - b_start[compressed]).sum())
-        if self.dbuf.shape[0] < want:
-            self.dbuf = np.empty(want, np.uint8)
-        dpos = 0
-        for i in compressed:
-            pos = int(run[i, _kernel.POS])
-            payload = self.view[int(b_start[i]) : int(b_end[i])]
-            got = codecs.decompress_into(
-                int(codecs_[i]), payload, self.dbuf[dpos:], path=self.path, position=pos
-            )
-            if isinstance(got, bytes):  # did not fit: grow, keeping what is already there
-                bigger = np.empty(2 * (dpos + len(got)), np.uint8)
-                bigger[:dpos] = self.dbuf[:dpos]
-                bigger[dpos : dpos + len(got)] = np.frombuffer(got, np.uint8)
-                self.dbuf = bigger
-                got = len(got)
-            b_src[i] = 1
-            b_start[i], b_end[i] = dpos, dpos + got
-            dpos += got
-        return dpos
+        b_addr = run[:, _kernel.POS] + (self.base_address + RECORD_BATCH_OVERHEAD)
+        b_len = run[:, _kernel.SIZE] - RECORD_BATCH_OVERHEAD
+        codecs_ = run[:, _kernel.ATTR] & 0x07
+        which = np.flatnonzero(codecs_)
+        keep: list[bytes] = []
+        if not len(which):
+            return b_addr, b_len, keep
+        view, fast, zstd = self.view, self.zstd_fast, Compression.ZSTD
+        for pos, size, codec in zip(
+            run[which, _kernel.POS].tolist(),
+            run[which, _kernel.SIZE].tolist(),
+            codecs_[which].tolist(),
+            strict=True,
+        ):
+            payload = view[pos + RECORD_BATCH_OVERHEAD : pos + size]
+            raw = fast(payload) if codec == zstd else None
+            if raw is None:
+                raw = codecs.decompress(codec, payload, path=self.path, position=pos)
+            keep.append(raw)
+        b_addr[which] = [bytes_address(raw) for raw in keep]
+        b_len[which] = [len(raw) for raw in keep]
+        return b_addr, b_len, keep
 
     def _v2(self, run: Arr) -> pa.RecordBatch:
         kern = self.kern
-        n = len(run)
-        b_src = np.zeros(n, np.uint8)
-        b_start = run[:, _kernel.POS] + RECORD_BATCH_OVERHEAD
-        b_end = run[:, _kernel.POS] + run[:, _kernel.SIZE]
-        codecs_ = run[:, _kernel.ATTR] & 0x07
-        dpos = self._decompress(run, codecs_, b_src, b_start, b_end)
-        lengths = b_end - b_start
+        b_addr, b_len, keep = self._payloads(run)
         counts = run[:, _kernel.COUNT]
-        too_many = np.flatnonzero(counts > lengths)
+        too_many = np.flatnonzero(counts > b_len)
         if len(too_many):
             i = int(too_many[0])
             raise CorruptRecordError(
-                f"record count {int(counts[i])} cannot fit in {int(lengths[i])} bytes",
+                f"record count {int(counts[i])} cannot fit in {int(b_len[i])} bytes",
                 path=self.path,
                 position=int(run[i, _kernel.POS]),
             )
-        payload_total = int(lengths.sum())
+        payload_total = int(b_len.sum())
         if payload_total >= 2**31 - 1:
             raise CorruptRecordError(
                 "batch group too large to decode into one Arrow batch",
                 path=self.path,
                 position=int(run[0, _kernel.POS]),
             )
-        dbuf: Any = self.empty
-        if dpos:
-            dbuf = memoryview(self.dbuf.data)[:dpos] if kern.PURE else self.dbuf[:dpos].view()
-            if not kern.PURE:
-                dbuf.setflags(write=False)
         rows = int(counts.sum())
         header_cap = payload_total // 2 + 2
         out_i64 = pool_empty((2, rows), np.int64)
@@ -216,11 +204,8 @@ class _Decoder:
         log_append = ((run[:, _kernel.ATTR] & ATTR_TIMESTAMP_TYPE) != 0).astype(np.int64)
         with np.errstate(over="ignore"):
             err, bi, epos = kern.decode_v2(
-                self.fbuf,
-                dbuf,
-                b_src,
-                b_start,
-                b_end,
+                b_addr,
+                b_len,
                 run[:, _kernel.BASE_OFFSET].copy(),
                 run[:, _kernel.BASE_TS].copy(),
                 counts.copy(),
@@ -239,8 +224,9 @@ class _Decoder:
                 hv_valid,
                 counters,
             )
+        del keep  # the decompressed payloads are no longer needed
         if err != _kernel.E_OK:
-            self._raise(int(err), run, int(bi), int(epos), b_src, b_start)
+            self._raise(int(err), run, int(bi), int(epos))
         return build_batch(
             self.topic,
             self.partition,
@@ -257,14 +243,15 @@ class _Decoder:
             counters,
         )
 
-    def _raise(self, err: int, run: Arr, i: int, pos: int, b_src: Arr, b_start: Arr) -> None:
+    def _raise(self, err: int, run: Arr, i: int, pos: int) -> None:
+        """Turn a kernel error (``pos`` relative to batch ``i``'s payload) into a typed error."""
         reason = _kernel.ERRORS[err]
         batch_pos = int(run[i, _kernel.POS])
-        if b_src[i]:
+        if run[i, _kernel.ATTR] & 0x07:
             raise CorruptRecordError(
-                f"{reason} (decompressed byte {pos - int(b_start[i])})", path=self.path, position=batch_pos
+                f"{reason} (decompressed byte {pos})", path=self.path, position=batch_pos
             )
-        raise CorruptRecordError(reason, path=self.path, position=pos)
+        raise CorruptRecordError(reason, path=self.path, position=batch_pos + RECORD_BATCH_OVERHEAD + pos)
 
 
 def _kernels(pure: bool | None) -> ModuleType:

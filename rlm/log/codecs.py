@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import struct
 import threading
-from typing import Any
 
 import cramjam
-import numpy as np
 import xxhash
 import zstandard
 
@@ -104,27 +102,6 @@ def decompress(
     )
 
 
-def decompress_into(
-    codec: int, data: bytes | memoryview, out: Any, *, path: str | None = None, position: int | None = None
-) -> int | bytes:
-    """Decompress into the ``uint8`` array ``out``: bytes written, or the data when ``out`` is too small.
-
-    gzip decodes straight into ``out``; the others decode then copy (for zstd that is still faster
-    than cramjam's ``decompress_into``, which builds a new decoder context per call).
-    Corrupt input raises :class:`CompressionError` exactly as :func:`decompress` does.
-    """
-    if codec == Compression.GZIP:
-        try:
-            return int(cramjam.gzip.decompress_into(data, out))
-        except (cramjam.DecompressionError, ValueError, OverflowError):
-            pass  # too small, or corrupt: the plain path tells which (and raises the typed error)
-    raw = decompress(codec, data, path=path, position=position)
-    if len(raw) > len(out):
-        return raw
-    out[: len(raw)] = np.frombuffer(raw, np.uint8)
-    return len(raw)
-
-
 # ---- zstd ----------------------------------------------------------------------------------------
 _ZSTD = threading.local()
 
@@ -144,6 +121,26 @@ def _zstd_decompress(data: bytes | memoryview) -> bytes:
         rest = obj.unused_data
         if not rest:
             return out[0] if len(out) == 1 else b"".join(out)
+
+
+class ZstdFastPath:
+    """One-call zstd decoding for the common case (a single complete frame), for hot loops.
+
+    Returns ``None`` for anything else (several frames, truncation, corruption) so the caller can
+    fall back to :func:`decompress`, which handles those and raises the typed errors. Not
+    thread-safe: use one instance per thread.
+    """
+
+    def __init__(self) -> None:
+        self._new = zstandard.ZstdDecompressor().decompressobj
+
+    def __call__(self, data: bytes | memoryview) -> bytes | None:
+        try:
+            obj = self._new()
+            out: bytes = obj.decompress(data)
+        except zstandard.ZstdError:
+            return None
+        return out if obj.eof and not obj.unused_data else None
 
 
 # ---- snappy (xerial framing) ---------------------------------------------------------------------
