@@ -117,7 +117,7 @@ def _parse(buf: memoryview, header: BatchHeader, log_append_time: int | None) ->
             raise _Bad(f"invalid record size: expected to read {body} bytes, read {pos - start}", pos)
         ts = log_append_time if log_append_time is not None else _wrap64(base_ts + ts_delta)
         out.append(Record(base_offset + offset_delta, ts, ts_type, key, value, tuple(headers)))
-    if pos != end:
+    if count and pos != end:  # Java checks only after reading the last declared record
         raise _Bad("incorrect declared batch size, records still remaining", pos)
     return out
 

@@ -228,7 +228,7 @@ def _entry(offset: int, message: bytes) -> bytes:
 
 
 def encode_legacy_message_set(
-    records: Sequence[tuple[bytes | None, bytes | None, int]],
+    records: Sequence[Record | tuple[bytes | None, bytes | None, int]],
     *,
     magic: int,
     base_offset: int,
@@ -236,16 +236,19 @@ def encode_legacy_message_set(
     timestamp_type: TimestampType = TimestampType.CREATE_TIME,
     log_append_time: int | None = None,
 ) -> bytes:
-    """Write ``(key, value, timestamp)`` records as a magic 0/1 message set, as old producers/brokers did.
+    """Write records as a magic 0/1 message set, as old producers and brokers did (for tests).
 
-    Uncompressed: one entry per record at ``base_offset + i``. Compressed: one wrapper entry at the
-    last offset holding inner entries (absolute offsets for v0, relative 0..n-1 for v1).
+    ``records`` are ``(key, value, timestamp)`` tuples or :class:`Record` objects (offset and
+    headers ignored). Uncompressed: one entry per record at ``base_offset + i``. Compressed: one
+    wrapper entry at the last offset holding inner entries (absolute offsets for v0, relative
+    0..n-1 for v1).
     """
+    items = [(r.key, r.value, r.timestamp) if isinstance(r, Record) else r for r in records]
     if magic not in (0, 1):
         raise ValueError("legacy magic must be 0 or 1")
     if compression == Compression.ZSTD:
         raise ValueError("zstd needs magic 2")
-    if not records:
+    if not items:
         raise ValueError("a legacy message set needs at least one record")
     log_append = magic == 1 and timestamp_type == TimestampType.LOG_APPEND_TIME
     tattr = ATTR_TIMESTAMP_TYPE if log_append else 0
@@ -258,13 +261,13 @@ def encode_legacy_message_set(
     if compression == Compression.NONE:
         return b"".join(
             _entry(base_offset + i, _message(magic, tattr, ts_of(t), k, v))
-            for i, (k, v, t) in enumerate(records)
+            for i, (k, v, t) in enumerate(items)
         )
     inner = b"".join(
         _entry(base_offset + i if magic == 0 else i, _message(magic, 0, t if magic == 1 else -1, k, v))
-        for i, (k, v, t) in enumerate(records)
+        for i, (k, v, t) in enumerate(items)
     )
-    wrapper_ts = ts_of(max(t for _, _, t in records))
+    wrapper_ts = ts_of(max(t for _, _, t in items))
     payload = codecs.compress(compression, inner, magic=magic)
     wrapper = _message(magic, int(compression) | tattr, wrapper_ts, None, payload)
-    return _entry(base_offset + len(records) - 1, wrapper)
+    return _entry(base_offset + len(items) - 1, wrapper)
