@@ -61,7 +61,7 @@ class Daemon:
         self.metrics = DaemonMetrics()
         self._managed: dict[TopicIdPartition, Managed] = {}
         self._known_path = config.work_dir / "known-partitions.json"
-        self._known: dict[TopicPartition, KafkaUuid] = {}
+        self._known: dict[TopicPartition, tuple[KafkaUuid, bool]] = {}  # topic id, led by this node
         self._suspects: dict[TopicPartition, int] = {}
         self._lock = threading.Lock()
         self._view: ClusterView | None = None
@@ -150,12 +150,16 @@ class Daemon:
     def _load_known(self) -> None:
         try:
             raw = json.loads(self._known_path.read_text(encoding="utf-8"))
-            self._known = {TopicPartition(t, int(p)): KafkaUuid.from_text(i) for t, p, i in raw}
+            self._known = {
+                TopicPartition(t, int(p)): (KafkaUuid.from_text(i), bool(led)) for t, p, i, led in raw
+            }
         except (FileNotFoundError, ValueError, TypeError):
             self._known = {}
 
     def _save_known(self) -> None:
-        data = json.dumps(sorted([tp.topic, tp.partition, tid.text] for tp, tid in self._known.items()))
+        data = json.dumps(
+            sorted([tp.topic, tp.partition, tid.text, led] for tp, (tid, led) in self._known.items())
+        )
         tmp = self._known_path.with_suffix(".tmp")
         tmp.write_text(data, encoding="utf-8")
         tmp.replace(self._known_path)
@@ -184,7 +188,7 @@ class Daemon:
                 managed[tip] = Managed(tip, found, tcfg)
             else:
                 followers.add(tip)
-        self._reconcile_deletions(scan.partitions, scan.deleting, view, set(managed) | followers)
+        self._reconcile_deletions(scan.partitions, scan.deleting, view, set(managed), followers)
         leaders = set(managed) | self.remover.pending()
         if leaders != self._rlmm_leaders or followers != self._rlmm_followers:
             self.ctx.rlmm.on_partition_leadership_changes(leaders, followers)
@@ -211,15 +215,18 @@ class Daemon:
         found: dict[TopicPartition, FoundPartition],
         deleting: set[TopicPartition],
         view: ClusterView | None,
-        tiered: set[TopicIdPartition],
+        leaders: set[TopicIdPartition],
+        followers: set[TopicIdPartition],
     ) -> None:
+        """Mark deleted partitions for removal; only the node that led a partition last does it."""
         assert self.ctx is not None
         changed = False
-        for tip in tiered:
-            if self._known.get(tip.topic_partition) != tip.topic_id:
-                self._known[tip.topic_partition] = tip.topic_id
+        for tip in leaders | followers:
+            entry = (tip.topic_id, tip in leaders)
+            if self._known.get(tip.topic_partition) != entry:
+                self._known[tip.topic_partition] = entry
                 changed = True
-        for tp, tid in list(self._known.items()):
+        for tp, (tid, led) in list(self._known.items()):
             live = found.get(tp)
             if live is not None and live.topic_id == tid:
                 continue
@@ -235,6 +242,10 @@ class Daemon:
             if self._suspects[tp] < 2:
                 continue
             del self._suspects[tp]
+            if not led:  # the leader's sidecar removes it; followers only forget it
+                del self._known[tp]
+                changed = True
+                continue
             tip = TopicIdPartition(tid, tp.topic, tp.partition)
             log.info("partition_deleted_detected", topic=tp.topic, partition=tp.partition, topic_id=tid.text)
             if tip not in self._rlmm_leaders:
