@@ -23,9 +23,11 @@ Six files with a 1 GiB ``.log`` need 4 + 6*4 + 18 = 46 bytes, leaving ~80 for th
 
 from __future__ import annotations
 
+import ctypes
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import google_crc32c
 
@@ -42,9 +44,34 @@ class LayoutCode(enum.IntEnum):
     S3 = 2
 
 
+def _load_extend() -> Any:
+    """``crc32c_extend(crc, ptr, len)`` of the C library inside google_crc32c, via ctypes, so that
+    writable buffers (what ``readinto`` fills) are checksummed without copying them to ``bytes``
+    (``google_crc32c.extend`` accepts only ``bytes``). ``None`` if the library is not there."""
+    try:
+        from google_crc32c import _crc32c
+
+        fn = ctypes.CDLL(_crc32c.__file__).crc32c_extend
+    except (ImportError, OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_uint32
+    fn.argtypes = [ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t]
+    return fn
+
+
+_EXTEND: Any = _load_extend()
+
+
 def crc32c(data: bytes | bytearray | memoryview, crc: int = 0) -> int:
     """CRC-32C (Castagnoli) of ``data``, continuing from ``crc``."""
-    return int(google_crc32c.extend(crc, data if isinstance(data, bytes) else bytes(data)))
+    if isinstance(data, bytes):
+        return int(google_crc32c.extend(crc, data))
+    view = memoryview(data).cast("B")
+    if _EXTEND is not None and not view.readonly:
+        if not view.nbytes:
+            return crc
+        return int(_EXTEND(crc, ctypes.addressof(ctypes.c_char.from_buffer(view)), view.nbytes))
+    return int(google_crc32c.extend(crc, bytes(view)))
 
 
 class Crc32c:
@@ -57,11 +84,10 @@ class Crc32c:
         self.size = 0
 
     def update(self, data: bytes | bytearray | memoryview) -> None:
-        if data:  # the C extension takes only immutable bytes
-            self.value = int(
-                google_crc32c.extend(self.value, data if isinstance(data, bytes) else bytes(data))
-            )
-            self.size += len(data)
+        n = len(data) if isinstance(data, bytes) else memoryview(data).nbytes
+        if n:
+            self.value = crc32c(data, self.value)
+            self.size += n
 
     def result(self) -> FileChecksum:
         return FileChecksum(self.value, self.size)

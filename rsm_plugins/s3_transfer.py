@@ -186,21 +186,28 @@ class ChunkedBody:
             once, bucket=self._bucket, key=self._key, action="GetObject", attempts=self._attempts
         )
 
-    def read(self, n: int = -1) -> bytes:
+    def readinto(self, b: bytearray | memoryview) -> int:
+        """Fill ``b`` from the streamed first range, then from the parallel chunks in order."""
+        view = memoryview(b).cast("B")
         if self._left > 0:
-            data: bytes = self._body.read(self._left if n < 0 else min(n, self._left))
-            self._left -= len(data)
-            return data
+            n = int(self._body.readinto(view[: min(len(view), self._left)]) or 0)
+            self._left -= n
+            return n
         if not self._buf:
             if not self._futures:
-                return b""
+                return 0
             fut = self._futures.popleft()
             self._fill()
             self._buf = memoryview(fut.result())
-        take = len(self._buf) if n < 0 else min(n, len(self._buf))
-        out = bytes(self._buf[:take])
+        take = min(len(view), len(self._buf))
+        view[:take] = self._buf[:take]
         self._buf = self._buf[take:]
-        return out
+        return take
+
+    def read(self, n: int = -1) -> bytes:
+        buf = bytearray(n if n >= 0 else max(self._left, len(self._buf), 1 << 20))
+        got = self.readinto(buf)
+        return bytes(buf[:got])
 
     def close(self) -> None:
         for fut in self._futures:

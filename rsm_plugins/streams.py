@@ -83,23 +83,26 @@ class RemoteStream(io.RawIOBase):
         n = min(len(b), self._left)
         if n == 0:
             return 0
+        view = memoryview(b).cast("B")[:n]
+        readinto = getattr(self._inner, "readinto", None)
         try:
-            data = self._inner.read(n)
+            if readinto is not None:  # straight into the caller's buffer: no intermediate bytes
+                got = int(readinto(view) or 0)
+            else:
+                data = self._inner.read(n)
+                got = min(len(data), n)  # never more than asked, even from a misbehaving stream
+                view[:got] = data[:got]
         except RemoteStorageError:
             raise
         except Exception as e:
             if self._map_error is None:
                 raise RemoteStorageError(f"{self._what}: read failed: {e}", retriable=True) from e
             raise self._map_error(e) from e
-        if not data:
+        if not got:
             raise RemoteStorageError(f"{self._what}: stream ended {self._left} bytes early", retriable=True)
-        got = len(data)
-        if got > n:  # a misbehaving inner stream; never return more than asked
-            data, got = data[:n], n
-        b[:got] = data
         self._left -= got
         if self._crc is not None:
-            self._crc.update(data)
+            self._crc.update(view[:got])
         return got
 
     def readall(self) -> bytes:

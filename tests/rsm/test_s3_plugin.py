@@ -249,7 +249,7 @@ def test_stream_read_error_is_typed(moto_rsm: S3RemoteStorageManager, segments: 
     raw: Any = f.raw  # type: ignore[attr-defined]
 
     class Broken(io.RawIOBase):
-        def read(self, n: int = -1) -> bytes:
+        def readinto(self, b: Any) -> int:
             raise ConnectionResetError("peer reset")
 
     raw._inner = Broken()
