@@ -79,51 +79,108 @@ def _header_keys(n: int, offsets: Arr, data: Arr, non_ascii: bool) -> pa.Array:
         return pa.array([b.decode("utf-8", errors="replace") for b in raw.to_pylist()], pa.string())
 
 
+def _filled(n: int, value: int) -> Arr:
+    out = pool_empty(n, np.int32)
+    out.fill(value)
+    return out
+
+
 def topic_array(topic: str, n: int) -> pa.Array:
     encoded = topic.encode()
-    offsets = np.arange(n + 1, dtype=np.int32) * np.int32(len(encoded))
-    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(encoded * n)])
+    offsets = pool_empty(n + 1, np.int32)
+    np.multiply(np.arange(n + 1, dtype=np.int32), np.int32(len(encoded)), out=offsets)
+    data = pool_empty(n * len(encoded), np.uint8)
+    if encoded:
+        data.reshape(n, len(encoded))[:] = np.frombuffer(encoded, np.uint8)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
-def build_batch(
-    topic: str,
-    partition: int,
-    n: int,
-    out_i64: Arr,
-    out_i32: Arr,
-    key_data: Arr,
-    val_data: Arr,
-    hk_offsets: Arr,
-    hk_data: Arr,
-    hv_offsets: Arr,
-    hv_data: Arr,
-    hv_valid: Arr,
-    counters: Arr,
-) -> pa.RecordBatch:
-    """One RecordBatch from the outputs of :func:`rlm.log._kernel.decode_v2`."""
-    nh, kd, vd, hkd, hvd, key_nulls, val_nulls, hv_nulls, non_ascii = (int(x) for x in counters[1:10])
-    key = _binary(pa.binary(), n, trim(out_i32[0], n + 1), trim(key_data, kd), out_i32[3, :n], key_nulls)
-    value = _binary(pa.binary(), n, trim(out_i32[1], n + 1), trim(val_data, vd), out_i32[4, :n], val_nulls)
-    hkeys = _header_keys(nh, trim(hk_offsets, nh + 1), trim(hk_data, hkd), bool(non_ascii))
-    hvals = _binary(pa.binary(), nh, trim(hv_offsets, nh + 1), trim(hv_data, hvd), hv_valid[:nh], hv_nulls)
-    structs = pa.StructArray.from_arrays([hkeys, hvals], fields=list(HEADER_STRUCT))
-    headers = pa.Array.from_buffers(
-        KAFKA_SCHEMA.field("headers").type,
-        n,
-        [None, pa.py_buffer(trim(out_i32[2], n + 1))],
-        children=[structs],
-    )
-    columns = [
-        key,
-        value,
-        topic_array(topic, n),
-        pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(np.full(n, partition, np.int32))]),
-        pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(trim(out_i64[0], n))]),
-        pa.Array.from_buffers(pa.timestamp("ms"), n, [None, pa.py_buffer(trim(out_i64[1], n))]),
-        pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(trim(out_i32[5], n))]),
-        headers,
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=KAFKA_SCHEMA)
+class Outputs:
+    """Arrow-ready output buffers that :func:`rlm.log._kernel.decode_v2` appends to, group after group.
+
+    Capacities are upper bounds: ``rows_cap`` rows and ``bytes_cap`` bytes for each of the key,
+    value, header-key and header-value data (each is at most the decoded payload size), headers
+    at most one per two payload bytes. Untouched capacity costs no memory (the pool maps lazily)
+    and :meth:`to_batch` trims what is mostly unused.
+    """
+
+    def __init__(self, rows_cap: int, bytes_cap: int) -> None:
+        self.rows_cap = rows_cap
+        self.bytes_cap = bytes_cap
+        self.headers_cap = bytes_cap // 2 + 2
+        self.out_i64 = pool_empty((2, rows_cap), np.int64)
+        self.out_i32 = pool_empty((6, rows_cap + 1), np.int32)
+        self.key_data, self.val_data, self.hk_data, self.hv_data = (
+            pool_empty(bytes_cap, np.uint8) for _ in range(4)
+        )
+        self.hk_offsets = pool_empty(self.headers_cap, np.int32)
+        self.hv_offsets = pool_empty(self.headers_cap, np.int32)
+        self.hv_valid = pool_empty(self.headers_cap, np.uint8)
+        self.counters = np.zeros(10, np.int64)
+
+    @property
+    def rows(self) -> int:
+        return int(self.counters[0])
+
+    def fits(self, rows: int, payload: int) -> bool:
+        """Whether a group of ``rows`` records in ``payload`` decoded bytes surely fits."""
+        used = int(self.counters[2:6].max())
+        return (
+            self.rows + rows <= self.rows_cap
+            and used + payload <= self.bytes_cap
+            and int(self.counters[1]) + payload // 2 + 1 <= self.headers_cap - 1
+        )
+
+    def kernel_args(self) -> tuple[Arr, ...]:
+        return (
+            self.out_i64,
+            self.out_i32,
+            self.key_data,
+            self.val_data,
+            self.hk_offsets,
+            self.hk_data,
+            self.hv_offsets,
+            self.hv_data,
+            self.hv_valid,
+            self.counters,
+        )
+
+    def to_batch(self, topic: str, partition: int) -> pa.RecordBatch:
+        """The rows decoded so far as one RecordBatch (the buffers then belong to it)."""
+        n = self.rows
+        nh, kd, vd, hkd, hvd, key_nulls, val_nulls, hv_nulls, non_ascii = (
+            int(x) for x in self.counters[1:10]
+        )
+        i32, i64 = self.out_i32, self.out_i64
+        key = _binary(pa.binary(), n, trim(i32[0], n + 1), trim(self.key_data, kd), i32[3, :n], key_nulls)
+        value = _binary(pa.binary(), n, trim(i32[1], n + 1), trim(self.val_data, vd), i32[4, :n], val_nulls)
+        hkeys = _header_keys(nh, trim(self.hk_offsets, nh + 1), trim(self.hk_data, hkd), bool(non_ascii))
+        hvals = _binary(
+            pa.binary(),
+            nh,
+            trim(self.hv_offsets, nh + 1),
+            trim(self.hv_data, hvd),
+            self.hv_valid[:nh],
+            hv_nulls,
+        )
+        structs = pa.StructArray.from_arrays([hkeys, hvals], fields=list(HEADER_STRUCT))
+        headers = pa.Array.from_buffers(
+            KAFKA_SCHEMA.field("headers").type,
+            n,
+            [None, pa.py_buffer(trim(i32[2], n + 1))],
+            children=[structs],
+        )
+        columns = [
+            key,
+            value,
+            topic_array(topic, n),
+            pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(_filled(n, partition))]),
+            pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(trim(i64[0], n))]),
+            pa.Array.from_buffers(pa.timestamp("ms"), n, [None, pa.py_buffer(trim(i64[1], n))]),
+            pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(trim(i32[5], n))]),
+            headers,
+        ]
+        return pa.RecordBatch.from_arrays(columns, schema=KAFKA_SCHEMA)
 
 
 def records_batch(topic: str, partition: int, records: Sequence[Record]) -> pa.RecordBatch:

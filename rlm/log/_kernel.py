@@ -141,17 +141,20 @@ def _be16(buf: Any, p: Any) -> Any:
 
 
 @_jit
-def scan_entries(buf: Any, pos: Any, end: Any, meta: Any, max_rows: Any, max_bytes: Any) -> Any:
+def scan_entries(
+    buf: Any, pos: Any, end: Any, meta: Any, max_rows: Any, max_bytes: Any, max_zbytes: Any
+) -> Any:
     """Walk entry headers from ``pos`` like ``FileLogInputStream.nextBatch``; fill ``meta`` rows.
 
-    Stops before an entry that would take the group past ``max_rows`` records or ``max_bytes``
-    entry bytes (a group has at least one entry) with ``ST_MORE``, at the end or a partial tail
-    with ``ST_DONE``, or on a malformed header with an error status. Returns
-    ``(entries, next position, status, detail)``.
+    Stops before an entry that would take the group past ``max_rows`` records, ``max_bytes``
+    entry bytes or ``max_zbytes`` compressed entry bytes (a group has at least one entry) with
+    ``ST_MORE``, at the end or a partial tail with ``ST_DONE``, or on a malformed header with an
+    error status. Returns ``(entries, next position, status, detail)``.
     """
     n = 0
     rows = np.int64(0)
     nbytes = np.int64(0)
+    zbytes = np.int64(0)
     cap = meta.shape[0]
     while True:
         if pos + 17 >= end:
@@ -173,7 +176,14 @@ def scan_entries(buf: Any, pos: Any, end: Any, meta: Any, max_rows: Any, max_byt
             count = _be32(buf, pos + 57)
             if count < 0:
                 return n, pos, ST_BAD_COUNT, count
-        if n > 0 and (rows + count > max_rows or nbytes + size + 12 > max_bytes):
+            zsize = size + 12 if _u8(buf, pos + 22) & 7 else 0
+        else:
+            zsize = size + 12 if _u8(buf, pos + 17) & 7 else 0
+        if n > 0 and (
+            rows + count > max_rows
+            or nbytes + size + 12 > max_bytes
+            or (zsize and zbytes + zsize > max_zbytes)
+        ):
             return n, pos, ST_MORE, 0
         meta[n, POS] = pos
         meta[n, SIZE] = size + 12
@@ -195,6 +205,7 @@ def scan_entries(buf: Any, pos: Any, end: Any, meta: Any, max_rows: Any, max_byt
             meta[n, MAX_TS] = -1
         rows += count
         nbytes += size + 12
+        zbytes += zsize
         n += 1
         pos += 12 + size
 
@@ -281,23 +292,26 @@ def decode_v2(
     Per kept row: ``out_i64[0|1, r]`` = offset, timestamp; ``out_i32[0..2, r+1]`` = end offsets of
     key, value and header list (row 0 holds 0), ``out_i32[3|4, r]`` = key/value validity,
     ``out_i32[5, r]`` = timestamp type. ``counters`` returns rows, headers, byte totals, null counts
-    and a non-ASCII flag for header keys. Returns ``(error code, batch index, byte position)``.
+    and a non-ASCII flag for header keys; it also holds them on entry, so successive calls append to
+    the same buffers. Returns ``(error code, batch index, byte position)``.
     """
-    rows = 0
-    nh_total = 0
-    kd = 0
-    vd = 0
-    hkd = 0
-    hvd = 0
-    key_nulls = 0
-    val_nulls = 0
-    hv_nulls = 0
-    non_ascii = 0
-    out_i32[0, 0] = 0
-    out_i32[1, 0] = 0
-    out_i32[2, 0] = 0
-    hk_offsets[0] = 0
-    hv_offsets[0] = 0
+    rows = counters[0]
+    nh_total = counters[1]
+    kd = counters[2]
+    vd = counters[3]
+    hkd = counters[4]
+    hvd = counters[5]
+    key_nulls = counters[6]
+    val_nulls = counters[7]
+    hv_nulls = counters[8]
+    non_ascii = counters[9]
+    if rows == 0:
+        out_i32[0, 0] = 0
+        out_i32[1, 0] = 0
+        out_i32[2, 0] = 0
+    if nh_total == 0:
+        hk_offsets[0] = 0
+        hv_offsets[0] = 0
     for i in range(b_addr.shape[0]):
         end = b_len[i]
         buf = _view(b_addr[i], end)

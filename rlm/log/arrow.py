@@ -7,12 +7,16 @@ read_committed). With LOG_APPEND_TIME every record's timestamp is its batch's ma
 
 How it is fast: entry headers are walked by a compiled kernel over the memory-mapped file, Python
 then loops once per *batch* (CRC-32C check, decompression), and a second kernel decodes all
-records of a group of batches straight into Arrow buffers (see :mod:`rlm.log._kernel`). Legacy
-magic 0/1 entries take the slow per-record path.
+records of a group of batches straight into Arrow buffers (see :mod:`rlm.log._kernel`), reading
+uncompressed records in place in the mapping and decompressed ones where the codec left them.
+Groups of compressed batches are kept small (about 1 MiB) so their decompressed bytes are still
+in cache when decoded; output buffers span many groups. Legacy magic 0/1 entries take the slow
+per-record path.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from types import ModuleType
@@ -23,7 +27,7 @@ import pyarrow as pa
 
 from rlm.errors import CorruptRecordError, CrcMismatchError
 from rlm.log import _kernel, codecs
-from rlm.log._arrow_build import KAFKA_SCHEMA, build_batch, pool_empty, records_batch
+from rlm.log._arrow_build import KAFKA_SCHEMA, Outputs, records_batch
 from rlm.log._crc import CRC32C_VALUE, bytes_address, crc32c
 from rlm.log.legacy import legacy_records
 from rlm.log.model import ATTR_CONTROL, ATTR_TIMESTAMP_TYPE, RECORD_BATCH_OVERHEAD, Compression
@@ -38,7 +42,9 @@ _SCAN_ERRORS = {
     _kernel.ST_BAD_COUNT: "invalid record count {}",
 }
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
-_MAX_GROUP_BYTES = 64 * 1024 * 1024
+_GROUP_BYTES = 64 * 1024 * 1024  # entries per kernel call (uncompressed: read in place)
+_GROUP_ZBYTES = 1024 * 1024  # compressed entries per kernel call (their payloads are decompressed)
+_MAX_BUFFER = 2**31 - 1  # Arrow binary offsets are int32
 _READ_ROWS = 1 << 20
 _PathArg = str | os.PathLike[str] | None
 Arr = np.ndarray[Any, Any]
@@ -73,14 +79,27 @@ class _Decoder:
         self.fbuf: Any = view if kern.PURE else self.arr
         self.base_address = int(self.arr.ctypes.data)
         self.zstd_fast = codecs.ZstdFastPath()
+        self.out: Outputs | None = None  # the RecordBatch being filled
+        self.max_rows = 1
 
-    def groups(self, max_rows: int, max_bytes: int) -> Iterator[Arr]:
-        """Entry tables (``meta`` rows) of consecutive groups of entries."""
+    def groups(self, max_rows: int) -> Iterator[Arr]:
+        """Entry tables (``meta`` rows) of consecutive groups of entries.
+
+        A group holds at most ``max_rows`` records and about 1 MiB of compressed entries, so
+        that its decompressed payloads stay in the CPU cache until the kernel has read them
+        and their memory is reused by the next group (instead of page-faulting fresh memory).
+        """
         meta = np.zeros((max(1, min(max_rows, 65536)), _kernel.META_COLS), np.int64)
         pos, end = 0, len(self.view)
         while True:
             n, pos, status, detail = self.kern.scan_entries(
-                self.fbuf, np.int64(pos), np.int64(end), meta, np.int64(max_rows), np.int64(max_bytes)
+                self.fbuf,
+                np.int64(pos),
+                np.int64(end),
+                meta,
+                np.int64(max_rows),
+                np.int64(_GROUP_BYTES),
+                np.int64(_GROUP_ZBYTES),
             )
             pos = int(pos)
             if n:
@@ -113,7 +132,16 @@ class _Decoder:
                 position=positions[i],
             )
 
-    def batches(self, meta: Arr) -> Iterator[pa.RecordBatch]:
+    def decode(self, max_rows: int) -> Iterator[pa.RecordBatch]:
+        """RecordBatches of at most ``max_rows`` rows (more only for one bigger Kafka batch)."""
+        self.out = None
+        self.max_rows = max_rows
+        for meta in self.groups(max_rows):
+            yield from self._group(meta)
+        if self.out is not None and self.out.rows:
+            yield self.out.to_batch(self.topic, self.partition)
+
+    def _group(self, meta: Arr) -> Iterator[pa.RecordBatch]:
         """Decode one group: runs of v2 batches through the kernel, legacy entries the slow way."""
         if self.verify_crc:
             self.check_crcs(meta)
@@ -128,9 +156,15 @@ class _Decoder:
             while stop < len(meta) and legacy[stop] == legacy[start]:
                 stop += 1
             run = meta[start:stop]
-            batch = self._legacy(run) if legacy[start] else self._v2(run)
-            if batch.num_rows:
-                yield batch
+            if legacy[start]:
+                if self.out is not None and self.out.rows:  # keep file order
+                    yield self.out.to_batch(self.topic, self.partition)
+                self.out = None
+                batch = self._legacy(run)
+                if batch.num_rows:
+                    yield batch
+            else:
+                yield from self._v2(run)
             start = stop
 
     def _legacy(self, run: Arr) -> pa.RecordBatch:
@@ -173,8 +207,8 @@ class _Decoder:
         b_len[which] = [len(raw) for raw in keep]
         return b_addr, b_len, keep
 
-    def _v2(self, run: Arr) -> pa.RecordBatch:
-        kern = self.kern
+    def _v2(self, run: Arr) -> Iterator[pa.RecordBatch]:
+        """Decode a run of v2 batches, appending to the current output (emitted when full)."""
         b_addr, b_len, keep = self._payloads(run)
         counts = run[:, _kernel.COUNT]
         too_many = np.flatnonzero(counts > b_len)
@@ -185,25 +219,25 @@ class _Decoder:
                 path=self.path,
                 position=int(run[i, _kernel.POS]),
             )
-        payload_total = int(b_len.sum())
-        if payload_total >= 2**31 - 1:
+        payload = int(b_len.sum())
+        rows = int(counts.sum())
+        if payload >= _MAX_BUFFER:
             raise CorruptRecordError(
                 "batch group too large to decode into one Arrow batch",
                 path=self.path,
                 position=int(run[0, _kernel.POS]),
             )
-        rows = int(counts.sum())
-        header_cap = payload_total // 2 + 2
-        out_i64 = pool_empty((2, rows), np.int64)
-        out_i32 = pool_empty((6, rows + 1), np.int32)
-        key_data, val_data, hk_data, hv_data = (pool_empty(payload_total, np.uint8) for _ in range(4))
-        hk_offsets = pool_empty(header_cap, np.int32)
-        hv_offsets = pool_empty(header_cap, np.int32)
-        hv_valid = pool_empty(header_cap, np.uint8)
-        counters = np.zeros(10, np.int64)
+        if self.out is None or not self.out.fits(rows, payload):
+            if self.out is not None and self.out.rows:
+                yield self.out.to_batch(self.topic, self.partition)
+            # Size the next output for max_rows rows at this group's bytes per record (+10%).
+            per_row = payload / max(rows, 1)
+            cap = int(min(_MAX_BUFFER, max(payload, per_row * max(self.max_rows, rows) * 1.1)))
+            self.out = Outputs(max(self.max_rows, rows), cap)
         log_append = ((run[:, _kernel.ATTR] & ATTR_TIMESTAMP_TYPE) != 0).astype(np.int64)
-        with np.errstate(over="ignore"):
-            err, bi, epos = kern.decode_v2(
+        # numpy scalars in the pure-Python kernel wrap around like the compiled code, quietly
+        with np.errstate(over="ignore") if self.kern.PURE else contextlib.nullcontext():
+            err, bi, epos = self.kern.decode_v2(
                 b_addr,
                 b_len,
                 run[:, _kernel.BASE_OFFSET].copy(),
@@ -213,35 +247,14 @@ class _Decoder:
                 run[:, _kernel.MAX_TS].copy(),
                 np.int64(self.lo),
                 np.int64(self.hi),
-                out_i64,
-                out_i32,
-                key_data,
-                val_data,
-                hk_offsets,
-                hk_data,
-                hv_offsets,
-                hv_data,
-                hv_valid,
-                counters,
+                *self.out.kernel_args(),
             )
         del keep  # the decompressed payloads are no longer needed
         if err != _kernel.E_OK:
             self._raise(int(err), run, int(bi), int(epos))
-        return build_batch(
-            self.topic,
-            self.partition,
-            int(counters[0]),
-            out_i64,
-            out_i32,
-            key_data,
-            val_data,
-            hk_offsets,
-            hk_data,
-            hv_offsets,
-            hv_data,
-            hv_valid,
-            counters,
-        )
+        if self.out.rows >= self.max_rows:
+            yield self.out.to_batch(self.topic, self.partition)
+            self.out = None
 
     def _raise(self, err: int, run: Arr, i: int, pos: int) -> None:
         """Turn a kernel error (``pos`` relative to batch ``i``'s payload) into a typed error."""
@@ -274,8 +287,9 @@ def iter_arrow_batches(
 ) -> Iterator[pa.RecordBatch]:
     """Stream the data records of ``source`` as Arrow RecordBatches of :data:`KAFKA_SCHEMA`.
 
-    Memory stays bounded by one group of Kafka batches: at most ``max_batch_rows`` rows (a single
-    Kafka batch with more records is emitted whole) and about 64 MiB of entries. Offsets are kept
+    Memory stays bounded by one output batch: at most ``max_batch_rows`` rows (a single Kafka
+    batch with more records is emitted whole), plus about 1 MiB of compressed batches being
+    decoded into it. Offsets are kept
     in ``[start_offset, end_offset)``. ``pure_python`` forces (True) or forbids (False) the
     un-jitted kernels; by default they are used only when ``RLM_DISABLE_JIT=1``. Raises
     :class:`~rlm.errors.LogFormatError` subclasses naming the path and byte position.
@@ -294,8 +308,7 @@ def iter_arrow_batches(
             verify_crc=verify_crc,
         )
         try:
-            for meta in decoder.groups(max(1, max_batch_rows), _MAX_GROUP_BYTES):
-                yield from decoder.batches(meta)
+            yield from decoder.decode(max(1, max_batch_rows))
         finally:
             del decoder  # drop numpy views of the mapped file before it is unmapped
 
