@@ -227,3 +227,35 @@ def test_structural_errors_are_typed(mutate, reason: str) -> None:  # type: igno
     mutate(batch)
     with pytest.raises(LogFormatError, match=reason):
         decode_records(bytes(batch), verify_crc=False)
+
+
+def test_unknown_control_type_and_newer_versions_are_kept() -> None:
+    from rlm.log.encode import _assemble, _encode_record
+
+    raw = bytearray()
+    _encode_record(raw, 0, 0, struct.pack(">hh", 1, 42), b"\x00\x07anything", [])  # unknown type, key v1
+    _encode_record(raw, 1, 0, struct.pack(">hhxx", 0, 1), struct.pack(">hi", 3, 9) + b"extra", [])
+    batch = _assemble(
+        base_offset=100,
+        partition_leader_epoch=0,
+        attributes=0x30,
+        last_offset_delta=1,
+        base_timestamp=BASE_TS,
+        max_timestamp=BASE_TS,
+        producer_id=1,
+        producer_epoch=0,
+        base_sequence=-1,
+        count=2,
+        payload=bytes(raw),
+    )
+    assert decode_control_records(batch) == [
+        ControlRecord(100, BASE_TS, 42, 1, None),
+        ControlRecord(101, BASE_TS, ControlRecordType.COMMIT, 0, 9),
+    ]
+    assert read_arrow_rows(batch) == 0
+
+
+def read_arrow_rows(batch: bytes) -> int:
+    from rlm.log import read_arrow
+
+    return int(read_arrow(batch, topic="t", partition=0).num_rows)
