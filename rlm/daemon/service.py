@@ -367,6 +367,7 @@ class Daemon:
             return True
         timeout = self.config.shutdown_timeout_s if timeout is None else timeout
         self.ctx.status.set_state("stopping")
+        self._flush_status()
         self.ctx.stop.set()
         self.remover.wakeup.set()
         clean = self.scheduler.stop(timeout)

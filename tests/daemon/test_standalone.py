@@ -314,3 +314,82 @@ def test_sigterm_exits_cleanly(tmp_path: Path) -> None:
     assert proc.returncode == 0, err[-2000:]
     assert '"event": "shutdown_requested"' in err and '"event": "daemon_stopped"' in err
     assert json.loads(status_file.read_text())["state"] == "stopped"
+
+
+def _start_hanging(tmp_path: Path, shutdown_timeout_s: float) -> tuple[subprocess.Popen[str], Path]:
+    logs = tmp_path / "logs"
+    write_partition(logs, "hang", 0, 60)
+    cfg_file = tmp_path / "rlm.yaml"
+    remote = tmp_path / "remote"
+    cfg_file.write_text(
+        yaml.safe_dump(
+            {
+                "log_dirs": [str(logs)],
+                "work_dir": str(tmp_path / "work"),
+                "http": {"enabled": False},
+                "topic_defaults": {"remote.storage.enable": True},
+                "storage": {
+                    "plugin": "tests.daemon.slow_rsm:HangingLocalRSM",
+                    "config": {"root": str(remote)},
+                },
+                "shutdown_timeout_s": shutdown_timeout_s,
+            }
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLM_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlm.cli", "run", "--config", str(cfg_file)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_for("a copy under way", lambda: (remote / ".copy-started").exists(), timeout=60)
+    return proc, cfg_file
+
+
+def test_second_sigterm_forces_exit(tmp_path: Path) -> None:
+    proc, _ = _start_hanging(tmp_path, shutdown_timeout_s=600)
+    try:
+        proc.send_signal(signal.SIGTERM)
+        wait_for(
+            "shutdown started",
+            lambda: json.loads((tmp_path / "work" / "status.json").read_text())["state"] == "stopping",
+            timeout=30,
+        )
+        assert proc.poll() is None, "the first SIGTERM waits for the running copy"
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err[-2000:]
+    assert '"event": "forced_exit"' in err
+
+
+def test_sigterm_abandons_a_hung_copy_safely(tmp_path: Path) -> None:
+    proc, cfg_file = _start_hanging(tmp_path, shutdown_timeout_s=1)
+    try:
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-2000:]
+    assert '"event": "copies_abandoned"' in err
+    # a restart with a working plugin undoes the abandoned COPY_SEGMENT_STARTED and copies everything
+    cfg = load_config(cfg_file).model_copy(
+        update={"storage": load_config(cfg_file).storage.model_copy(update={"plugin": "local"})}
+    )
+    run_once(cfg)
+    tip_dir = PartitionDir(tmp_path / "logs" / "hang-0")
+    tip = TopicIdPartition(tip_dir.topic_id, "hang", 0)
+    m = FileRemoteLogMetadataManager.open(tmp_path / "work" / "metadata")
+    try:
+        m.on_partition_leadership_changes({tip}, set())
+        listed = list(m.list_remote_log_segments(tip))
+    finally:
+        m.close()
+    assert [s.start_offset for s in listed] == [s.base_offset for s in tip_dir.inactive_segments()]
+    assert all(s.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED for s in listed)
