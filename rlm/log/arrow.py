@@ -112,25 +112,30 @@ class _Decoder:
                 )
 
     def check_crcs(self, meta: Arr) -> None:
+        """Verify the CRC-32C of every v2 batch of a group (one C call per batch, no copies)."""
         v2 = meta[meta[:, _kernel.MAGIC] == 2]
         if not len(v2):
             return
+        expected = v2[:, _kernel.CRC]
         positions = v2[:, _kernel.POS].tolist()
         sizes = v2[:, _kernel.SIZE].tolist()
         if CRC32C_VALUE is not None:
-            fn, base = CRC32C_VALUE, self.arr.ctypes.data + 21
+            fn, base = CRC32C_VALUE, self.base_address + 21
             actual = [fn(base + p, s - 21) for p, s in zip(positions, sizes, strict=True)]
         else:
             actual = [crc32c(self.view[p + 21 : p + s]) for p, s in zip(positions, sizes, strict=True)]
-        bad = np.flatnonzero(np.asarray(actual, np.int64) != v2[:, _kernel.CRC])
-        if len(bad):
-            i = int(bad[0])
-            raise CrcMismatchError(
-                f"record batch crc {int(v2[i, _kernel.CRC]):#010x} does not match content "
-                f"({actual[i]:#010x})",
-                path=self.path,
-                position=positions[i],
-            )
+        mismatches = np.flatnonzero(np.asarray(actual, np.int64) != expected)
+        if len(mismatches):
+            i = int(mismatches[0])
+            self._crc_error(positions[i], sizes[i], int(expected[i]))
+
+    def _crc_error(self, pos: int, size: int, expected: int) -> None:
+        actual = crc32c(self.view[pos + 21 : pos + size])
+        raise CrcMismatchError(
+            f"record batch crc {expected:#010x} does not match content ({actual:#010x})",
+            path=self.path,
+            position=pos,
+        )
 
     def decode(self, max_rows: int) -> Iterator[pa.RecordBatch]:
         """RecordBatches of at most ``max_rows`` rows (more only for one bigger Kafka batch)."""
