@@ -20,3 +20,15 @@ class HangingLocalRSM(LocalRemoteStorageManager):
         (self.root / ".copy-started").touch()
         time.sleep(3600)
         return super().copy_log_segment_data(metadata, segment_data)
+
+
+class BigCustomMetadataRSM(LocalRemoteStorageManager):
+    """Returns more custom metadata than ``remote.log.metadata.custom.metadata.max.bytes`` allows."""
+
+    plugin_name = "big-custom-metadata"
+
+    def copy_log_segment_data(
+        self, metadata: RemoteLogSegmentMetadata, segment_data: LogSegmentData
+    ) -> bytes | None:
+        super().copy_log_segment_data(metadata, segment_data)
+        return b"x" * 200

@@ -393,3 +393,42 @@ def test_sigterm_abandons_a_hung_copy_safely(tmp_path: Path) -> None:
         m.close()
     assert [s.start_offset for s in listed] == [s.base_offset for s in tip_dir.inactive_segments()]
     assert all(s.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED for s in listed)
+
+
+def test_copy_lag_near_local_retention_warns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    logs = tmp_path / "logs"
+    write_partition(logs, "lag", 0, 60)
+    d = Daemon(
+        cfg_for(logs, tmp_path / "work", topics=[{"pattern": "lag", "local.retention.ms": 1}]), once=True
+    )
+    d.start()
+    assert d.run_once() == 0
+    near = [s.value for m in d.metrics.copy_lag_near_retention.collect() for s in m.samples]
+    d.stop()
+    assert near == [1.0]
+    assert "remote_copy_lag_near_local_retention" in capsys.readouterr().out
+
+
+def test_oversized_custom_metadata_stops_copying(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    tip = write_partition(logs, "cm", 0, 60)
+    cfg = cfg_for(
+        logs,
+        tmp_path / "work",
+        storage={
+            "plugin": "tests.daemon.slow_rsm:BigCustomMetadataRSM",
+            "config": {"root": str(tmp_path / "remote")},
+        },
+    )
+    d = Daemon(cfg, once=True).start()
+    assert d.run_once() == 1
+    errors = [str(e) for _, e in d.scheduler.errors]
+    d.stop()
+    assert "custom metadata" in errors[0] and "200 bytes" in errors[0]
+    m = FileRemoteLogMetadataManager.open(tmp_path / "work" / "metadata")
+    try:
+        m.on_partition_leadership_changes({tip}, set())
+        assert not list(m.list_remote_log_segments(tip)), "the upload was undone"
+    finally:
+        m.close()
+    assert not any(f.suffix == ".log" for f in (tmp_path / "remote").rglob("*"))
