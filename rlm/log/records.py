@@ -92,6 +92,10 @@ def parse_v2_header(buf: memoryview, position: int, *, path: str | None, verify_
             )
     if count < 0:
         raise CorruptRecordError(f"invalid record count {count}", path=path, position=position)
+    if attributes & 0x07 > Compression.ZSTD:
+        raise CorruptRecordError(
+            f"unknown compression codec {attributes & 0x07}", path=path, position=position
+        )
     return BatchHeader(
         position,
         base_offset,
@@ -180,10 +184,6 @@ def batch_payload(view: memoryview, header: BatchHeader, *, path: str | None) ->
     payload = view[RECORD_BATCH_OVERHEAD : header.size]
     if header.compression == Compression.NONE:
         return payload
-    if header.attributes & 0x07 > Compression.ZSTD:
-        raise CorruptRecordError(
-            f"unknown compression codec {header.attributes & 0x07}", path=path, position=header.position
-        )
     return memoryview(codecs.decompress(header.compression, payload, path=path, position=header.position))
 
 

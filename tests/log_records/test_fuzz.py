@@ -131,6 +131,20 @@ def test_bit_flips(source: bytes, data: st.DataObject, verify_crc: bool) -> None
             table.validate(full=True)
 
 
+@FUZZ
+@given(st.data(), st.booleans())
+def test_header_field_corruption(data: st.DataObject, verify_crc: bool) -> None:
+    headers = list(iter_batches(MIXED))
+    h = data.draw(st.sampled_from(headers))
+    corrupted = bytearray(MIXED)
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = h.position + data.draw(st.integers(0, 60))
+        corrupted[at] = data.draw(st.integers(0, 255))
+    _everything(bytes(corrupted), verify_crc)
+    entry = bytes(corrupted[h.position : h.end_position])
+    _outcome(decode_records, entry, verify_crc=verify_crc)
+
+
 def test_env_var_disables_jit() -> None:
     code = (
         "import rlm.log._kernel as k, rlm.log as l; assert k.PURE; "

@@ -214,6 +214,7 @@ def test_crc_mismatch_names_path_and_position(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "mutate, reason",
     [
+        (lambda b: struct.pack_into(">h", b, 21, 5), "unknown compression codec 5"),
         (lambda b: struct.pack_into(">i", b, 57, 3), "premature EOF"),  # count 3, data for 2
         (lambda b: struct.pack_into(">i", b, 57, 1), "still remaining"),
         (lambda b: struct.pack_into(">i", b, 57, -1), "invalid record count"),
