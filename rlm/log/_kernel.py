@@ -13,7 +13,6 @@ returns an error code and byte position instead of raising (numba cannot build o
 
 from __future__ import annotations
 
-import ctypes
 import importlib.util
 import os
 import sys
@@ -59,56 +58,12 @@ ERRORS = {
     E_SIZE_MISMATCH: "record size does not match the bytes its fields take",
 }
 
-_I64_MAX = 9223372036854775807
-
 if PURE:
-
-    def _copy(dst: Any, doff: Any, src: Any, soff: Any, n: Any) -> None:
-        dst[doff : doff + n] = src[soff : soff + n]
-
-    def _view(addr: Any, n: Any) -> Any:
-        """The ``n`` bytes at ``addr`` (owned by a live object of the caller) as a memoryview."""
-        return memoryview((ctypes.c_ubyte * int(n)).from_address(int(addr))).cast("B")
-
+    from rlm.log._intrinsics import pure_copy as _copy
+    from rlm.log._intrinsics import pure_view as _view
 else:
-    from numba import types
-    from numba.core import cgutils
-    from numba.extending import intrinsic
-    from numba.np.numpy_support import carray
-
-    _U8_POINTER: Any = types.CPointer(types.uint8)  # type: ignore[no-untyped-call]
-
-    @intrinsic
-    def _u8_pointer(typingctx: Any, addr: Any) -> Any:
-        """An ``int64`` address as a ``uint8*`` (for :func:`numba.carray`)."""
-        sig = _U8_POINTER(types.int64)
-
-        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-            return builder.inttoptr(args[0], context.get_value_type(_U8_POINTER))
-
-        return sig, codegen
-
-    _pointer: Any = _u8_pointer
-
-    @_jit
-    def _view(addr: Any, n: Any) -> Any:
-        return carray(_pointer(addr), (n,))
-
-    @intrinsic
-    def _copy(typingctx: Any, dst: Any, doff: Any, src: Any, soff: Any, n: Any) -> Any:
-        """``dst[doff:doff+n] = src[soff:soff+n]`` as one ``llvm.memcpy`` (no array views built)."""
-        sig = types.void(dst, doff, src, soff, n)
-
-        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-            dst_v, doff_v, src_v, soff_v, n_v = args
-            dst_a = context.make_array(signature.args[0])(context, builder, dst_v)
-            src_a = context.make_array(signature.args[2])(context, builder, src_v)
-            cgutils.raw_memcpy(  # type: ignore[no-untyped-call]
-                builder, builder.gep(dst_a.data, [doff_v]), builder.gep(src_a.data, [soff_v]), n_v, 1
-            )
-            return context.get_dummy_value()
-
-        return sig, codegen
+    from rlm.log._intrinsics import jit_copy as _copy
+    from rlm.log._intrinsics import jit_view as _view
 
 
 @_jit
