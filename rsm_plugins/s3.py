@@ -56,7 +56,7 @@ class S3Config(PluginConfig):
     part_size: int = Field(16 * MiB, ge=5 * MiB, le=5 * 1024 * MiB, description="Multipart part size.")
     upload_concurrency: int = Field(8, ge=1, le=64, description="Parts uploaded in parallel per file.")
     fetch_chunk_size: int = Field(8 * MiB, ge=MiB, description="Range size of the parallel GETs of a read.")
-    fetch_concurrency: int = Field(4, ge=1, le=64, description="Chunks in flight per read stream.")
+    fetch_concurrency: int = Field(8, ge=1, le=64, description="Chunks in flight per read stream.")
     fetch_threads: int = Field(16, ge=1, le=256, description="Threads shared by all read streams.")
     max_attempts: int = Field(8, ge=1, le=50, description="Attempts per request (throttling, 5xx, network).")
     retry_mode: Literal["standard", "adaptive"] = "standard"
@@ -281,8 +281,12 @@ class S3RemoteStorageManager(RemoteStorageManager):
                     f"{what}: start position {start_position} is at or past the end"
                 ) from e
             raise err from e
-        total = _total_size(resp, start_position)
-        begin, stop = streams.check_range(start_position, end_position, total, what)
+        total = _total_size(resp, start_position, what)
+        try:
+            begin, stop = streams.check_range(start_position, end_position, total, what)
+        except RemoteRangeError:
+            resp["Body"].close()
+            raise
         got = int(resp["ContentLength"])
         expected = (
             self._expected(metadata, SegmentFileType.SEGMENT)
@@ -386,14 +390,20 @@ def _reveal(secret: SecretStr | None) -> str | None:
     return secret.get_secret_value() if secret is not None else None
 
 
-def _total_size(resp: Mapping[str, Any], start: int) -> int:
-    """Object size from ``Content-Range: bytes s-e/total`` (or the length of a whole-object reply)."""
-    content_range = resp.get("ContentRange")
-    if content_range and "/" in content_range:
+def _total_size(resp: Mapping[str, Any], start: int, what: str) -> int:
+    """Object size from ``Content-Range: bytes <start>-e/total``; a reply that is not the asked
+    range (a server ignoring ``Range``) is an error rather than misplaced bytes."""
+    content_range = str(resp.get("ContentRange") or "")
+    if content_range.startswith(f"bytes {start}-") and "/" in content_range:
         total = content_range.rsplit("/", 1)[1]
-        if total != "*":
+        if total.isdigit():
             return int(total)
-    return start + int(resp["ContentLength"])
+    if not content_range and start == 0:
+        return int(resp["ContentLength"])  # whole object returned for bytes=0-...
+    resp["Body"].close()
+    raise RemoteStorageError(
+        f"{what}: asked for a range from byte {start}, got Content-Range {content_range!r}", retriable=True
+    )
 
 
 __all__ = ["S3Config", "S3RemoteStorageManager", "client_error_code"]

@@ -130,6 +130,21 @@ def _read_exactly(f: BinaryIO, n: int, path: Path) -> bytes:
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
+def _read_body_exactly(body: Any, n: int, what: str, start: int) -> bytearray:
+    """Read a response body of ``n`` bytes into one preallocated buffer (no chunk joins)."""
+    buf = bytearray(n)
+    view = memoryview(buf)
+    pos = 0
+    while pos < n:
+        got = int(body.readinto(view[pos:]) or 0)
+        if not got:
+            raise RemoteStorageError(
+                f"{what}: range {start}-{start + n - 1} ended after {pos} bytes", retriable=True
+            )
+        pos += got
+    return buf
+
+
 class ChunkedBody:
     """Bytes ``[first_stop, stop)`` of an object fetched as parallel ranged GETs, after a first
     streamed body covering ``[start, first_stop)``. Read in order with :meth:`read`."""
@@ -156,7 +171,7 @@ class ChunkedBody:
         self._ranges = collections.deque(
             (s, min(s + chunk_size, stop)) for s in range(first_stop, stop, chunk_size)
         )
-        self._futures: collections.deque[Future[bytes]] = collections.deque()
+        self._futures: collections.deque[Future[bytearray]] = collections.deque()
         self._pool = pool
         self._concurrency = max(1, concurrency)
         self._attempts = attempts
@@ -168,19 +183,24 @@ class ChunkedBody:
             s, e = self._ranges.popleft()
             self._futures.append(self._pool.submit(self._get, s, e))
 
-    def _get(self, start: int, stop: int) -> bytes:
-        def once() -> bytes:
+    def _get(self, start: int, stop: int) -> bytearray:
+        def once() -> bytearray:
             extra = {"IfMatch": self._etag} if self._etag else {}
             resp = self._client.get_object(
                 Bucket=self._bucket, Key=self._key, Range=f"bytes={start}-{stop - 1}", **extra
             )
-            blob: bytes = resp["Body"].read()
-            if len(blob) != stop - start:
+            body = resp["Body"]
+            if not str(resp.get("ContentRange", "")).startswith(f"bytes {start}-"):
+                body.close()
                 raise RemoteStorageError(
-                    f"s3://{self._bucket}/{self._key}: range {start}-{stop - 1} returned {len(blob)} bytes",
+                    f"s3://{self._bucket}/{self._key}: asked for bytes {start}-{stop - 1}, "
+                    f"got Content-Range {resp.get('ContentRange')!r}",
                     retriable=True,
                 )
-            return blob
+            try:
+                return _read_body_exactly(body, stop - start, f"s3://{self._bucket}/{self._key}", start)
+            finally:
+                body.close()
 
         return with_retries(
             once, bucket=self._bucket, key=self._key, action="GetObject", attempts=self._attempts
