@@ -13,7 +13,9 @@ like Kafka's consumer, logs and drops an invalid one instead of raising.
 Deliberate differences from Kafka, all invisible to Kafka's own API: the partition-deletion
 state is validated with ``RemotePartitionDeleteState.is_valid_transition`` and kept after
 DELETE_PARTITION_FINISHED (the segments are dropped) so :meth:`remote_partition_delete_state`
-can answer; and unknown partitions read as empty instead of raising.
+can answer; unknown partitions read as empty instead of raising; and per-epoch listings are
+always sorted by start offset (Kafka skips the sort when the epoch has no unreferenced ids,
+which breaks its own documented order when a segment's epoch begins after the segment does).
 
 Thread-safe: every public method holds one re-entrant lock; iterators run over a copy.
 """
@@ -195,8 +197,10 @@ class RemoteLogMetadataCache:
         rows = es.referenced()
         if es.unref:
             rows = np.concatenate([rows, np.array(sorted(es.unref), dtype=np.int32)])
-            rows = rows[np.argsort(p.table.c["start"][rows], kind="stable")]
-        return rows
+        # Kafka sorts only when there are unreferenced ids, assuming the epoch-start key order is
+        # start-offset order; it is not when a segment's epoch starts after its start offset.
+        # Sorting always keeps Kafka's documented contract (and its order whenever it holds).
+        return rows[np.argsort(p.table.c["start"][rows], kind="stable")]
 
     def list_remote_log_segments(self, tp: TopicIdPartition,
                                  leader_epoch: int | None = None) -> Iterator[RemoteLogSegmentMetadata]:
