@@ -204,13 +204,15 @@ class RemoteLogSegmentMetadata:
         return dict(self.segment_leader_epochs)
 
     def create_with_updates(self, update: RemoteLogSegmentMetadataUpdate) -> RemoteLogSegmentMetadata:
-        """Apply an update: state, broker, event time and custom metadata come from ``update``."""
+        """Apply an update: state, broker, event time and custom metadata come from ``update``.
+
+        As Kafka's ``createWithUpdates``, an update without custom metadata clears it; writers
+        carry the segment's custom metadata forward in every update they make.
+        """
         if update.remote_log_segment_id != self.remote_log_segment_id:
             raise ValueError("update is for another segment")
         return replace(self, state=update.state, broker_id=update.broker_id,
-                       event_timestamp_ms=update.event_timestamp_ms,
-                       custom_metadata=update.custom_metadata if update.custom_metadata is not None
-                       else self.custom_metadata)
+                       event_timestamp_ms=update.event_timestamp_ms, custom_metadata=update.custom_metadata)
 
 
 @dataclass(frozen=True, slots=True)
