@@ -2,7 +2,11 @@
 
 Files are memory-mapped read-only, so walking a 1 GiB segment touches only the pages that are
 read and never copies the file. Open file descriptors survive a rename or unlink of the file
-(retention, compaction), which is what a reader of a live broker directory needs.
+(retention, compaction), which is what a reader of a live broker directory needs. A mapping does
+not survive the file being *truncated* underneath it (the process gets SIGBUS), which Kafka does
+only to a segment holding offsets above the high watermark (follower catch-up, unclean leader
+election): readers of such ranges of a live active segment should pass bytes read with ``pread``
+(as ``rlm.log``'s segment scanner does) rather than the path. Remote and rolled segments are safe.
 """
 
 from __future__ import annotations
