@@ -6,7 +6,7 @@ read and never copies the file. Open file descriptors survive a rename or unlink
 not survive the file being *truncated* underneath it (the process gets SIGBUS), which Kafka does
 only to a segment holding offsets above the high watermark (follower catch-up, unclean leader
 election): readers of such ranges of a live active segment should pass bytes read with ``pread``
-(as ``rlm.log``'s segment scanner does) rather than the path. Remote and rolled segments are safe.
+(as ``rlm.log``'s segment scanner does) rather than the path. Remote segment files never change.
 """
 
 from __future__ import annotations
