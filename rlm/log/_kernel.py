@@ -9,6 +9,9 @@ scalars, so 64-bit wrap-around matches the compiled code.
 
 The checks mirror Java's ``DefaultRecord.readFrom``/``DefaultRecordBatch`` iterator; a failure
 returns an error code and byte position instead of raising (numba cannot build our exceptions).
+
+numba's on-disk cache is keyed on this file only: after editing :mod:`rlm.log._intrinsics`, touch
+this file (or delete ``rlm/log/__pycache__/_kernel.*.nb*``) so the kernels are recompiled.
 """
 
 from __future__ import annotations
