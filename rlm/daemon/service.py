@@ -315,8 +315,6 @@ class Daemon:
                 st.remote_bytes, st.remote_segments = res.remote_bytes, res.remote_segments
                 self.metrics.remote_log_size.labels(*labels).set(res.remote_bytes)
                 self.metrics.remote_segments.labels(*labels).set(res.remote_segments)
-                st.copy_lag = max(0, lso - (res.remote_end + 1)) if lso > 0 else 0
-                self.metrics.copy_lag_offsets.labels(*labels).set(st.copy_lag)
             st.last_error = None
         finally:
             st.last_run_ms = now_ms()
