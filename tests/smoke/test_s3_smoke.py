@@ -96,15 +96,14 @@ def test_seaweedfs_is_loopback_only(seaweedfs: SeaweedFS) -> None:
     assert "-master.telemetry=false" in cmd and "-admin.ui=false" in cmd and "-webdav=false" in cmd
 
 
-def test_moto_server_reset() -> None:
-    """``reset()`` really drops state; a private server so the session one is left alone."""
-    server = MotoServer().start()
-    try:
-        assert server.endpoint_url.startswith("http://127.0.0.1:")
-        bucket = server.create_bucket("reset")
-        server.boto3_client().put_object(Bucket=bucket, Key="k", Body=b"v")
-        assert [b["Name"] for b in server.boto3_client().list_buckets()["Buckets"]] == [bucket]
-        server.reset()
-        assert server.boto3_client().list_buckets()["Buckets"] == []
-    finally:
-        server.stop()
+def test_moto_server_reset(moto_server: MotoServer) -> None:
+    """``reset()`` really drops state.
+
+    moto keeps its backends per process, so every in-process server shares one state: the
+    assertions look only at this test's own bucket, which must exist before and be gone after.
+    """
+    bucket = moto_server.create_bucket("reset")
+    moto_server.boto3_client().put_object(Bucket=bucket, Key="k", Body=b"v")
+    assert bucket in [b["Name"] for b in moto_server.boto3_client().list_buckets()["Buckets"]]
+    moto_server.reset()
+    assert bucket not in [b["Name"] for b in moto_server.boto3_client().list_buckets()["Buckets"]]
