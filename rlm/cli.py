@@ -26,7 +26,9 @@ COMMAND_MODULES = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rlm", description="Tiered storage sidecar for Apache Kafka (KIP-405).")
+    parser = argparse.ArgumentParser(
+        prog="rlm", description="Tiered storage sidecar for Apache Kafka (KIP-405)."
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         if importlib.util.find_spec(name) is None:

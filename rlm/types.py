@@ -130,7 +130,8 @@ class RemoteLogSegmentState(enum.IntEnum):
 
 _SEGMENT_NEXT: dict[RemoteLogSegmentState, frozenset[RemoteLogSegmentState]] = {
     RemoteLogSegmentState.COPY_SEGMENT_STARTED: frozenset(
-        {RemoteLogSegmentState.COPY_SEGMENT_FINISHED, RemoteLogSegmentState.DELETE_SEGMENT_STARTED}),
+        {RemoteLogSegmentState.COPY_SEGMENT_FINISHED, RemoteLogSegmentState.DELETE_SEGMENT_STARTED}
+    ),
     RemoteLogSegmentState.COPY_SEGMENT_FINISHED: frozenset({RemoteLogSegmentState.DELETE_SEGMENT_STARTED}),
     RemoteLogSegmentState.DELETE_SEGMENT_STARTED: frozenset({RemoteLogSegmentState.DELETE_SEGMENT_FINISHED}),
     RemoteLogSegmentState.DELETE_SEGMENT_FINISHED: frozenset(),
@@ -143,7 +144,9 @@ class RemotePartitionDeleteState(enum.IntEnum):
     DELETE_PARTITION_FINISHED = 2
 
     @staticmethod
-    def is_valid_transition(src: RemotePartitionDeleteState | None, target: RemotePartitionDeleteState) -> bool:
+    def is_valid_transition(
+        src: RemotePartitionDeleteState | None, target: RemotePartitionDeleteState
+    ) -> bool:
         if src is None:
             return target is RemotePartitionDeleteState.DELETE_PARTITION_MARKED
         if src is target:
@@ -211,8 +214,13 @@ class RemoteLogSegmentMetadata:
         """
         if update.remote_log_segment_id != self.remote_log_segment_id:
             raise ValueError("update is for another segment")
-        return replace(self, state=update.state, broker_id=update.broker_id,
-                       event_timestamp_ms=update.event_timestamp_ms, custom_metadata=update.custom_metadata)
+        return replace(
+            self,
+            state=update.state,
+            broker_id=update.broker_id,
+            event_timestamp_ms=update.event_timestamp_ms,
+            custom_metadata=update.custom_metadata,
+        )
 
 
 @dataclass(frozen=True, slots=True)
