@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,6 +73,51 @@ def crc32c(data: bytes | bytearray | memoryview, crc: int = 0) -> int:
             return crc
         return int(_EXTEND(crc, ctypes.addressof(ctypes.c_char.from_buffer(view)), view.nbytes))
     return int(google_crc32c.extend(crc, bytes(view)))
+
+
+_POLY_REFLECTED = 0x82F63B78
+
+
+def _gf2_times(matrix: tuple[int, ...], vec: int) -> int:
+    out = 0
+    i = 0
+    while vec:
+        if vec & 1:
+            out ^= matrix[i]
+        vec >>= 1
+        i += 1
+    return out
+
+
+def _gf2_compose(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """The operator "apply ``b``, then ``a``"."""
+    return tuple(_gf2_times(a, col) for col in b)
+
+
+@functools.lru_cache(maxsize=64)
+def _zeros_operator(nbytes: int) -> tuple[int, ...]:
+    """32x32 GF(2) matrix that advances a CRC-32C register over ``nbytes`` zero bytes (zlib's
+    ``crc32_combine`` construction, kept as a matrix so equal chunk sizes reuse it)."""
+    one_bit = (_POLY_REFLECTED, *(1 << n for n in range(31)))
+    op = _gf2_compose(one_bit, one_bit)  # 2 bits
+    op = _gf2_compose(op, op)  # 4 bits
+    op = _gf2_compose(op, op)  # 1 byte
+    result: tuple[int, ...] = tuple(1 << n for n in range(32))  # identity
+    while nbytes:
+        if nbytes & 1:
+            result = _gf2_compose(op, result)
+        nbytes >>= 1
+        if nbytes:
+            op = _gf2_compose(op, op)
+    return result
+
+
+def crc32c_combine(crc1: int, crc2: int, len2: int) -> int:
+    """CRC-32C of ``A + B`` from ``crc(A)``, ``crc(B)`` and ``len(B)``: lets parallel downloads
+    checksum their own chunks and the reader combine them in order (microseconds per chunk)."""
+    if len2 <= 0:
+        return crc1
+    return _gf2_times(_zeros_operator(len2), crc1) ^ crc2
 
 
 class Crc32c:

@@ -23,7 +23,7 @@ from typing import Any, BinaryIO
 
 from rlm.errors import RemoteStorageError
 
-from .integrity import Crc32c, FileChecksum
+from .integrity import Crc32c, FileChecksum, crc32c, crc32c_combine
 from .s3_errors import map_error, with_retries
 
 
@@ -130,9 +130,8 @@ def _read_exactly(f: BinaryIO, n: int, path: Path) -> bytes:
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-def _read_body_exactly(body: Any, n: int, what: str, start: int) -> bytearray:
-    """Read a response body of ``n`` bytes into one preallocated buffer (no chunk joins)."""
-    buf = bytearray(n)
+def _read_body_exactly(body: Any, buf: bytearray, n: int, what: str, start: int) -> None:
+    """Read a response body of ``n`` bytes into ``buf[:n]`` (no chunk joins, no new memory)."""
     view = memoryview(buf)
     pos = 0
     while pos < n:
@@ -142,7 +141,6 @@ def _read_body_exactly(body: Any, n: int, what: str, start: int) -> bytearray:
                 f"{what}: range {start}-{start + n - 1} ended after {pos} bytes", retriable=True
             )
         pos += got
-    return buf
 
 
 class ChunkedBody:
@@ -171,20 +169,26 @@ class ChunkedBody:
         self._ranges = collections.deque(
             (s, min(s + chunk_size, stop)) for s in range(first_stop, stop, chunk_size)
         )
-        self._futures: collections.deque[Future[bytearray]] = collections.deque()
+        self._futures: collections.deque[Future[tuple[memoryview, int]]] = collections.deque()
+        self._chunk_size = chunk_size
+        # buffers are recycled: fresh multi-MiB allocations cost page faults on every chunk
+        self._free: list[bytearray] = []
+        self._current: bytearray | None = None
         self._pool = pool
         self._concurrency = max(1, concurrency)
         self._attempts = attempts
         self._buf = memoryview(b"")
+        self._crc = Crc32c()  # of the bytes handed out so far; chunks are checksummed by their thread
         self._fill()
 
     def _fill(self) -> None:
         while self._ranges and len(self._futures) < self._concurrency:
             s, e = self._ranges.popleft()
-            self._futures.append(self._pool.submit(self._get, s, e))
+            buf = self._free.pop() if self._free else bytearray(self._chunk_size)
+            self._futures.append(self._pool.submit(self._get, s, e, buf))
 
-    def _get(self, start: int, stop: int) -> bytearray:
-        def once() -> bytearray:
+    def _get(self, start: int, stop: int, buf: bytearray) -> tuple[memoryview, int]:
+        def once() -> tuple[memoryview, int]:
             extra = {"IfMatch": self._etag} if self._etag else {}
             resp = self._client.get_object(
                 Bucket=self._bucket, Key=self._key, Range=f"bytes={start}-{stop - 1}", **extra
@@ -198,9 +202,11 @@ class ChunkedBody:
                     retriable=True,
                 )
             try:
-                return _read_body_exactly(body, stop - start, f"s3://{self._bucket}/{self._key}", start)
+                _read_body_exactly(body, buf, stop - start, f"s3://{self._bucket}/{self._key}", start)
             finally:
                 body.close()
+            chunk = memoryview(buf)[: stop - start]
+            return chunk, crc32c(chunk)  # in this pool thread: the C call releases the GIL
 
         return with_retries(
             once, bucket=self._bucket, key=self._key, action="GetObject", attempts=self._attempts
@@ -212,17 +218,30 @@ class ChunkedBody:
         if self._left > 0:
             n = int(self._body.readinto(view[: min(len(view), self._left)]) or 0)
             self._left -= n
+            self._crc.update(view[:n])
             return n
         if not self._buf:
+            if self._current is not None:
+                self._free.append(self._current)
+                self._current = None
             if not self._futures:
                 return 0
             fut = self._futures.popleft()
+            chunk, chunk_crc = fut.result()
+            self._current = chunk.obj  # type: ignore[assignment]
+            self._buf = chunk
             self._fill()
-            self._buf = memoryview(fut.result())
+            self._crc.value = crc32c_combine(self._crc.value, chunk_crc, len(chunk))
+            self._crc.size += len(chunk)
         take = min(len(view), len(self._buf))
         view[:take] = self._buf[:take]
         self._buf = self._buf[take:]
         return take
+
+    def running_checksum(self) -> FileChecksum:
+        """CRC-32C and size of everything read so far (whole chunks are counted when they become
+        current, so it is exact once the reader reached the end)."""
+        return self._crc.result()
 
     def read(self, n: int = -1) -> bytes:
         buf = bytearray(n if n >= 0 else max(self._left, len(self._buf), 1 << 20))

@@ -70,7 +70,11 @@ class RemoteStream(io.RawIOBase):
         self._what = what
         self._map_error = map_error
         self._expected = expected
-        self._crc = Crc32c() if expected is not None else None
+        # an inner stream that checksums in its own threads (parallel ranged GETs) says so
+        self._inner_sum: Callable[[], FileChecksum] | None = (
+            getattr(inner, "running_checksum", None) if expected is not None else None
+        )
+        self._crc = Crc32c() if expected is not None and self._inner_sum is None else None
         self._verified = False
 
     def readable(self) -> bool:
@@ -117,10 +121,15 @@ class RemoteStream(io.RawIOBase):
         return b"".join(parts)
 
     def _verify(self) -> None:
-        if self._crc is None or self._expected is None or self._verified:
+        if self._expected is None or self._verified:
             return
         self._verified = True
-        got = self._crc.result()
+        if self._inner_sum is not None:
+            got = self._inner_sum()
+        elif self._crc is not None:
+            got = self._crc.result()
+        else:
+            return
         if got != self._expected:
             raise RemoteStorageIntegrityError(
                 f"{self._what}: checksum mismatch: read {got.size} bytes with CRC-32C {got.crc32c:#010x}, "

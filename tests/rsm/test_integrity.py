@@ -108,3 +108,10 @@ def test_stream_verifies_at_the_end() -> None:
     short = streams.wrap(io.BytesIO(data[:10]), 20, what="short")
     with pytest.raises(RemoteStorageError, match="ended 10 bytes early"):
         short.read()
+
+
+@given(st.binary(max_size=3000), st.binary(max_size=3000))
+def test_crc32c_combine(a: bytes, b: bytes) -> None:
+    assert integrity.crc32c_combine(integrity.crc32c(a), integrity.crc32c(b), len(b)) == integrity.crc32c(
+        a + b
+    )
