@@ -17,11 +17,12 @@ import itertools
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicCollection, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
@@ -38,6 +39,8 @@ from rlm.types import (
 from rlmm.serde import deserialize
 from rlmm.topic import TopicBasedRemoteLogMetadataManager
 from tests.services.kafka import KafkaCluster
+
+T = TypeVar("T")
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -66,10 +69,34 @@ def tiered_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Kaf
         cluster.stop()
 
 
+def _retry_unknown_topic(call: Callable[[], T]) -> T:
+    """Retry ``call`` while the broker says UNKNOWN_TOPIC_OR_PART.
+
+    Right after start the broker's own metadata manager may still be initialising, and right
+    after CreateTopics the new topic may not have reached the broker's metadata cache yet.
+    """
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            return call()
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def _create_tiered_topic(cluster: KafkaCluster, topic: str) -> TopicIdPartition:
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 1, config=TIERED_TOPIC_CONFIG)])[topic].result(60)
-    desc = admin.describe_topics(TopicCollection([topic]))[topic].result(60)
+
+    def create() -> None:
+        try:
+            admin.create_topics([NewTopic(topic, 1, 1, config=TIERED_TOPIC_CONFIG)])[topic].result(60)
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+
+    _retry_unknown_topic(create)
+    desc = _retry_unknown_topic(lambda: admin.describe_topics(TopicCollection([topic]))[topic].result(60))
     topic_id = KafkaUuid.from_bits(desc.topic_id.get_most_significant_bits(),
                                    desc.topic_id.get_least_significant_bits())
     return TopicIdPartition(topic_id, topic, 0)
