@@ -2,7 +2,8 @@
 
 * ``s3`` plugin vs boto3's TransferManager (``upload_file``/``download_file``) on the same SeaweedFS
   server: upload and download of one segment of ``--size-mb`` MiB;
-* ``local`` plugin vs a plain ``shutil.copyfile``, both directions;
+* ``local`` plugin vs a plain ``shutil.copyfile``, both directions, and (upload) vs
+  ``shutil.copyfile`` + fsync, the same durability as the plugin's default;
 * latency of 1 MiB range reads at random positions (s3 plugin, raw boto3 ``get_object``, local).
 
 Usage::
@@ -63,6 +64,16 @@ def write_segment(directory: Path, size: int) -> tuple[RemoteLogSegmentMetadata,
     tp = TopicIdPartition(KafkaUuid.random(), "bench", 0)
     md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(tp), 0, 999_999, 0, 0, 0, size, ((0, 0),))
     return md, data
+
+
+def copy_fsync(src: Path, dst: Path) -> None:
+    """``shutil.copyfile`` then fsync of the file: the floor for the ``local`` plugin with fsync."""
+    shutil.copyfile(src, dst)
+    fd = os.open(dst, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def round_robin(cases: list[tuple[str, Callable[[], Any]]], repeat: int) -> dict[str, tuple[float, float]]:
@@ -154,6 +165,10 @@ def main() -> int:
                     (
                         "shutil.copyfile upload (no fsync)",
                         lambda: shutil.copyfile(data.log_segment, tmp / "p.log"),
+                    ),
+                    (
+                        "shutil.copyfile upload + fsync (the plugin's durability)",
+                        lambda: copy_fsync(data.log_segment, tmp / "pf.log"),
                     ),
                     (
                         "local plugin download (CRC-32C checked)",

@@ -164,7 +164,9 @@ def empty_bucket(client: Any, bucket: str) -> None:
             client.delete_object(Bucket=bucket, Key=o["Key"])
 
 
-def bench_layout(root: Path, size: int, seg: int, url: str, client: Any) -> list[tuple[str, float, float]]:
+def bench_layout(
+    root: Path, size: int, seg: int, url: str | None, client: Any
+) -> list[tuple[str, float, float]]:
     logs = root / "logs"
     written = write_dir(logs, size, seg)
     pdir = logs / "bench-0"
@@ -201,6 +203,9 @@ def bench_layout(root: Path, size: int, seg: int, url: str, client: Any) -> list
     results.append(("plain-copy", wall, cpu))
     wall, cpu = measure(plain(True), rm(root / "plain"))
     results.append(("plain-copy+fsync", wall, cpu))
+    if url is None:  # --skip-s3
+        shutil.rmtree(logs)
+        return [(name, log_bytes / MB / wall, cpu / (log_bytes / GB)) for name, wall, cpu in results]
 
     bucket = f"bench-{seg // MB}"
     client.create_bucket(Bucket=bucket)
@@ -243,6 +248,7 @@ def main() -> int:
     ap.add_argument("--size-gb", type=float, default=5.0, help="rolled data per layout (default 5)")
     ap.add_argument("--dir", type=Path, help="scratch directory (default: a temp dir)")
     ap.add_argument("--layouts", default="1024,100", help="segment sizes in MB (default 1024,100)")
+    ap.add_argument("--skip-s3", action="store_true", help="only rlm-local and the plain copies")
     args = ap.parse_args()
     import rlm.daemon.service  # noqa: F401 - imports are not part of what is measured
     import rlmm.file  # noqa: F401
@@ -250,9 +256,9 @@ def main() -> int:
     import rsm_plugins.s3  # noqa: F401
 
     root = Path(tempfile.mkdtemp(prefix="bench-tier-", dir=args.dir))
-    moto, url = start_moto()
+    moto, url = (None, None) if args.skip_s3 else start_moto()
     try:
-        client = s3_client(url)
+        client = None if url is None else s3_client(url)
         size = int(args.size_gb * GB)
         print(
             f"bench_tier: {args.size_gb} GB per layout, scratch {root}, python {sys.version.split()[0]}, "
@@ -269,14 +275,19 @@ def main() -> int:
         by = {(s, n): m for s, n, m, _ in rows}
         for seg_mb in sorted({s for s, *_ in rows}):
             local = by[(seg_mb, "rlm-local")]
+            s3 = (
+                f", boto3-upload / rlm-s3 = {by[(seg_mb, 'boto3-upload')] / by[(seg_mb, 'rlm-s3')]:.2f}x"
+                if (seg_mb, "rlm-s3") in by
+                else ""
+            )
             print(
                 f"segments {seg_mb} MB: plain-copy / rlm-local = {by[(seg_mb, 'plain-copy')] / local:.2f}x, "
-                f"plain-copy+fsync / rlm-local = {by[(seg_mb, 'plain-copy+fsync')] / local:.2f}x, "
-                f"boto3-upload / rlm-s3 = {by[(seg_mb, 'boto3-upload')] / by[(seg_mb, 'rlm-s3')]:.2f}x"
+                f"plain-copy+fsync / rlm-local = {by[(seg_mb, 'plain-copy+fsync')] / local:.2f}x{s3}"
             )
     finally:
-        moto.terminate()
-        moto.wait(10)
+        if moto is not None:
+            moto.terminate()
+            moto.wait(10)
         shutil.rmtree(root, ignore_errors=True)
     return 0
 

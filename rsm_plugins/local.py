@@ -13,11 +13,13 @@ the whole segment. A failed copy removes whatever it wrote.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import os
 import stat
 import uuid
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -37,6 +39,8 @@ log = structlog.get_logger(__name__)
 
 KAFKA_ROOT_DIR_NAME = "kafka-tiered-storage"
 _CHUNK = 4 << 20
+_COPY_CHUNK = 8 << 20  # per copy_file_range call
+_READBACK_CHUNK = 1 << 20  # stays in cache between the read and the checksum
 
 
 class LocalConfig(PluginConfig):
@@ -145,7 +149,8 @@ class LocalRemoteStorageManager(RemoteStorageManager):
                     assert src.path is not None
                     with self.open_source(src.path) as inp:
                         fd = _regular_file_fd(inp)
-                        if fd is None or not _kernel_copy(fd, out.fileno(), crc):
+                        copied = fd is not None and _kernel_copy(fd, out.fileno(), crc, self.config.fsync)
+                        if not copied:
                             while chunk := inp.read(_CHUNK):
                                 out.write(chunk)
                                 crc.update(chunk)
@@ -243,21 +248,85 @@ def _regular_file_fd(stream: BinaryIO) -> int | None:
         return None
 
 
-def _kernel_copy(src_fd: int, dst_fd: int, crc: integrity.Crc32c) -> bool:
+def _load_sync_file_range() -> Any:
+    """libc's ``sync_file_range`` (Linux), or ``None``."""
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    return fn
+
+
+_SYNC_FILE_RANGE: Any = _load_sync_file_range()
+_SYNC_FILE_RANGE_WRITE = 2
+
+
+def _copy_chunk(src_fd: int, dst_fd: int, offset: int, early_writeback: bool) -> int:
+    """One ``copy_file_range`` at ``offset``; with ``early_writeback``, start writing the chunk
+    to disk now (``sync_file_range(SYNC_FILE_RANGE_WRITE)``, asynchronous, a hint only: the
+    fsync before the rename is still what makes the file durable), so that the final fsync
+    finds little left to write instead of the whole file."""
+    n = os.copy_file_range(src_fd, dst_fd, _COPY_CHUNK, offset, offset)
+    if n and early_writeback and _SYNC_FILE_RANGE is not None:
+        _SYNC_FILE_RANGE(dst_fd, offset, n, _SYNC_FILE_RANGE_WRITE)  # errors: the fsync reports them
+    return n
+
+
+def _kernel_copy(src_fd: int, dst_fd: int, crc: integrity.Crc32c, early_writeback: bool = False) -> bool:
     """Copy with ``copy_file_range`` (no user-space write; reflinks on filesystems that have them)
-    and checksum what landed in the destination. False if the kernel cannot do it here."""
-    offset = 0
-    while True:
+    and checksum what landed in the destination. False if the kernel cannot do it here.
+
+    The checksum is of the destination read back after the kernel wrote it (not of the source),
+    so it covers the bytes actually written. To keep that second pass off the wall clock, the
+    copy runs one chunk ahead in a helper thread (``copy_file_range`` releases the GIL) while this
+    thread reads back and checksums the chunk before it, in a small reused buffer.
+    """
+    try:
+        n = _copy_chunk(src_fd, dst_fd, 0, early_writeback)
+    except OSError as e:
+        if e.errno in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+            return False
+        raise
+    if n == 0:
+        return True
+    if n < _COPY_CHUNK:  # a small file: no thread
+        offset = n
+        while m := _copy_chunk(src_fd, dst_fd, offset, early_writeback):
+            offset += m
+        _readback(dst_fd, 0, offset, crc)
+        return True
+    with ThreadPoolExecutor(1, thread_name_prefix="local-copy") as pool:
+        done = n
+        ahead: Future[int] | None = pool.submit(_copy_chunk, src_fd, dst_fd, done, early_writeback)
         try:
-            n = os.copy_file_range(src_fd, dst_fd, _CHUNK, offset, offset)
-        except OSError as e:
-            if offset == 0 and e.errno in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
-                return False
-            raise
-        if n == 0:
-            return True
-        crc.update(os.pread(dst_fd, n, offset))
-        offset += n
+            checked = 0
+            while ahead is not None:
+                _readback(dst_fd, checked, done, crc)
+                checked = done
+                n = ahead.result()
+                ahead = None
+                if n:
+                    done += n
+                    ahead = pool.submit(_copy_chunk, src_fd, dst_fd, done, early_writeback)
+            _readback(dst_fd, checked, done, crc)
+        finally:
+            if ahead is not None:  # never leave a copy running on descriptors about to be closed
+                with contextlib.suppress(BaseException):
+                    ahead.result()
+    return True
+
+
+def _readback(fd: int, start: int, end: int, crc: integrity.Crc32c) -> None:
+    """Fold bytes ``[start, end)`` of ``fd`` into ``crc``, read in a reused buffer."""
+    buf = memoryview(bytearray(min(_READBACK_CHUNK, max(end - start, 0)) or 1))
+    while start < end:
+        n = os.preadv(fd, [buf[: min(len(buf), end - start)]], start)
+        if n <= 0:
+            raise OSError(errno.EIO, f"destination ended at byte {start} while reading back, expected {end}")
+        crc.update(buf[:n])
+        start += n
 
 
 def _fsync_dir(path: Path) -> None:
