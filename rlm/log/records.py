@@ -66,21 +66,8 @@ def parse_v2_header(buf: memoryview, position: int, *, path: str | None, verify_
         raise CorruptRecordError(
             f"record batch of {size + LOG_OVERHEAD} bytes runs past the end", path=path, position=position
         )
-    (
-        base_offset,
-        batch_length,
-        epoch,
-        magic,
-        crc,
-        attributes,
-        last_delta,
-        base_ts,
-        max_ts,
-        pid,
-        pepoch,
-        base_seq,
-        count,
-    ) = _V2_HEADER.unpack_from(buf, position)
+    fields = _V2_HEADER.unpack_from(buf, position)
+    batch_length, crc, attributes, count = fields[1], fields[4], fields[5], fields[12]
     if verify_crc:
         end = position + LOG_OVERHEAD + batch_length
         actual = crc32c(buf[position + 21 : end])
@@ -96,22 +83,7 @@ def parse_v2_header(buf: memoryview, position: int, *, path: str | None, verify_
         raise CorruptRecordError(
             f"unknown compression codec {attributes & 0x07}", path=path, position=position
         )
-    return BatchHeader(
-        position,
-        base_offset,
-        batch_length,
-        epoch,
-        magic,
-        crc,
-        attributes,
-        last_delta,
-        base_ts,
-        max_ts,
-        pid,
-        pepoch,
-        base_seq,
-        count,
-    )
+    return BatchHeader(position, *fields)
 
 
 def _walk(
