@@ -28,11 +28,11 @@ from rlm.daemon.leadership import Cluster, ClusterView
 from rlm.daemon.local_log import LocalLogView, read_node_id
 from rlm.daemon.metrics import DaemonMetrics
 from rlm.daemon.partition_remover import PartitionRemover
-from rlm.daemon.plugins import load_rlmm, load_rsm
 from rlm.daemon.quota import CopyQuota
 from rlm.daemon.scheduler import PartitionScheduler
 from rlm.daemon.status import StatusBoard
 from rlm.errors import ConfigError, LogFileGoneError, LogFormatError
+from rlm.plugin_setup import load_rlmm, load_rsm
 from rlm.types import KafkaUuid, TopicIdPartition, TopicPartition
 
 log = structlog.get_logger(__name__)

@@ -19,8 +19,8 @@ import yaml
 
 from rlm.config import load_config
 from rlm.daemon.crash import STEPS
-from rlm.daemon.plugins import load_rlmm
 from rlm.log.partition import PartitionDir
+from rlm.plugin_setup import load_rlmm
 from rlm.types import RemoteLogSegmentState, TopicIdPartition
 from tests.daemon.helpers import create_topic, finished, produce, topic_rlmm, wait_for
 

@@ -19,9 +19,9 @@ from confluent_kafka import TopicPartition as CkTp
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from rlm.config import load_config
-from rlm.daemon.plugins import load_rlmm, load_rsm
 from rlm.daemon.service import Daemon
 from rlm.log.partition import PartitionDir
+from rlm.plugin_setup import load_rlmm, load_rsm
 from rlm.types import TopicIdPartition
 from tests.daemon.helpers import (
     check_segment_against_local,

@@ -11,9 +11,9 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from rlm.config import DaemonConfig, load_config
-from rlm.daemon.plugins import load_rlmm
 from rlm.daemon.service import Daemon
 from rlm.log.partition import PartitionDir
+from rlm.plugin_setup import load_rlmm
 from rlm.types import RemotePartitionDeleteState, TopicIdPartition
 from tests.daemon.helpers import create_topic, finished, produce, topic_rlmm, wait_for
 

@@ -1,4 +1,7 @@
-"""Create the storage plugin and the metadata manager from the daemon's configuration.
+"""Create the storage plugin and the metadata manager from the shared configuration.
+
+Layer: above ``rsm_plugins`` and ``rlmm``, below the daemon and the read side (``fetcher``), which
+both build their plugins here so that defaults cannot diverge between writer and reader.
 
 Defaults keep everything the daemon owns under its work dir: the ``local`` plugin stores in
 ``<work_dir>/remote`` and the ``file`` manager in ``<work_dir>/metadata`` unless configured.
