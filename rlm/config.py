@@ -166,6 +166,51 @@ class HttpConfig(_Strict):
     )
 
 
+class ReadConfig(_Strict):
+    """The read side (``fetcher``): reader pool, remote read sizing, and ``rlm serve``'s HTTP API.
+
+    Kafka's names are accepted at top level (``remote.log.reader.threads`` ...) as for the daemon.
+    """
+
+    reader_threads: int = Field(
+        10, ge=1, json_schema_extra=_kafka("remote.log.reader.threads"),
+        description="Threads of the remote reader pool.",
+    )
+    reader_max_pending_tasks: int = Field(
+        100, ge=1, json_schema_extra=_kafka("remote.log.reader.max.pending.tasks"),
+        description="Queued reads beyond the running ones; a full queue answers 'busy' (retriable).",
+    )
+    fetch_max_wait_ms: int = Field(
+        500, ge=1, json_schema_extra=_kafka("remote.fetch.max.wait.ms"),
+        description="Default timeout of one remote read (a caller may pass a longer one).",
+    )
+    fetch_max_bytes_per_second: int = Field(
+        LONG_MAX, gt=0, json_schema_extra=_kafka("remote.log.manager.fetch.max.bytes.per.second"),
+        description="Quota on bytes read from remote storage per second, over all readers.",
+    )
+    chunk_bytes: int = Field(
+        8 * 1024 * 1024, ge=4096,
+        description="Size of one ranged GET and of one chunk-cache entry; larger reads are split into "
+        "chunks fetched in parallel.",
+    )
+    chunk_cache_bytes: int = Field(
+        128 * 1024 * 1024, ge=0,
+        description="Bytes of remote segment data kept in memory (LRU) for sequential readers.",
+    )
+    read_ahead_chunks: int = Field(
+        2, ge=0, description="Chunks prefetched after a sequential read, continuing into the next segment.",
+    )
+    parallel_gets: int = Field(4, ge=1, description="Ranged GETs in flight for one large read.")
+    http_host: str = Field("127.0.0.1", description="`rlm serve`: bind address of the HTTP API.")
+    http_port: int = Field(9465, ge=0, le=65535, description="`rlm serve`: port of the HTTP API (0 = any).")
+    http_token_env: str | None = Field(
+        None, description="Name of an environment variable holding a bearer token the HTTP API requires.",
+    )
+    http_token_file: Path | None = Field(
+        None, description="File holding a bearer token the HTTP API requires (first line).",
+    )
+
+
 _PREFIX_TARGETS = (
     ("rsm.config.", "storage"),
     ("rlmm.config.", "metadata"),
@@ -186,7 +231,9 @@ class DaemonConfig(BaseSettings):
     )
 
     log_dirs: list[Path] = Field(
-        description="The broker's log dirs (read only: the daemon never writes there)."
+        default_factory=list,
+        description="The broker's log dirs (read only: the daemon never writes there). Required by "
+        "`rlm run`; the read side (`rlm serve`, `rlm fetch`, Spark) needs only storage and metadata.",
     )
     work_dir: Path = Field(
         Path("rlm-work"),
@@ -206,6 +253,7 @@ class DaemonConfig(BaseSettings):
     storage: StorageConfig = Field(default_factory=StorageConfig)  # type: ignore[arg-type]
     metadata: MetadataConfig = Field(default_factory=MetadataConfig)  # type: ignore[arg-type]
     http: HttpConfig = Field(default_factory=HttpConfig)  # type: ignore[arg-type]
+    read: ReadConfig = Field(default_factory=ReadConfig)  # type: ignore[arg-type]
     task_interval_ms: int = Field(
         30000,
         gt=0,
@@ -297,11 +345,13 @@ class DaemonConfig(BaseSettings):
             return data
         data = _rename_kafka_keys(cls, data)
         topic_names = _kafka_names(TopicSettings)
+        read_names = _kafka_names(ReadConfig)
         out: dict[str, Any] = {}
         special: list[tuple[str, Any]] = []
         for k, v in data.items():
             if isinstance(k, str) and (
                 k in topic_names or k.startswith(tuple(p for p, _ in _PREFIX_TARGETS)) or k in _PLUGIN_KEYS
+                or k in read_names
             ):
                 special.append((k, v))
             else:
@@ -319,6 +369,8 @@ class DaemonConfig(BaseSettings):
                 block(section)[fname] = v
             elif k in topic_names:
                 block("topic_defaults")[topic_names[k]] = v
+            elif k in read_names:
+                block("read")[read_names[k]] = v
             else:
                 prefix, target = next((p, t) for p, t in _PREFIX_TARGETS if k.startswith(p))
                 plugin_block = block(target)

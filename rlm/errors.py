@@ -131,3 +131,55 @@ class MetadataDecodeError(RemoteLogMetadataError):
         if offset is not None:
             where += f"@{offset}"
         super().__init__(f"{where}: {reason}")
+
+
+# ---- read side (fetcher) ---------------------------------------------------------------------
+class RemoteReadError(RlmError):
+    """A historical read (fetch, offset lookup, scan) could not be served. Names the partition."""
+
+
+class UnknownTopicOrPartitionError(RemoteReadError):
+    """No remote data is known for this topic or partition."""
+
+
+class OffsetOutOfRangeError(RemoteReadError):
+    """The offset lies outside the remote range; ``log_start``..``log_end`` (exclusive end) is the
+    valid range, so callers (HTTP 416, Kafka OFFSET_OUT_OF_RANGE) can report it."""
+
+    def __init__(self, message: str, *, log_start: int, log_end: int) -> None:
+        super().__init__(message)
+        self.log_start = log_start
+        self.log_end = log_end
+
+
+class FencedLeaderEpochError(RemoteReadError):
+    """The read names a leader epoch that ended before the requested offset (the log diverged)."""
+
+
+class UnknownLeaderEpochError(RemoteReadError):
+    """The read names a leader epoch newer than any in remote metadata."""
+
+    retriable = True
+
+
+class ReaderBusyError(RemoteReadError):
+    """The remote reader pool's queue is full (``remote.log.reader.max.pending.tasks``)."""
+
+    retriable = True
+
+
+class FetchTimeoutError(RemoteReadError):
+    """A remote read did not finish within its timeout (``remote.fetch.max.wait.ms`` or the caller's)."""
+
+    retriable = True
+
+
+class RemoteSegmentIncompleteError(RemoteStorageIntegrityError):
+    """A remote segment's bytes end before the end offset or size its metadata records: a read is
+    complete or it is this error, never silently fewer records."""
+
+
+class RemoteSegmentDeletedError(RemoteReadError):
+    """The segment chosen for a read was deleted from remote storage meanwhile (retention)."""
+
+    retriable = True

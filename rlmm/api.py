@@ -143,6 +143,18 @@ class RemoteLogMetadataManager(abc.ABC):
     def remote_log_size(self, tp: TopicIdPartition, leader_epoch: int) -> int:
         """Sum of ``segment_size_in_bytes`` of :meth:`list_remote_log_segments` for the epoch."""
 
+    def known_partitions(self) -> set[TopicIdPartition]:
+        """User partitions this instance holds metadata for (the read side lists topics with it).
+
+        The default knows none; implementations backed by :class:`rlmm.cache.RemoteLogMetadataCache`
+        return the partitions they loaded.
+        """
+        return set()
+
+    def follow_all(self) -> None:  # noqa: B027 - optional hook
+        """Load the metadata of every user partition, not only registered ones (a read tier that
+        serves any partition). The default does nothing: a store that always holds everything."""
+
     @abc.abstractmethod
     def close(self) -> None:
         """Releases resources; idempotent. Later calls raise :class:`RemoteLogMetadataError`."""

@@ -256,6 +256,10 @@ class FileRemoteLogMetadataManager(RemoteLogMetadataManager):
         with self._lock:
             self._registered |= set(leaders) | set(followers)
 
+    def known_partitions(self) -> set[TopicIdPartition]:
+        self._check_open()
+        return self._cache.partitions()
+
     def on_stopped_partitions(self, partitions: Set[TopicIdPartition]) -> None:
         """Bookkeeping only: the state stays (it is durable here and nothing needs re-reading)."""
         self._check_open()

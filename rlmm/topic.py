@@ -65,6 +65,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self._lock = threading.RLock()
         self._cache = RemoteLogMetadataCache()
         self._managed: set[TopicIdPartition] = set()
+        self._follow_all = False
         self._write_locks: dict[int, threading.Lock] = {}
         self._closed = False
         self._consumer: MetadataConsumer | None = None
@@ -139,19 +140,38 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         with self._lock:
             self._managed |= set(leaders) | set(followers)
             wanted = {partitioner.metadata_partition(tp) for tp in self._managed}
+            if self._follow_all:
+                wanted = set(range(partitioner.num_metadata_partitions))
         consumer.set_wanted(wanted)
+
+    def follow_all(self) -> None:
+        """Consume every metadata partition and allow reads of any user partition (read tier)."""
+        cfg, consumer, _, _ = self._started()
+        with self._lock:
+            self._follow_all = True
+        consumer.set_wanted(set(range(cfg.num_partitions)))
+        deadline = time.monotonic() + cfg.consume_wait_ms / 1000
+        if not consumer.await_ready(set(range(cfg.num_partitions)), deadline):
+            raise MetadataUnavailableError(
+                f"{cfg.topic_name} is not loaded after {cfg.consume_wait_ms} ms; try again")
+
+    def known_partitions(self) -> set[TopicIdPartition]:
+        self._started()
+        return self._cache.partitions()
 
     def on_stopped_partitions(self, partitions: Set[TopicIdPartition]) -> None:
         _, consumer, partitioner, _ = self._started()
         with self._lock:
             self._managed -= set(partitions)
             wanted = {partitioner.metadata_partition(tp) for tp in self._managed}
+            if self._follow_all:
+                wanted = set(range(partitioner.num_metadata_partitions))
         consumer.set_wanted(wanted)
 
     def _managed_partition(self, tp: TopicIdPartition, *, for_write: bool) -> int:
         cfg, consumer, partitioner, _ = self._started()
         with self._lock:
-            managed = tp in self._managed
+            managed = tp in self._managed or (self._follow_all and not for_write)
         if not managed:
             what = "written" if for_write else "read"
             raise RemoteLogMetadataError(

@@ -17,11 +17,11 @@ import structlog
 from rlm.config import ResolvedTopicConfig
 from rlm.daemon.context import EpochHistory, TaskContext, now_ms, wait_result
 from rlm.daemon.crash import crash_point
-from rlm.daemon.lineage import checkpoint_bytes, epochs_for_range, find_highest_remote_offset
 from rlm.daemon.local_log import LocalLogView, LocalSegment
 from rlm.daemon.producer_snapshot import producer_snapshot_for
 from rlm.daemon.remote_ops import delete_remote_segment
 from rlm.errors import RlmError
+from rlm.lineage import checkpoint_bytes, epochs_for_range, find_highest_remote_offset
 from rlm.types import (
     LogSegmentData,
     RemoteLogSegmentId,

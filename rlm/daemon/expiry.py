@@ -15,9 +15,9 @@ import structlog
 
 from rlm.config import ResolvedTopicConfig
 from rlm.daemon.context import EpochHistory, TaskContext, now_ms
-from rlm.daemon.lineage import filtered_epochs, is_within_lineage
 from rlm.daemon.local_log import LocalLogView
 from rlm.daemon.remote_ops import delete_remote_segment
+from rlm.lineage import filtered_epochs, is_within_lineage
 from rlm.types import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 
 log = structlog.get_logger(__name__)

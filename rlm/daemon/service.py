@@ -90,6 +90,8 @@ class Daemon:
 
     def start(self) -> Daemon:
         cfg = self.config
+        if not cfg.log_dirs:
+            raise ConfigError("log_dirs: at least one broker log dir is required to run the daemon")
         cfg.work_dir.mkdir(parents=True, exist_ok=True)
         node_id = self._node_id()
         status = StatusBoard(cfg.work_dir, node_id)

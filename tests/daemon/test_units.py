@@ -7,16 +7,16 @@ import time
 from pathlib import Path
 
 from rlm.daemon.context import EpochHistory
-from rlm.daemon.lineage import (
+from rlm.daemon.quota import CopyQuota
+from rlm.daemon.scheduler import PartitionScheduler
+from rlm.errors import RlmError
+from rlm.lineage import (
     checkpoint_bytes,
     epochs_for_range,
     filtered_epochs,
     find_highest_remote_offset,
     is_within_lineage,
 )
-from rlm.daemon.quota import CopyQuota
-from rlm.daemon.scheduler import PartitionScheduler
-from rlm.errors import RlmError
 from rlm.types import KafkaUuid, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 
 TP = TopicIdPartition(KafkaUuid.random(), "t", 0)
