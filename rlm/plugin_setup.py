@@ -59,16 +59,20 @@ def rlmm_class(name: str) -> Any:
         raise PluginLoadError(f"metadata manager {name!r} ({target}) cannot be loaded: {e}") from e
 
 
-def load_rlmm(config: DaemonConfig, node_id: int) -> Any:
+def load_rlmm(config: DaemonConfig, node_id: int, *, read_only: bool = False) -> Any:
+    """The metadata manager; ``read_only`` for the read side: the embedded file store is followed
+    without its writer lock, the topic store keeps its snapshots apart from the daemon's."""
     cls = rlmm_class(config.metadata.manager)
     cfg: dict[str, Any] = dict(config.metadata.config)
     kind = RLMM_BUILTINS.get(config.metadata.manager, config.metadata.manager)
     if kind.endswith("FileRemoteLogMetadataManager"):
         cfg.setdefault("dir", str(config.work_dir / "metadata"))
+        if read_only:
+            cfg["read.only"] = True
     if kind.endswith("TopicBasedRemoteLogMetadataManager"):
         if config.bootstrap_servers and not any(k.endswith("bootstrap.servers") for k in cfg):
             cfg["bootstrap.servers"] = config.bootstrap_servers
-        cfg.setdefault("log.dir", str(config.work_dir / "rlmm"))
+        cfg.setdefault("log.dir", str(config.work_dir / ("rlmm-reader" if read_only else "rlmm")))
     cfg.setdefault("broker.id", node_id)
     manager = cls()
     manager.configure(cfg)

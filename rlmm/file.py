@@ -19,6 +19,7 @@ import fcntl
 import os
 import struct
 import threading
+import time
 from collections.abc import Iterator, Mapping, Set
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,11 @@ class FileRlmmConfig(BaseModel):
     snapshot_interval_records: int = Field(100_000, ge=1, alias="snapshot.interval.records")
     broker_id: int | None = Field(None, alias="broker.id")
     cluster_id: str | None = Field(None, alias="cluster.id")
+    read_only: bool = Field(False, alias="read.only",
+                            description="Open without the writer lock and follow the log as another "
+                            "process (the daemon) appends to it: for the read side.")
+    refresh_interval_ms: int = Field(500, ge=0, alias="refresh.interval.ms",
+                                     description="Read-only mode: how often reads look for new records.")
 
     def directory(self) -> Path:
         if self.dir is not None:
@@ -78,6 +84,10 @@ class FileRemoteLogMetadataManager(RemoteLogMetadataManager):
         self._interval = 100_000
         self._since_snapshot = 0
         self._registered: set[TopicIdPartition] = set()
+        self._read_only = False
+        self._tail_pos = 0
+        self._refresh_s = 0.5
+        self._next_refresh = 0.0
 
     @classmethod
     def open(cls, directory: str | Path, **options: Any) -> FileRemoteLogMetadataManager:
@@ -96,6 +106,9 @@ class FileRemoteLogMetadataManager(RemoteLogMetadataManager):
                 raise RemoteLogMetadataError("file metadata manager is already configured")
             self._dir = cfg.directory()
             self._interval = cfg.snapshot_interval_records
+            if cfg.read_only:
+                self._open_read_only(self._dir, cfg.refresh_interval_ms)
+                return
             self._dir.mkdir(parents=True, exist_ok=True)
             self._acquire_lock(self._dir)
             try:
@@ -103,6 +116,43 @@ class FileRemoteLogMetadataManager(RemoteLogMetadataManager):
             except BaseException:
                 self._release_lock()
                 raise
+
+    def _open_read_only(self, directory: Path, refresh_ms: int) -> None:
+        """Load snapshot + log without taking the writer's lock; later reads tail the log."""
+        if not directory.is_dir():
+            raise MetadataUnavailableError(f"{directory}: no metadata store here (read-only open)")
+        log_path = directory / LOG_FILE
+        size = log_path.stat().st_size if log_path.exists() else 0
+        self._tail_pos = self._load_snapshot(directory, size)
+        self._read_only = True
+        self._refresh_s = refresh_ms / 1000
+        self._replay_tail()
+        log.info("rlmm_file_store_opened_read_only", dir=str(directory), segments=self._cache.segment_count())
+
+    def _replay_tail(self) -> None:
+        assert self._dir is not None
+        log_path = self._dir / LOG_FILE
+        if not log_path.exists():
+            return
+        scan = LogScan(log_path, self._tail_pos)
+        try:
+            for pos, payload in scan:
+                try:
+                    md = deserialize(payload, offset=pos, source=str(log_path))
+                except MetadataDecodeError as e:
+                    log.error("rlmm_record_undecodable", path=str(log_path), position=pos, error=str(e))
+                    continue
+                self._cache.apply(md)
+        except MetadataDecodeError as e:
+            log.warning("rlmm_read_only_tail_unreadable", path=str(log_path), error=str(e))
+        self._tail_pos = max(self._tail_pos, scan.end)  # a torn tail is re-read on the next refresh
+
+    def refresh(self) -> None:
+        """Read-only mode: apply records appended since the last look (no-op for the writer)."""
+        with self._lock:
+            if self._read_only and not self._closed:
+                self._replay_tail()
+                self._next_refresh = time.monotonic() + self._refresh_s
 
     def _acquire_lock(self, directory: Path) -> None:
         fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
@@ -199,6 +249,8 @@ class FileRemoteLogMetadataManager(RemoteLogMetadataManager):
     # ---- writes ----------------------------------------------------------------------------------
     def _store(self, md: RemoteLogMetadata) -> None:
         with self._lock:
+            if self._read_only:
+                raise RemoteLogMetadataError(f"{self._dir}: the metadata store is open read-only")
             if self._log is None:
                 raise RemoteLogMetadataError("file metadata manager is " + ("closed" if self._closed
                                                                              else "not configured"))
@@ -223,6 +275,10 @@ class FileRemoteLogMetadataManager(RemoteLogMetadataManager):
 
     # ---- reads and registration ------------------------------------------------------------------
     def _check_open(self) -> None:
+        if self._read_only and not self._closed:
+            if time.monotonic() >= self._next_refresh:
+                self.refresh()
+            return
         if self._log is None:
             raise RemoteLogMetadataError("file metadata manager is " + ("closed" if self._closed
                                                                          else "not configured"))

@@ -1,0 +1,79 @@
+"""Walking record batches in remote segment bytes, window by window.
+
+A remote segment is never read whole: the walker pulls windows of bytes through the
+:class:`~fetcher.reader.SegmentReader` and yields batch headers with their absolute positions
+in the segment. Reaching the segment's end before its recorded end offset, or a batch that runs
+past the segment's size, is :class:`RemoteSegmentIncompleteError` — a read is complete or it is
+an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+from fetcher.reader import SegmentReader
+from rlm.errors import LogFormatError, RemoteSegmentIncompleteError
+from rlm.log.records import BatchHeader, iter_batches
+from rlm.types import RemoteLogSegmentMetadata
+
+_MIN_WINDOW = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Located:
+    """A batch header (absolute ``position`` in the segment) and its bytes."""
+
+    header: BatchHeader
+    data: bytes
+
+
+def describe(md: RemoteLogSegmentMetadata) -> str:
+    tp = md.topic_id_partition
+    return (f"{tp.topic}-{tp.partition} segment {md.remote_log_segment_id.id} "
+            f"(offsets {md.start_offset}..{md.end_offset})")
+
+
+def walk(reader: SegmentReader, md: RemoteLogSegmentMetadata, start_position: int, *,
+         window: int, sequential: bool, next_md: RemoteLogSegmentMetadata | None = None,
+         verify_crc: bool = False) -> Iterator[Located]:
+    """Yield whole batches from ``start_position`` to the end of the segment, reading windows of
+    about ``window`` bytes (grown when one batch is larger)."""
+    size = md.segment_size_in_bytes
+    pos = start_position
+    want = max(window, _MIN_WINDOW)
+    last: BatchHeader | None = None
+    while pos < size:
+        data = reader.read(md, pos, min(size, pos + want), sequential=sequential, next_md=next_md)
+        consumed = 0
+        try:
+            for h in iter_batches(data, verify_crc=verify_crc, path=describe(md)):
+                abs_h = replace(h, position=h.position + pos)
+                yield Located(abs_h, data[h.position:h.end_position])
+                consumed = h.end_position
+                last = abs_h
+        except LogFormatError as e:
+            raise type(e)(f"{e.reason} (at segment position {pos + (e.position or 0)})",
+                          path=describe(md), position=pos + (e.position or 0)) from e
+        if consumed == 0:
+            if pos + len(data) >= size:
+                raise RemoteSegmentIncompleteError(
+                    f"{describe(md)}: a batch at position {pos} runs past the segment's {size} bytes")
+            want *= 4  # one batch larger than the window
+            continue
+        pos += consumed
+        want = max(window, _MIN_WINDOW)
+    if start_position < size and (last is None or last.last_offset < md.end_offset):
+        got = last.last_offset if last is not None else "nothing"
+        raise RemoteSegmentIncompleteError(
+            f"{describe(md)}: the segment's bytes end at offset {got}, before its recorded end offset "
+            f"{md.end_offset}")
+
+
+def check_complete(md: RemoteLogSegmentMetadata, last: BatchHeader | None) -> None:
+    """At the end of a segment: the last batch must end at the recorded end offset."""
+    if last is None or last.last_offset != md.end_offset or last.end_position != md.segment_size_in_bytes:
+        got = f"offset {last.last_offset} at byte {last.end_position}" if last else "no batch"
+        raise RemoteSegmentIncompleteError(
+            f"{describe(md)}: bytes end with {got}, but metadata says offset {md.end_offset} at byte "
+            f"{md.segment_size_in_bytes}")

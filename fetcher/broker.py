@@ -1,0 +1,75 @@
+"""The broker's own answers (ListOffsets) for what lies past the remote end.
+
+Used by offset lookups when ``bootstrap_servers`` is configured, so one call covers remote and
+local data, and by ``rlm replay`` to know the broker's local log start.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from rlm.errors import MetadataUnavailableError
+
+_TIMEOUT_S = 10.0
+
+
+class BrokerOffsets:
+    """A lazily created confluent-kafka consumer (no group use) asking ListOffsets."""
+
+    def __init__(self, bootstrap_servers: str, client_config: Mapping[str, Any] | None = None) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self._client_config = {str(k): _plain(v) for k, v in (client_config or {}).items()}
+        self._consumer: Any = None
+        self._lock = threading.Lock()
+
+    def _client(self) -> Any:
+        from confluent_kafka import Consumer
+
+        with self._lock:
+            if self._consumer is None:
+                conf: dict[str, Any] = {**self._client_config, "bootstrap.servers": self.bootstrap_servers,
+                                        "group.id": "rlm-fetcher-offsets", "enable.auto.commit": False}
+                self._consumer = Consumer(conf)
+            return self._consumer
+
+    def offset_for_timestamp(self, topic: str, partition: int, timestamp: int) -> tuple[int, int, int] | None:
+        """(offset, timestamp, leader epoch) as the broker answers; ``None`` when no record is that
+        late. -1 = latest (log end), -2 = earliest (the broker's local log start)."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        c = self._client()
+        try:
+            if timestamp in (-1, -2):
+                low, high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=_TIMEOUT_S)
+                return (high if timestamp == -1 else low), -1, -1
+            got = c.offsets_for_times([TopicPartition(topic, partition, timestamp)], timeout=_TIMEOUT_S)
+        except KafkaException as e:
+            raise MetadataUnavailableError(
+                f"broker {self.bootstrap_servers}: ListOffsets for {topic}-{partition} failed: {e}") from e
+        tp = got[0]
+        if tp.error is not None:
+            raise MetadataUnavailableError(f"broker ListOffsets for {topic}-{partition}: {tp.error}")
+        if tp.offset < 0:
+            return None
+        epoch = getattr(tp, "leader_epoch", None)
+        return tp.offset, -1, epoch if isinstance(epoch, int) and epoch >= 0 else -1
+
+    def local_log_start(self, topic: str, partition: int) -> int:
+        """The broker's earliest offset: below it only the remote tier has records."""
+        got = self.offset_for_timestamp(topic, partition, -2)
+        assert got is not None
+        return got[0]
+
+    def close(self) -> None:
+        with self._lock:
+            if self._consumer is not None:
+                self._consumer.close()
+                self._consumer = None
+
+
+def _plain(value: Any) -> Any:
+    """Secret values (pydantic ``SecretStr``) are passed in clear only to the client library."""
+    get = getattr(value, "get_secret_value", None)
+    return get() if callable(get) else value

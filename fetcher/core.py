@@ -1,0 +1,250 @@
+"""``RemoteFetcher``: the one read core every face (CLI, HTTP, Kafka endpoint, Spark) calls.
+
+It owns the storage plugin, the metadata manager (following every partition, read-only for the
+embedded file store), the remote index cache, the segment reader and the reader pool, and
+answers three questions: which segments (``plan``), where to start and stop (``fetch``,
+``offset_for_timestamp``, ``plan_scan``), and how bytes become records (``scan``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import structlog
+
+from fetcher.broker import BrokerOffsets
+from fetcher.fetch import FetchRequest, FetchResult, IsolationLevel, fetch_from_plan
+from fetcher.index_cache import DIR_NAME, RemoteIndexCache
+from fetcher.planning import PartitionPlan, plan_partition
+from fetcher.pool import ReaderPool
+from fetcher.reader import ByteRateLimiter, ReadStats, SegmentReader
+from fetcher.scan import ScanRange, plan_scan, scan_range
+from fetcher.timestamps import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TimestampAnswer, offset_for_timestamp
+from rlm.config import DaemonConfig, ReadConfig
+from rlm.errors import RemoteSegmentDeletedError, UnknownTopicOrPartitionError
+from rlm.types import RemoteLogSegmentState, TopicIdPartition
+from rlmm.api import RemoteLogMetadataManager
+from rsm_plugins.api import RemoteStorageManager
+
+log = structlog.get_logger(__name__)
+
+_PLAN_TTL_S = 1.0
+
+
+class OffsetAnswer:
+    """An offset lookup's answer and where it came from (``remote`` or ``broker``)."""
+
+    __slots__ = ("leader_epoch", "offset", "source", "timestamp")
+
+    def __init__(self, offset: int, timestamp: int, leader_epoch: int, source: str) -> None:
+        self.offset = offset
+        self.timestamp = timestamp
+        self.leader_epoch = leader_epoch
+        self.source = source
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"offset": self.offset, "timestamp": self.timestamp, "leader_epoch": self.leader_epoch,
+                "source": self.source}
+
+    def __repr__(self) -> str:
+        return f"OffsetAnswer({self.to_dict()})"
+
+
+class RemoteFetcher:
+    """Historical reads of tiered partitions. Thread-safe; close it (or use ``with``)."""
+
+    def __init__(self, rsm: RemoteStorageManager, rlmm: RemoteLogMetadataManager, *, work_dir: Path,
+                 read: ReadConfig | None = None, index_cache_bytes: int = 1 << 30,
+                 broker: BrokerOffsets | None = None, owns_plugins: bool = False) -> None:
+        self.read_config = read or ReadConfig.model_validate({})
+        rc = self.read_config
+        self.rsm = rsm
+        self.rlmm = rlmm
+        self.broker = broker
+        self._owns = owns_plugins
+        self.stats = ReadStats()
+        self.indexes = RemoteIndexCache(work_dir / DIR_NAME, index_cache_bytes, rsm.fetch_index,
+                                        on_fetch=lambda _t, n: self.stats.add_index(n))
+        self.reader = SegmentReader(rsm, chunk_bytes=rc.chunk_bytes, cache_bytes=rc.chunk_cache_bytes,
+                                    read_ahead_chunks=rc.read_ahead_chunks, parallel_gets=rc.parallel_gets,
+                                    limiter=ByteRateLimiter(rc.fetch_max_bytes_per_second), stats=self.stats)
+        self.pool = ReaderPool(rc.reader_threads, rc.reader_max_pending_tasks, rc.fetch_max_wait_ms)
+        self._plans: dict[TopicIdPartition, tuple[float, PartitionPlan]] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        rlmm.follow_all()
+
+    @classmethod
+    def from_config(cls, config: DaemonConfig) -> RemoteFetcher:
+        """Build storage and metadata from the same configuration ``rlm run`` uses (read-only)."""
+        from rlm.plugin_setup import load_rlmm, load_rsm
+
+        node_id = config.node_id if config.node_id is not None else -1
+        rsm = load_rsm(config, node_id)
+        try:
+            rlmm = load_rlmm(config, node_id, read_only=True)
+        except BaseException:
+            rsm.close()
+            raise
+        broker = (BrokerOffsets(config.bootstrap_servers, config.kafka_client)
+                  if config.bootstrap_servers else None)
+        try:
+            return cls(rsm, rlmm, work_dir=config.work_dir, read=config.read,
+                       index_cache_bytes=config.index_file_cache_total_size_bytes, broker=broker,
+                       owns_plugins=True)
+        except BaseException:
+            rlmm.close()
+            rsm.close()
+            raise
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self.pool.close()
+        self.reader.close()
+        if self.broker is not None:
+            self.broker.close()
+        if self._owns:
+            self.rlmm.close()
+            self.rsm.close()
+
+    def __enter__(self) -> RemoteFetcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- catalog ---------------------------------------------------------------------------
+    def topics(self) -> dict[str, list[TopicIdPartition]]:
+        """Every topic with remote data, its partitions sorted (one topic id per name: the one
+        with the most segments, if a name was deleted and re-created)."""
+        by_name: dict[str, dict[Any, list[TopicIdPartition]]] = {}
+        for tp in self.rlmm.known_partitions():
+            by_name.setdefault(tp.topic, {}).setdefault(tp.topic_id, []).append(tp)
+        out: dict[str, list[TopicIdPartition]] = {}
+        for name, ids in sorted(by_name.items()):
+            best = max(ids.values(), key=lambda tps: sum(self._segment_count(tp) for tp in tps))
+            out[name] = sorted(best, key=lambda tp: tp.partition)
+        return out
+
+    def _segment_count(self, tp: TopicIdPartition) -> int:
+        return sum(1 for md in self.rlmm.list_remote_log_segments(tp)
+                   if md.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED)
+
+    def partition(self, topic: str, partition: int) -> TopicIdPartition:
+        """The partition's id; :class:`UnknownTopicOrPartitionError` when nothing is remote."""
+        tps = self.topics().get(topic)
+        if tps is None:
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} has no remote data")
+        for tp in tps:
+            if tp.partition == partition:
+                return tp
+        raise UnknownTopicOrPartitionError(
+            f"{topic}-{partition} has no remote data (partitions with data: {[t.partition for t in tps]})")
+
+    def plan(self, topic: str | TopicIdPartition, partition: int | None = None) -> PartitionPlan:
+        """The partition's lineage chain (cached for about a second; metadata changes show after)."""
+        tp = topic if isinstance(topic, TopicIdPartition) else self.partition(topic, int(partition or 0))
+        now = time.monotonic()
+        with self._lock:
+            cached = self._plans.get(tp)
+            if cached is not None and now - cached[0] < _PLAN_TTL_S:
+                return cached[1]
+        plan = plan_partition(tp, self.rlmm.list_remote_log_segments(tp))
+        with self._lock:
+            self._plans[tp] = (now, plan)
+        return plan
+
+    def _invalidate(self, tp: TopicIdPartition) -> None:
+        with self._lock:
+            self._plans.pop(tp, None)
+
+    # ---- reads -----------------------------------------------------------------------------
+    def fetch(self, topic: str, partition: int, offset: int, *, max_bytes: int = 1 << 20,
+              isolation: str | IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+              leader_epoch: int | None = None, min_one_message: bool = True, raw_tail: bool = False,
+              drop_aborted: bool = False, sequential: bool = False,
+              timeout_ms: int | None = None) -> FetchResult:
+        """Kafka's remote read (see :mod:`fetcher.fetch`), run on the reader pool."""
+        req = FetchRequest(offset, max_bytes, IsolationLevel.parse(isolation), leader_epoch,
+                           min_one_message, raw_tail, drop_aborted, sequential)
+        tp = self.partition(topic, partition)
+
+        def task() -> FetchResult:
+            try:
+                return fetch_from_plan(self.plan(tp), req, self.reader, self.indexes)
+            except RemoteSegmentDeletedError:
+                self._invalidate(tp)  # retention removed it meanwhile: the next plan skips it
+                raise
+
+        return self.pool.run(task, timeout_ms, what=f"fetch {topic}-{partition}@{offset}")
+
+    def offset_for_timestamp(self, topic: str, partition: int, timestamp: int, *,
+                             timeout_ms: int | None = None) -> OffsetAnswer | None:
+        """ListOffsets over remote + local: remote first; past the remote end (or for ``latest``)
+        the broker answers when ``bootstrap_servers`` is configured."""
+        tp = self.partition(topic, partition)
+        plan = self.plan(tp)
+        if timestamp == LATEST_TIMESTAMP and self.broker is not None:
+            return self._broker_answer(topic, partition, timestamp)
+        if timestamp == EARLIEST_TIMESTAMP:
+            return OffsetAnswer(plan.log_start, -1, plan.epoch_for_offset(plan.log_start), "remote")
+
+        def task() -> TimestampAnswer | None:
+            return offset_for_timestamp(plan, timestamp, self.reader, self.indexes)
+
+        found = self.pool.run(task, timeout_ms, what=f"offset lookup {topic}-{partition}@ts {timestamp}")
+        if found is not None:
+            return OffsetAnswer(found.offset, found.timestamp, found.leader_epoch, "remote")
+        if self.broker is not None:
+            return self._broker_answer(topic, partition, timestamp)
+        return None
+
+    def _broker_answer(self, topic: str, partition: int, timestamp: int) -> OffsetAnswer | None:
+        assert self.broker is not None
+        got = self.broker.offset_for_timestamp(topic, partition, timestamp)
+        if got is None:
+            return None
+        return OffsetAnswer(got[0], got[1], got[2], "broker")
+
+    def plan_scan(self, topic: str, partition: int, *, start_offset: int | None = None,
+                  end_offset: int | None = None, start_timestamp: int | None = None,
+                  end_timestamp: int | None = None) -> tuple[PartitionPlan, list[ScanRange]]:
+        """Links covering the requested range; timestamps are mapped with KIP-33 semantics
+        (start: first offset with timestamp >= it; end: exclusive, first offset >= it)."""
+        plan = self.plan(topic, partition)
+        start = plan.log_start if start_offset is None else start_offset
+        end = plan.log_end if end_offset is None else end_offset
+        if start_timestamp is not None:
+            a = offset_for_timestamp(plan, start_timestamp, self.reader, self.indexes)
+            start = max(start, a.offset if a is not None else plan.log_end)
+        if end_timestamp is not None:
+            a = offset_for_timestamp(plan, end_timestamp, self.reader, self.indexes)
+            end = min(end, a.offset if a is not None else plan.log_end)
+        return plan, plan_scan(plan, start, end)
+
+    def scan(self, topic: str, partition: int, *, start_offset: int | None = None,
+             end_offset: int | None = None, start_timestamp: int | None = None,
+             end_timestamp: int | None = None,
+             isolation: str | IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+             include_headers: bool = True, max_batch_rows: int = 65536) -> Iterator[pa.RecordBatch]:
+        """Arrow record batches (:data:`rlm.log.KAFKA_SCHEMA`) of the range, in offset order.
+
+        Runs on the caller's thread (bulk readers bring their own parallelism: Spark tasks);
+        storage GETs still go through the reader's bounded parallel fetches and read-ahead.
+        """
+        plan, ranges = self.plan_scan(topic, partition, start_offset=start_offset, end_offset=end_offset,
+                                      start_timestamp=start_timestamp, end_timestamp=end_timestamp)
+        level = IsolationLevel.parse(isolation)
+        window = max(self.read_config.chunk_bytes * 2, 1 << 20)
+        for rng in ranges:
+            yield from scan_range(plan, rng, self.reader, self.indexes, isolation=level,
+                                  window_bytes=window, max_batch_rows=max_batch_rows,
+                                  include_headers=include_headers)

@@ -1,0 +1,209 @@
+"""Remote segment indexes cached on local disk, as Kafka's ``RemoteIndexCache`` keeps them.
+
+Layout (Kafka's): ``<dir>/<startOffset>_<segmentIdBase64>.index|.timeindex|.txnindex``, written
+as ``.tmp`` then renamed, so a crash never leaves a half file under a real name. The cache is
+bounded by total file bytes (``remote.log.index.file.cache.total.size.bytes``), evicts the least
+recently used segment, is reloaded from disk after a restart, fetches an entry once however
+many readers want it at the same time, and re-fetches a file that fails to parse.
+
+Readers get parsed, in-memory index objects; eviction only removes files, so an entry is never
+deleted under a reader (the reader keeps its objects, the next reader fetches again). A missing
+remote transaction index is cached as an empty file, as Kafka does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import structlog
+
+from rlm.errors import IndexFormatError, RemoteResourceNotFoundError
+from rlm.log.offset_index import OffsetIndex, parse_offset_index
+from rlm.log.time_index import TimeIndex, parse_time_index
+from rlm.log.txn_index import AbortedTxn, parse_txn_index
+from rlm.types import IndexType, RemoteLogSegmentMetadata
+
+log = structlog.get_logger(__name__)
+
+DIR_NAME = "remote-log-index-cache"
+_SUFFIX = {IndexType.OFFSET: ".index", IndexType.TIMESTAMP: ".timeindex", IndexType.TRANSACTION: ".txnindex"}
+
+FetchIndex = Callable[[RemoteLogSegmentMetadata, IndexType], BinaryIO]
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentIndexes:
+    """The three parsed indexes of one remote segment."""
+
+    offset: OffsetIndex
+    time: TimeIndex
+    txn: tuple[AbortedTxn, ...]
+    nbytes: int
+
+
+def entry_stem(md: RemoteLogSegmentMetadata) -> str:
+    """``<startOffset>_<segmentIdBase64>`` (Kafka's ``RemoteIndexCache`` file name stem)."""
+    return f"{md.start_offset}_{md.remote_log_segment_id.id.text}"
+
+
+class RemoteIndexCache:
+    """Byte-bounded LRU of remote segment indexes on disk; thread-safe."""
+
+    def __init__(self, directory: Path, max_bytes: int, fetch_index: FetchIndex,
+                 on_fetch: Callable[[IndexType, int], None] | None = None) -> None:
+        self.directory = directory
+        self.max_bytes = max_bytes
+        self._fetch_index = fetch_index
+        self._on_fetch = on_fetch
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, SegmentIndexes] = OrderedDict()
+        self._sizes: OrderedDict[str, int] = OrderedDict()  # stem -> bytes on disk, LRU order
+        self._loading: dict[str, threading.Event] = {}
+        self._total = 0
+        self.hits = 0
+        self.misses = 0
+        directory.mkdir(parents=True, exist_ok=True)
+        self._scan_existing()
+
+    @property
+    def total_bytes(self) -> int:
+        return self._total
+
+    def __len__(self) -> int:
+        return len(self._sizes)
+
+    def _scan_existing(self) -> None:
+        """Adopt complete entries left by a previous run; drop ``.tmp``/partial leftovers."""
+        stems: dict[str, int] = {}
+        for p in self.directory.iterdir():
+            if p.suffix in (".tmp", ".deleted"):
+                p.unlink(missing_ok=True)
+                continue
+            stem, suffix = p.stem, p.suffix
+            if suffix in _SUFFIX.values():
+                stems[stem] = stems.get(stem, 0) + p.stat().st_size
+        for stem, _size in sorted(stems.items(), key=lambda kv: self._mtime(kv[0])):
+            if all((self.directory / f"{stem}{s}").exists() for s in _SUFFIX.values()):
+                self._sizes[stem] = _size
+                self._total += _size
+            else:
+                self._remove_files(stem)
+        self._evict()
+
+    def _mtime(self, stem: str) -> float:
+        try:
+            return (self.directory / f"{stem}.index").stat().st_mtime
+        except OSError:
+            return 0.0
+
+    def get(self, md: RemoteLogSegmentMetadata) -> SegmentIndexes:
+        """The indexes of ``md``: from memory, from disk, or fetched once from remote storage."""
+        stem = entry_stem(md)
+        while True:
+            with self._lock:
+                entry = self._entries.get(stem)
+                if entry is not None:
+                    self._entries.move_to_end(stem)
+                    self._sizes.move_to_end(stem)
+                    self.hits += 1
+                    return entry
+                waiter = self._loading.get(stem)
+                if waiter is None:
+                    done = threading.Event()
+                    self._loading[stem] = done
+                    break
+            waiter.wait()
+        try:
+            entry = self._load(md, stem)
+            with self._lock:
+                self._entries[stem] = entry
+                if stem not in self._sizes:
+                    self._sizes[stem] = entry.nbytes
+                    self._total += entry.nbytes
+                self._sizes.move_to_end(stem)
+                self._evict(keep=stem)
+            return entry
+        finally:
+            with self._lock:
+                self._loading.pop(stem, None)
+            done.set()
+
+    def _load(self, md: RemoteLogSegmentMetadata, stem: str) -> SegmentIndexes:
+        on_disk = stem in self._sizes
+        if on_disk:
+            try:
+                return self._parse(md, stem)
+            except (IndexFormatError, OSError) as e:
+                log.warning("index_cache_entry_corrupt", entry=stem, error=str(e))
+                with self._lock:
+                    self._total -= self._sizes.pop(stem, 0)
+                self._remove_files(stem)
+        self.misses += 1
+        for index_type, suffix in _SUFFIX.items():
+            data = self._fetch(md, index_type)
+            tmp = self.directory / f"{stem}{suffix}.tmp"
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, self.directory / f"{stem}{suffix}")
+        return self._parse(md, stem)
+
+    def _fetch(self, md: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
+        try:
+            with self._fetch_index(md, index_type) as stream:
+                data = stream.read()
+        except RemoteResourceNotFoundError:
+            if index_type is not IndexType.TRANSACTION:
+                raise
+            data = b""
+        if self._on_fetch is not None:
+            self._on_fetch(index_type, len(data))
+        return data
+
+    def _parse(self, md: RemoteLogSegmentMetadata, stem: str) -> SegmentIndexes:
+        base = md.start_offset
+        paths = {t: self.directory / f"{stem}{s}" for t, s in _SUFFIX.items()}
+        raw = {t: p.read_bytes() for t, p in paths.items()}
+        offset = parse_offset_index(raw[IndexType.OFFSET], base, path=paths[IndexType.OFFSET])
+        time_index = parse_time_index(raw[IndexType.TIMESTAMP], base, path=paths[IndexType.TIMESTAMP])
+        txn = parse_txn_index(raw[IndexType.TRANSACTION], base_offset=base, path=paths[IndexType.TRANSACTION])
+        if len(offset) and int(offset.positions[-1]) >= md.segment_size_in_bytes:
+            raise IndexFormatError(
+                f"offset index points at position {int(offset.positions[-1])}, past the segment's "
+                f"{md.segment_size_in_bytes} bytes", path=paths[IndexType.OFFSET])
+        return SegmentIndexes(offset, time_index, tuple(txn), sum(len(b) for b in raw.values()))
+
+    def _evict(self, keep: str | None = None) -> None:
+        """Drop least recently used entries until within the byte bound (caller holds the lock,
+        or runs single-threaded at start-up)."""
+        while self._total > self.max_bytes and self._sizes:
+            stem = next(iter(self._sizes))
+            if stem == keep:
+                if len(self._sizes) == 1:
+                    return
+                self._sizes.move_to_end(stem)
+                continue
+            self._total -= self._sizes.pop(stem)
+            self._entries.pop(stem, None)
+            self._remove_files(stem)
+            log.debug("index_cache_evicted", entry=stem)
+
+    def _remove_files(self, stem: str) -> None:
+        for suffix in _SUFFIX.values():
+            p = self.directory / f"{stem}{suffix}"
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+
+    def invalidate(self, md: RemoteLogSegmentMetadata) -> None:
+        """Forget ``md`` (its segment was deleted remotely)."""
+        stem = entry_stem(md)
+        with self._lock:
+            self._entries.pop(stem, None)
+            self._total -= self._sizes.pop(stem, 0)
+            self._remove_files(stem)
