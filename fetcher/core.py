@@ -25,6 +25,7 @@ from fetcher.pool import ReaderPool
 from fetcher.reader import ByteRateLimiter, ReadStats, SegmentReader
 from fetcher.scan import ScanRange, plan_scan, scan_range
 from fetcher.timestamps import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TimestampAnswer, offset_for_timestamp
+from fetcher.transactions import StableOffsets
 from rlm.config import DaemonConfig, ReadConfig
 from rlm.errors import RemoteSegmentDeletedError, UnknownTopicOrPartitionError
 from rlm.types import RemoteLogSegmentState, TopicIdPartition
@@ -73,6 +74,7 @@ class RemoteFetcher:
         self.reader = SegmentReader(rsm, chunk_bytes=rc.chunk_bytes, cache_bytes=rc.chunk_cache_bytes,
                                     read_ahead_chunks=rc.read_ahead_chunks, parallel_gets=rc.parallel_gets,
                                     limiter=ByteRateLimiter(rc.fetch_max_bytes_per_second), stats=self.stats)
+        self.stable = StableOffsets(rsm)
         self.pool = ReaderPool(rc.reader_threads, rc.reader_max_pending_tasks, rc.fetch_max_wait_ms)
         self._plans: dict[TopicIdPartition, tuple[float, PartitionPlan]] = {}
         self._lock = threading.Lock()
@@ -173,13 +175,16 @@ class RemoteFetcher:
               drop_aborted: bool = False, sequential: bool = False,
               timeout_ms: int | None = None) -> FetchResult:
         """Kafka's remote read (see :mod:`fetcher.fetch`), run on the reader pool."""
-        req = FetchRequest(offset, max_bytes, IsolationLevel.parse(isolation), leader_epoch,
-                           min_one_message, raw_tail, drop_aborted, sequential)
+        level = IsolationLevel.parse(isolation)
         tp = self.partition(topic, partition)
 
         def task() -> FetchResult:
+            plan = self.plan(tp)
+            lso = self.stable.last_stable_offset(plan) if level is IsolationLevel.READ_COMMITTED else None
+            req = FetchRequest(offset, max_bytes, level, leader_epoch, min_one_message, raw_tail,
+                               drop_aborted, sequential, lso)
             try:
-                return fetch_from_plan(self.plan(tp), req, self.reader, self.indexes)
+                return fetch_from_plan(plan, req, self.reader, self.indexes)
             except RemoteSegmentDeletedError:
                 self._invalidate(tp)  # retention removed it meanwhile: the next plan skips it
                 raise
@@ -214,6 +219,10 @@ class RemoteFetcher:
             return None
         return OffsetAnswer(got[0], got[1], got[2], "broker")
 
+    def last_stable_offset(self, topic: str, partition: int) -> int:
+        """Remote LSO: read_committed readers see records below it (see :mod:`fetcher.transactions`)."""
+        return self.stable.last_stable_offset(self.plan(topic, partition))
+
     def plan_scan(self, topic: str, partition: int, *, start_offset: int | None = None,
                   end_offset: int | None = None, start_timestamp: int | None = None,
                   end_timestamp: int | None = None) -> tuple[PartitionPlan, list[ScanRange]]:
@@ -240,9 +249,12 @@ class RemoteFetcher:
         Runs on the caller's thread (bulk readers bring their own parallelism: Spark tasks);
         storage GETs still go through the reader's bounded parallel fetches and read-ahead.
         """
+        level = IsolationLevel.parse(isolation)
+        if level is IsolationLevel.READ_COMMITTED:
+            lso = self.stable.last_stable_offset(self.plan(topic, partition))
+            end_offset = lso if end_offset is None else min(end_offset, lso)
         plan, ranges = self.plan_scan(topic, partition, start_offset=start_offset, end_offset=end_offset,
                                       start_timestamp=start_timestamp, end_timestamp=end_timestamp)
-        level = IsolationLevel.parse(isolation)
         window = max(self.read_config.chunk_bytes * 2, 1 << 20)
         for rng in ranges:
             yield from scan_range(plan, rng, self.reader, self.indexes, isolation=level,

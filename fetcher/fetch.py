@@ -18,9 +18,10 @@ from fetcher.batches import Located, describe, walk
 from fetcher.index_cache import RemoteIndexCache
 from fetcher.planning import PartitionPlan, PlannedSegment
 from fetcher.reader import SegmentReader
+from fetcher.transactions import collect_aborted_txns
 from rlm.errors import RemoteSegmentIncompleteError
 from rlm.log.records import BatchHeader
-from rlm.log.txn_index import AbortedTxn, collect_aborted
+from rlm.log.txn_index import AbortedTxn
 from rlm.types import TopicIdPartition
 
 
@@ -64,6 +65,7 @@ class FetchResult:
     first_batch_offset: int | None
     segment_id: str | None
     batches: int
+    last_stable_offset: int | None = None
 
     @property
     def empty(self) -> bool:
@@ -80,6 +82,8 @@ class FetchRequest:
     raw_tail: bool = False
     drop_aborted: bool = False
     sequential: bool = False
+    #: read_committed only: records at or past this offset are not returned (remote LSO)
+    stable_offset: int | None = None
 
 
 def fetch_from_plan(plan: PartitionPlan, req: FetchRequest, reader: SegmentReader,
@@ -91,6 +95,8 @@ def fetch_from_plan(plan: PartitionPlan, req: FetchRequest, reader: SegmentReade
     target = req.offset
     while link is not None:
         target = max(target, link.first)
+        if req.stable_offset is not None and target >= req.stable_offset:
+            break  # read_committed stops at the LSO, as Kafka's fetch does
         result = _read_link(plan, link, target, req, reader, indexes)
         if result is not None:
             return result
@@ -102,7 +108,7 @@ def _empty(plan: PartitionPlan, req: FetchRequest) -> FetchResult:
     aborted: tuple[AbortedTransaction, ...] | None = (
         () if req.isolation is IsolationLevel.READ_COMMITTED else None)
     return FetchResult(plan.tp, req.offset, b"", req.offset, plan.log_start, plan.log_end, aborted,
-                       None, None, 0)
+                       None, None, 0, req.stable_offset)
 
 
 def _read_link(plan: PartitionPlan, link: PlannedSegment, target: int, req: FetchRequest,
@@ -110,6 +116,7 @@ def _read_link(plan: PartitionPlan, link: PlannedSegment, target: int, req: Fetc
     md = link.metadata
     idx = indexes.get(md)
     start_pos = idx.offset.lookup(target).position
+    last_allowed = link.last if req.stable_offset is None else min(link.last, req.stable_offset - 1)
     nxt = plan.after(link)
     window = max(req.max_bytes, 4096) + 16 * 1024
     taken: list[Located] = []
@@ -122,13 +129,13 @@ def _read_link(plan: PartitionPlan, link: PlannedSegment, target: int, req: Fetc
         if first is None:
             if h.last_offset < target:
                 continue
-            if h.base_offset > link.last:
-                return None
+            if h.base_offset > last_allowed:
+                return None if h.base_offset > link.last else _empty(plan, req)
             if h.size > req.max_bytes and not req.min_one_message:
                 return _empty(plan, req)
             first = h
-        elif h.base_offset > link.last or size + h.size > req.max_bytes:
-            if req.raw_tail and h.base_offset <= link.last and size < req.max_bytes:
+        elif h.base_offset > last_allowed or size + h.size > req.max_bytes:
+            if req.raw_tail and h.base_offset <= last_allowed and size < req.max_bytes:
                 raw_tail = b.data[:req.max_bytes - size]
             break
         taken.append(b)
@@ -145,14 +152,14 @@ def _read_link(plan: PartitionPlan, link: PlannedSegment, target: int, req: Fetc
     aborted: tuple[AbortedTransaction, ...] | None = None
     if req.isolation is IsolationLevel.READ_COMMITTED:
         upper = _upper_bound(idx.offset.offsets, idx.offset.positions, first.position + size, md.end_offset)
-        aborted_full = _collect_aborted(plan, link, first.base_offset, upper, indexes)
+        aborted_full = collect_aborted_txns(plan, link, first.base_offset, upper, indexes)
         aborted = tuple(AbortedTransaction(a.producer_id, a.first_offset) for a in aborted_full)
     if req.drop_aborted:
         taken = [b for b in taken if not _is_aborted_or_control(b.header, aborted_full)]
         raw_tail = b""
     records = b"".join(b.data for b in taken) + raw_tail
     return FetchResult(plan.tp, req.offset, records, next_offset, plan.log_start, plan.log_end, aborted,
-                       first.base_offset, str(md.remote_log_segment_id.id), len(taken))
+                       first.base_offset, str(md.remote_log_segment_id.id), len(taken), req.stable_offset)
 
 
 def _upper_bound(offsets: object, positions: object, end_position: int, end_offset: int) -> int:
@@ -163,21 +170,6 @@ def _upper_bound(offsets: object, positions: object, end_position: int, end_offs
     pos = np.asarray(positions)
     i = int(np.searchsorted(pos, end_position, side="left"))
     return int(np.asarray(offsets)[i]) if i < len(pos) else end_offset + 1
-
-
-def _collect_aborted(plan: PartitionPlan, link: PlannedSegment, start: int, upper: int,
-                     indexes: RemoteIndexCache) -> list[AbortedTxn]:
-    """This segment's and later segments' transaction indexes until an entry's LSO reaches
-    ``upper`` (``RemoteLogManager.collectAbortedTransactions``)."""
-    found: list[AbortedTxn] = []
-    current: PlannedSegment | None = link
-    while current is not None:
-        entries, complete = collect_aborted(indexes.get(current.metadata).txn, start, upper)
-        found.extend(entries)
-        if complete:
-            break
-        current = plan.after(current)
-    return found
 
 
 def _is_aborted_or_control(h: BatchHeader, aborted: list[AbortedTxn]) -> bool:

@@ -21,6 +21,7 @@ from fetcher.fetch import IsolationLevel
 from fetcher.index_cache import RemoteIndexCache
 from fetcher.planning import PartitionPlan, PlannedSegment
 from fetcher.reader import SegmentReader
+from fetcher.transactions import collect_aborted_txns
 from rlm.errors import RemoteSegmentIncompleteError
 from rlm.log.arrow import iter_arrow_batches
 from rlm.log.records import BatchHeader, iter_batches
@@ -59,7 +60,7 @@ def scan_range(plan: PartitionPlan, rng: ScanRange, reader: SegmentReader, index
     size = md.segment_size_in_bytes
     aborted: list[AbortedTxn] = []
     if isolation is IsolationLevel.READ_COMMITTED:
-        aborted = [a for a in idx.txn if a.last_offset >= rng.start and a.first_offset < rng.end]
+        aborted = collect_aborted_txns(plan, rng.link, rng.start, rng.end, indexes)
     tp = plan.tp
     last: BatchHeader | None = None
     while pos < size:
