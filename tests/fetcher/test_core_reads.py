@@ -6,8 +6,8 @@ Every answer is compared with the local partition directory the daemon tiered, r
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 import shutil
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
