@@ -92,7 +92,7 @@ def _write_partition(log_dir: Path, topic: str, batches: int) -> None:
     )
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def live_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveDaemon]:
     """``rlm run`` as a real process on a small generated log dir, scraped once every segment is copied.
 

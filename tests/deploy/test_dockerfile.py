@@ -9,6 +9,9 @@ import json
 import re
 import shutil
 import subprocess
+import sys
+import zipfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -130,6 +133,45 @@ def test_installs_the_runtime_extras_only() -> None:
     assert m, "the project is installed with extras"
     extras = set(m.group(1).split(","))
     assert {"s3", "http"} <= extras and not extras & {"dev", "spark", "all"}
+
+
+@pytest.mark.slow
+def test_build_stage_context_builds_the_package(tmp_path: Path) -> None:
+    """What the build stage COPYs (and .dockerignore lets through) is enough to build the wheel with
+    the ``rlm`` entry point: the part of the image build that needs no container runtime."""
+    ctx = tmp_path / "ctx"
+    first_from = True
+    for i in parsed().structure:
+        if i["instruction"] == "FROM":
+            if not first_from:
+                break
+            first_from = False
+        if i["instruction"] == "COPY":
+            *srcs, dest = i["value"].split()
+            for src in srcs:
+                into_dir = dest.endswith("/") or len(srcs) > 1  # Docker's rule for the destination
+                target = ctx / dest / Path(src).name if into_dir else ctx / dest
+                if (ROOT / src).is_dir():
+                    shutil.copytree(ROOT / src, target, ignore=shutil.ignore_patterns("__pycache__"))
+                else:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(ROOT / src, target)
+    uv = Path(sys.executable).with_name("uv")
+    out = tmp_path / "dist"
+    cmd = (
+        [str(uv), "build", "--wheel", "--out-dir", str(out), str(ctx)]
+        if uv.exists()
+        else [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(out), str(ctx)]
+    )
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    (wheel,) = out.glob("*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+        entry = next(n for n in names if n.endswith("entry_points.txt"))
+        assert "rlm = rlm.cli:main" in z.read(entry).decode()
+    for pkg in ("rlm/cli.py", "rsm_plugins/__init__.py", "rlmm/__init__.py", "fetcher/__init__.py"):
+        assert pkg in names
 
 
 def _docker_runtime() -> bool:
