@@ -187,14 +187,20 @@ def test_every_rlm_container_invariants() -> None:
         assert {"cpu", "memory"} <= set(c["resources"]["requests"]), where
         assert "memory" in c["resources"]["limits"], where
         assert not c["image"].endswith(":latest") and ":" in c["image"], where
-        # ports: the named port is the config's http.port, bound on all interfaces
+        # ports: the named port is the one the command serves on (rlm run: http.port for /metrics and
+        # /health; rlm serve: read.http_port for the API), bound on all interfaces
         ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-        assert cfg.http.enabled and cfg.http.host == "0.0.0.0", where
-        assert cfg.http.port in ports.values(), f"{where}: containerPort != http.port {cfg.http.port}"
+        if "serve" in c.get("args", []):
+            host, served = cfg.read.http_host, cfg.read.http_port
+        else:
+            assert cfg.http.enabled, where
+            host, served = cfg.http.host, cfg.http.port
+        assert host == "0.0.0.0", where
+        assert served in ports.values(), f"{where}: no containerPort for port {served}"
         for probe in ("livenessProbe", "readinessProbe"):
             get = c[probe]["httpGet"]
             port = ports[get["port"]] if isinstance(get["port"], str) else get["port"]
-            assert port == cfg.http.port, f"{where} {probe}"
+            assert port == served, f"{where} {probe}"
             assert get["path"].startswith("/")
         # read-only root: /tmp is a volume (numba's cache, tempfiles)
         assert any(m["mountPath"] == "/tmp" for m in c["volumeMounts"]), where
