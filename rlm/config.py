@@ -14,11 +14,13 @@ from __future__ import annotations
 import fnmatch
 import os
 import tomllib
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from rlm.errors import ConfigError
@@ -388,8 +390,8 @@ class DaemonConfig(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        """Environment first (it overrides the file), then the file's values passed as init kwargs."""
-        return env_settings, init_settings
+        """Highest first: explicit keyword arguments, ``RLM_*`` variables, the file (see :func:`load_config`)."""
+        return init_settings, env_settings, _FileSource(settings_cls)
 
     # ---- derived --------------------------------------------------------------------------
     def topic_config(self, topic: str) -> ResolvedTopicConfig:
@@ -448,16 +450,41 @@ def read_config_file(path: Path) -> dict[str, Any]:
     return data
 
 
-def load_config(path: Path | None = None, **overrides: Any) -> DaemonConfig:
-    """Build the configuration from ``path`` (optional), then ``RLM_*`` env vars, then ``overrides``.
+_FILE_VALUES: ContextVar[dict[str, Any]] = ContextVar("rlm_config_file_values", default={})
 
-    Every problem becomes a :class:`ConfigError` naming the offending key.
+
+class _FileSource(PydanticBaseSettingsSource):
+    """The configuration file's values, ranked below the environment; set only by :func:`load_config`."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(_FILE_VALUES.get())
+
+
+def load_config(path: Path | None = None, **overrides: Any) -> DaemonConfig:
+    """Build the configuration. Precedence, highest first (one order, also in docs/configuration.md):
+
+    1. ``overrides`` (what the caller passes explicitly, e.g. a command-line option);
+    2. ``RLM_*`` environment variables;
+    3. the file at ``path`` (optional);
+    4. the defaults of the models.
+
+    Nested blocks merge key by key (``RLM_STORAGE__CONFIG__FSYNC`` changes one key of the file's
+    ``storage.config``). Kafka property names are renamed to field names first, so a file's
+    ``remote.log.manager.task.interval.ms`` is overridden by ``RLM_TASK_INTERVAL_MS``. Every
+    problem becomes a :class:`ConfigError` naming the offending key.
     """
-    data: dict[str, Any] = read_config_file(path) if path is not None else {}
-    data.update(overrides)
     source = str(path) if path is not None else "configuration"
     try:
-        return DaemonConfig(**data)
+        file_values = DaemonConfig._kafka_aliases(read_config_file(path) if path is not None else {})
+        explicit = DaemonConfig._kafka_aliases(dict(overrides))
+        token = _FILE_VALUES.set(file_values)
+        try:
+            return DaemonConfig(**explicit)
+        finally:
+            _FILE_VALUES.reset(token)
     except ValidationError as e:
         raise ConfigError(_format_errors(e, source)) from e
     except ValueError as e:

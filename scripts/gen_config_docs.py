@@ -36,8 +36,13 @@ HEADER = """# Configuration of `rlm run`
 
 `rlm run --config FILE` reads YAML (`.yaml`/`.yml`) or TOML (`.toml`). Every field can also be set
 from the environment as `RLM_<FIELD>` (case-insensitive), nested with `__`, e.g.
-`RLM_TASK_INTERVAL_MS=5000`, `RLM_STORAGE__PLUGIN=s3`, `RLM_STORAGE__CONFIG__BUCKET=tiered`;
-the environment overrides the file. Unknown keys are errors that name the key.
+`RLM_TASK_INTERVAL_MS=5000`, `RLM_STORAGE__PLUGIN=s3`, `RLM_STORAGE__CONFIG__BUCKET=tiered`.
+Unknown keys are errors that name the key.
+
+Precedence, highest first: values passed explicitly by the caller (`rlm.config.load_config(path,
+**overrides)`), then `RLM_*` environment variables, then the file, then the defaults below. Nested
+blocks merge key by key (`RLM_STORAGE__CONFIG__FSYNC=false` changes one key of the file's
+`storage.config`), and Kafka property names count as the field they name.
 
 Kafka's property names are accepted where Kafka has one (column *Kafka name*). In addition, at
 the top level: `rsm.config.<key>` sets `storage.config.<key>`; `rlmm.config.<key>` sets

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -81,6 +82,49 @@ def test_env_overrides_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     c = load_config(f)
     assert c.task_interval_ms == 20 and c.http.port == 0
     assert c.storage.config == {"root": "/a", "fsync": "false"}
+
+
+def test_precedence_explicit_env_file_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One order: explicit overrides > RLM_* env > file > defaults, Kafka names included."""
+    f = tmp_path / "rlm.yaml"
+    f.write_text(
+        "log_dirs: [/d]\nremote.log.manager.task.interval.ms: 10\nthread_pool_size: 4\nretry_backoff_ms: 7\n"
+    )
+    monkeypatch.setenv("RLM_TASK_INTERVAL_MS", "20")
+    monkeypatch.setenv("RLM_THREAD_POOL_SIZE", "5")
+    c = load_config(f, task_interval_ms=30)
+    assert c.task_interval_ms == 30  # explicit beats env and file
+    assert c.thread_pool_size == 5  # env beats file
+    assert c.retry_backoff_ms == 7  # file beats default
+    assert c.retry_backoff_max_ms == 30000  # default
+    c = load_config(f, **{"remote.log.manager.task.interval.ms": 40})
+    assert c.task_interval_ms == 40  # explicit under its Kafka name still beats env
+    monkeypatch.setenv("RLM_STORAGE__CONFIG__FSYNC", "false")
+    c = load_config(f, storage={"plugin": "local", "config": {"root": "/x"}})
+    assert c.storage.config == {"root": "/x", "fsync": "false"}  # nested blocks merge key by key
+
+
+def test_defaults_unaffected_by_caller_environment() -> None:
+    """Run under an exported RLM_* variable by the test below: the session fixture removes it."""
+    c = load_config(None, log_dirs=["/d"])
+    assert c.task_interval_ms == 30000 and c.storage.plugin == "local" and c.http.port == 9464
+
+
+def test_exported_rlm_variable_does_not_change_a_test_run() -> None:
+    env = {
+        **os.environ,
+        "RLM_TASK_INTERVAL_MS": "1",
+        "RLM_STORAGE__PLUGIN": "s3",
+        "RLM_HTTP__PORT": "1",
+        "PYTHONPATH": str(ROOT),
+    }
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+         f"{Path(__file__).relative_to(ROOT)}::test_defaults_unaffected_by_caller_environment"],
+        capture_output=True, text=True, cwd=ROOT, env=env, timeout=300,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "1 passed" in res.stdout
 
 
 @pytest.mark.parametrize(
