@@ -14,6 +14,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import tomllib
+from collections.abc import Callable
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
@@ -390,7 +391,7 @@ class DaemonConfig(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        """Highest first: explicit keyword arguments, ``RLM_*`` variables, the file (see :func:`load_config`)."""
+        """Highest first: explicit keyword arguments, ``RLM_*`` variables, the file (:func:`load_config`)."""
         return init_settings, env_settings, _FileSource(settings_cls)
 
     # ---- derived --------------------------------------------------------------------------
@@ -450,7 +451,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
     return data
 
 
-_FILE_VALUES: ContextVar[dict[str, Any]] = ContextVar("rlm_config_file_values", default={})
+_FILE_VALUES: ContextVar[dict[str, Any] | None] = ContextVar("rlm_config_file_values", default=None)
 
 
 class _FileSource(PydanticBaseSettingsSource):
@@ -460,7 +461,7 @@ class _FileSource(PydanticBaseSettingsSource):
         return None, field_name, False
 
     def __call__(self) -> dict[str, Any]:
-        return dict(_FILE_VALUES.get())
+        return dict(_FILE_VALUES.get() or {})
 
 
 def load_config(path: Path | None = None, **overrides: Any) -> DaemonConfig:
@@ -478,8 +479,10 @@ def load_config(path: Path | None = None, **overrides: Any) -> DaemonConfig:
     """
     source = str(path) if path is not None else "configuration"
     try:
-        file_values = DaemonConfig._kafka_aliases(read_config_file(path) if path is not None else {})
-        explicit = DaemonConfig._kafka_aliases(dict(overrides))
+        # Kafka names become field names per source, so that each ranks as the field it names
+        aliases: Callable[[Any], dict[str, Any]] = DaemonConfig._kafka_aliases  # type: ignore[assignment]
+        file_values = aliases(read_config_file(path) if path is not None else {})
+        explicit = aliases(dict(overrides))
         token = _FILE_VALUES.set(file_values)
         try:
             return DaemonConfig(**explicit)

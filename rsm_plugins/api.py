@@ -1,9 +1,11 @@
 """The storage plugin interface: Apache Kafka's ``RemoteStorageManager`` in Python names.
 
 Value types and errors are defined once in :mod:`rlm.types` and :mod:`rlm.errors` (shared with
-``rlmm``, the daemon and the fetcher); they are re-exported here so that a plugin author needs
-one import. Every method raises only :class:`RemoteStorageError` (or a subclass); SDK errors are
-translated at the plugin edge so retry loops can look at ``retriable`` alone.
+``rlmm``, the daemon and the fetcher); they are re-exported here, with what a plugin author needs
+to write a plugin (:class:`PluginConfig`, :func:`parse_config`, :func:`check_range`), so that one
+import serves: the built-in plugins import through this module as third-party plugins do.
+Every method raises only :class:`RemoteStorageError` (or a subclass); SDK errors are translated
+at the plugin edge so retry loops can look at ``retriable`` alone.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, BinaryIO, ClassVar
+from typing import Any, BinaryIO, ClassVar, Generic
+
+from typing_extensions import TypeVar
 
 from rlm.errors import (
     ConfigError,
@@ -33,11 +37,15 @@ from rlm.types import (
     TopicPartition,
 )
 
+from .config import PluginConfig, normalize_keys, parse_config
+from .streams import check_range
+
 __all__ = [
     "ConfigError",
     "IndexType",
     "KafkaUuid",
     "LogSegmentData",
+    "PluginConfig",
     "PluginLoadError",
     "RemoteLogSegmentId",
     "RemoteLogSegmentMetadata",
@@ -49,27 +57,72 @@ __all__ = [
     "RemoteStorageManager",
     "TopicIdPartition",
     "TopicPartition",
+    "check_range",
+    "normalize_keys",
+    "parse_config",
 ]
 
+C = TypeVar("C", bound=PluginConfig, default=PluginConfig)
 
-class RemoteStorageManager(ABC):
+
+class RemoteStorageManager(ABC, Generic[C]):
     """Stores the files of rolled Kafka segments in a remote tier and reads them back.
 
     Lifecycle: construct with no arguments, :meth:`configure` once, use from many threads,
-    :meth:`close`. Instances must be picklable (Spark executors receive them): drop cached
-    clients, pools and connections in ``__getstate__`` and re-create them lazily.
+    :meth:`close`. What every plugin needs lives here, so a plugin writes only its storage code:
+
+    - **configuration**: set :attr:`config_model` to a :class:`PluginConfig` subclass;
+      :meth:`configure` validates the block with it (every problem reported at once, under the
+      keys as written; ``broker.id`` accepted and ignored), keeps it as :attr:`config` and calls
+      :meth:`on_configure` for the plugin's own set-up;
+    - **the guard**: :attr:`config` raises :class:`RemoteStorageError` before ``configure()``;
+    - **pickling** (Spark executors receive plugins): the instance is rebuilt with ``cls()`` and
+      its attributes restored, except those named in :attr:`transient_attributes` (clients,
+      pools, locks, thread-locals), which ``__init__`` creates afresh and which are re-created
+      lazily.
     """
 
-    #: Short name used in logs and by :func:`rsm_plugins.load` for built-ins.
+    #: Short name used in logs and messages, and by :func:`rsm_plugins.load` for built-ins.
     plugin_name: ClassVar[str] = ""
+    #: The pydantic model of the plugin's configuration block.
+    config_model: ClassVar[type[PluginConfig]] = PluginConfig
+    #: Attributes not pickled: cached clients, pools, locks (``__init__`` re-creates them).
+    transient_attributes: ClassVar[frozenset[str]] = frozenset()
 
-    @abstractmethod
+    _config: C | None = None
+
     def configure(self, config: Mapping[str, Any]) -> None:
         """Validate and apply the plugin's configuration (Kafka's ``rsm.config.*`` with the prefix
-        stripped, plus ``broker.id``). Raises :class:`ConfigError` naming the bad key; secret values
-        never appear in messages or logs."""
+        stripped, plus ``broker.id``). Raises :class:`ConfigError` naming every bad key; secret
+        values never appear in messages or logs. Override :meth:`on_configure`, not this."""
+        cfg: Any = parse_config(self.config_model, config, self.display_name)
+        self._config = cfg
+        try:
+            self.on_configure(cfg)
+        except BaseException:
+            self._config = None
+            raise
 
-    def close(self) -> None:  # noqa: B027 - optional hook, most plugins have nothing to release
+    def on_configure(self, config: C) -> None:
+        """The plugin's own set-up once its configuration is valid (create a root directory, log
+        ``rsm_configured``). Raise :class:`ConfigError` when the configuration cannot work."""
+
+    @property
+    def config(self) -> C:
+        """The validated configuration; :class:`RemoteStorageError` before :meth:`configure`."""
+        if self._config is None:
+            raise RemoteStorageError(f"{self.display_name} storage plugin used before configure()")
+        return self._config
+
+    @property
+    def display_name(self) -> str:
+        return self.plugin_name or type(self).__qualname__
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        state = {k: v for k, v in self.__dict__.items() if k not in self.transient_attributes}
+        return (_new_instance, (type(self),), state)
+
+    def close(self) -> None:
         """Release clients and pools. Idempotent; the default does nothing."""
 
     @abstractmethod
@@ -120,10 +173,16 @@ class RemoteStorageManager(ABC):
         """
         return open(path, "rb")
 
-    def __enter__(self) -> RemoteStorageManager:
+    def __enter__(self) -> RemoteStorageManager[C]:
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _new_instance(cls: type[RemoteStorageManager[Any]]) -> RemoteStorageManager[Any]:
+    """Unpickle, first step: a fresh instance (new clients, pools, locks); pickle then restores the
+    pickled attributes over it (after memoizing it, so references back to the plugin work)."""
+    return cls()

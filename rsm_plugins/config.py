@@ -1,9 +1,12 @@
-"""Shared configuration handling for the built-in plugins.
+"""Configuration parsing that every storage plugin shares (used by ``RemoteStorageManager.configure``).
 
-Each plugin validates its own block with a pydantic model (``extra="forbid"``). Keys may be
-written Kafka style (``endpoint.url``, ``broker.id``) or Python style (``endpoint_url``): dots
-and dashes become underscores before validation. Error messages name the key and never echo the
-value, so secrets cannot leak through a bad config.
+Each plugin validates its own block with a pydantic model derived from :class:`PluginConfig`
+(``extra="forbid"``). Keys may be written Kafka style (``endpoint.url``, ``broker.id``) or Python
+style (``endpoint_url``): dots and dashes become underscores before validation. A bad block is
+reported whole: every problem at once, each under the key as the user wrote it, and never with
+its value, so secrets cannot leak through a bad config. Values the daemon's configuration marked
+secret arrive as :class:`~pydantic.SecretStr`; they are unwrapped here so that a plugin may type
+the field ``SecretStr`` (kept hidden) or ``str``.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from rlm.errors import ConfigError
 
@@ -19,7 +22,7 @@ from .integrity import DEFAULT_MAX_BYTES
 
 
 class PluginConfig(BaseModel):
-    """Keys every built-in plugin accepts."""
+    """Keys every storage plugin accepts. Derive a plugin's model from it."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -35,25 +38,36 @@ class PluginConfig(BaseModel):
     )
 
 
-C = TypeVar("C", bound=PluginConfig)
+C = TypeVar("C", bound=BaseModel)
 
 
-def normalize_keys(config: Mapping[str, Any]) -> dict[str, Any]:
+def normalize_keys(config: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """``(values by field name, the key the user wrote by field name)``."""
     out: dict[str, Any] = {}
+    written: dict[str, str] = {}
     for key, value in config.items():
         norm = str(key).strip().replace(".", "_").replace("-", "_")
         if norm in out:
-            raise ConfigError(f"configuration key {key!r} is given twice (as {norm!r})")
-        out[norm] = value
-    return out
+            raise ConfigError(f"configuration key {key!r} is given twice (as {written[norm]!r})")
+        out[norm] = value.get_secret_value() if isinstance(value, SecretStr) else value
+        written[norm] = str(key)
+    return out, written
 
 
 def parse_config(model: type[C], config: Mapping[str, Any], plugin: str) -> C:
-    """Validate ``config`` against ``model``; :class:`ConfigError` lists the bad keys only."""
+    """Validate ``config`` against ``model``; one :class:`ConfigError` lists every bad key."""
+    values, written = normalize_keys(config)
     try:
-        return model.model_validate(normalize_keys(config))
+        return model.model_validate(values)
     except ValidationError as e:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}" for err in e.errors()
-        )
-        raise ConfigError(f"invalid {plugin} storage plugin config: {problems}") from None
+        problems = []
+        for err in e.errors():
+            loc = [str(p) for p in err["loc"]]
+            if loc:
+                loc[0] = written.get(loc[0], loc[0])
+            msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+            problems.append(f"{'.'.join(loc) or '<root>'}: {msg}")
+        raise ConfigError(
+            f"invalid {plugin} storage plugin config ({len(problems)} problem"
+            f"{'s' if len(problems) != 1 else ''}): " + "; ".join(problems)
+        ) from None

@@ -95,6 +95,10 @@ class FaultInjectingRSM(RemoteStorageManager):
         self._fault_paths: dict[Path, tuple[int, BaseException]] = {}
         self.inner.open_source = self._open_source  # type: ignore[method-assign]
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # the default protocol (not the base class's cls() rebuild): the wrapper needs its inner plugin
+        return (_bare_instance, (type(self),), self.__getstate__())
+
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state.pop("_lock")
@@ -240,3 +244,8 @@ def _source_path(data: LogSegmentData, file_type: SegmentFileType) -> Path | Non
         SegmentFileType.TRANSACTION_INDEX: data.transaction_index,
         SegmentFileType.PRODUCER_SNAPSHOT: data.producer_snapshot_index,
     }.get(file_type)
+
+
+def _bare_instance(cls: type[FaultInjectingRSM]) -> FaultInjectingRSM:
+    """Unpickle, first step: an uninitialised wrapper; ``__setstate__`` fills it."""
+    return cls.__new__(cls)

@@ -14,19 +14,23 @@ from __future__ import annotations
 import contextlib
 import threading
 import uuid
-from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, BinaryIO
 
 import structlog
 from pydantic import Field, SecretStr
 
-from rlm.errors import ConfigError, RemoteResourceNotFoundError, RemoteStorageError
-from rlm.types import IndexType, LogSegmentData, RemoteLogSegmentMetadata
-
 from . import integrity, layout, streams
-from .api import RemoteStorageManager
-from .config import PluginConfig, parse_config
+from .api import (
+    ConfigError,
+    IndexType,
+    LogSegmentData,
+    PluginConfig,
+    RemoteLogSegmentMetadata,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+    RemoteStorageManager,
+)
 from .integrity import FileChecksum, LayoutCode, SegmentManifest
 from .layout import SegmentFileType, SourceFile
 
@@ -49,27 +53,19 @@ class FsspecConfig(PluginConfig):
     read_block_size: int = Field(8 << 20, ge=1 << 16, description="Read-ahead block of fsspec files.")
 
 
-class FsspecRemoteStorageManager(RemoteStorageManager):
+class FsspecRemoteStorageManager(RemoteStorageManager[FsspecConfig]):
     """Remote tier on any fsspec filesystem. Thread-safe (one filesystem object per thread); picklable."""
 
     plugin_name = "fsspec"
+    config_model = FsspecConfig
+    transient_attributes = frozenset({"_local", "_lock", "_executor"})
 
     def __init__(self) -> None:
-        self._config: FsspecConfig | None = None
         self._root = ""
         self._protocol = ""
         self._local = threading.local()
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"_config": self._config, "_root": self._root, "_protocol": self._protocol}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._local = threading.local()
-        self._lock = threading.Lock()
-        self._executor = None
 
     def _pool(self) -> ThreadPoolExecutor:
         """Writes the auxiliary files of a copy in parallel (each thread has its own filesystem)."""
@@ -85,9 +81,7 @@ class FsspecRemoteStorageManager(RemoteStorageManager):
             pool.shutdown(wait=False, cancel_futures=True)
 
     # ---- configuration ----------------------------------------------------------------------
-    def configure(self, config: Mapping[str, Any]) -> None:
-        cfg = parse_config(FsspecConfig, config, self.plugin_name)
-        self._config = cfg
+    def on_configure(self, cfg: FsspecConfig) -> None:
         fs = self._local.fs = self._new_fs()
         try:
             fs.makedirs(self._root, exist_ok=True)
@@ -103,12 +97,6 @@ class FsspecRemoteStorageManager(RemoteStorageManager):
             atomic_rename=self.atomic_rename,
             storage_options=sorted(cfg.storage_options),
         )
-
-    @property
-    def config(self) -> FsspecConfig:
-        if self._config is None:
-            raise RemoteStorageError("fsspec storage plugin used before configure()")
-        return self._config
 
     def _new_fs(self) -> Any:
         from fsspec.core import url_to_fs

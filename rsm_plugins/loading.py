@@ -13,28 +13,19 @@ A plugin whose module cannot be imported raises :class:`PluginLoadError` saying 
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
-from dataclasses import dataclass
-from importlib import metadata as importlib_metadata
 from typing import Any
 
 import structlog
 
 from rlm.errors import PluginLoadError
+from rlm.plugin_registry import BuiltIn, PluginFamily
 
 from .api import RemoteStorageManager
 
 log = structlog.get_logger(__name__)
 
 ENTRY_POINT_GROUP = "rsm_plugins"
-
-
-@dataclass(frozen=True, slots=True)
-class BuiltIn:
-    target: str
-    install_hint: str
-
 
 BUILTINS: dict[str, BuiltIn] = {
     "local": BuiltIn("rsm_plugins.local:LocalRemoteStorageManager", "kafka-rlm-sidecar"),
@@ -49,48 +40,24 @@ ALIASES: dict[str, str] = {
     "org.apache.kafka.server.log.remote.storage.LocalTieredStorage": "local",
 }
 
+FAMILY: PluginFamily[RemoteStorageManager] = PluginFamily(
+    "storage plugin", RemoteStorageManager, ENTRY_POINT_GROUP, BUILTINS, ALIASES
+)
+
 
 def available() -> dict[str, str]:
     """Every plugin name that :func:`load` knows, with its target (built-ins, then entry points)."""
-    names = {name: b.target for name, b in BUILTINS.items()}
-    for ep in importlib_metadata.entry_points(group=ENTRY_POINT_GROUP):
-        names.setdefault(ep.name, ep.value)
-    return names
+    return FAMILY.available()
 
 
 def resolve(name_or_class_path: str) -> type[RemoteStorageManager]:
     """The plugin class for a built-in name, an entry point name or a class path."""
-    name = ALIASES.get(name_or_class_path.strip(), name_or_class_path.strip())
-    if not name:
-        raise PluginLoadError(
-            "no storage plugin named: give a built-in name "
-            f"({', '.join(BUILTINS)}), an entry point name or a module:Class path"
-        )
-    if name in BUILTINS:
-        b = BUILTINS[name]
-        return _check(_import_target(b.target, install_hint=b.install_hint), name)
-    for ep in importlib_metadata.entry_points(group=ENTRY_POINT_GROUP, name=name):
-        dist = ep.dist.name if ep.dist is not None else None
-        try:
-            obj = ep.load()
-        except ImportError as e:
-            raise PluginLoadError(
-                f"storage plugin {name!r} (entry point {ep.value!r}"
-                f"{f' of package {dist!r}' if dist else ''}) cannot be imported: {e}; "
-                f"install or repair that package and its dependencies"
-            ) from e
-        return _check(obj, name)
-    if ":" in name or "." in name:
-        return _check(_import_target(name, install_hint=None), name)
-    raise PluginLoadError(
-        f"unknown storage plugin {name!r}: not a built-in ({', '.join(BUILTINS)}), no entry point "
-        f"in group {ENTRY_POINT_GROUP!r} has that name, and it is not a module:Class path"
-    )
+    return FAMILY.resolve(name_or_class_path)
 
 
 def load(name_or_class_path: str, config: Mapping[str, Any] | None = None) -> RemoteStorageManager:
     """Create and configure a plugin. ``config`` is the plugin's block (Kafka's ``rsm.config.*``
-    with the prefix stripped)."""
+    with the prefix stripped, plus ``broker.id``, which every plugin accepts)."""
     cls = resolve(name_or_class_path)
     try:
         rsm = cls()
@@ -101,34 +68,3 @@ def load(name_or_class_path: str, config: Mapping[str, Any] | None = None) -> Re
     rsm.configure(dict(config or {}))
     log.info("rsm_loaded", plugin=name_or_class_path, cls=f"{cls.__module__}.{cls.__qualname__}")
     return rsm
-
-
-def _import_target(target: str, install_hint: str | None) -> object:
-    if ":" in target:
-        module_name, _, attr = target.partition(":")
-    else:
-        module_name, _, attr = target.rpartition(".")
-    if not module_name or not attr:
-        raise PluginLoadError(f"storage plugin path {target!r} is not of the form package.module:Class")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        missing = getattr(e, "name", None) or module_name
-        hint = install_hint or f"the package that provides {missing.split('.')[0]!r}"
-        raise PluginLoadError(f"storage plugin {target!r} cannot be imported ({e}); install {hint}") from e
-    obj: object = module
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError as e:
-            raise PluginLoadError(f"storage plugin {target!r}: module {module_name!r} has no {attr!r}") from e
-    return obj
-
-
-def _check(obj: object, name: str) -> type[RemoteStorageManager]:
-    if not (isinstance(obj, type) and issubclass(obj, RemoteStorageManager)):
-        raise PluginLoadError(
-            f"storage plugin {name!r} resolves to {obj!r}, which is not a subclass of "
-            f"rsm_plugins.api.RemoteStorageManager"
-        )
-    return obj

@@ -18,7 +18,6 @@ import errno
 import os
 import stat
 import uuid
-from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -26,12 +25,17 @@ from typing import Any, BinaryIO
 import structlog
 from pydantic import Field, model_validator
 
-from rlm.errors import ConfigError, RemoteResourceNotFoundError, RemoteStorageError
-from rlm.types import IndexType, LogSegmentData, RemoteLogSegmentMetadata
-
 from . import integrity, layout, streams
-from .api import RemoteStorageManager
-from .config import PluginConfig, parse_config
+from .api import (
+    ConfigError,
+    IndexType,
+    LogSegmentData,
+    PluginConfig,
+    RemoteLogSegmentMetadata,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+    RemoteStorageManager,
+)
 from .integrity import FileChecksum, LayoutCode, SegmentManifest
 from .layout import SegmentFileType, SourceFile
 
@@ -67,29 +71,19 @@ class LocalConfig(PluginConfig):
         return self.dir / KAFKA_ROOT_DIR_NAME
 
 
-class LocalRemoteStorageManager(RemoteStorageManager):
+class LocalRemoteStorageManager(RemoteStorageManager[LocalConfig]):
     """Remote tier in a local (or mounted network) directory."""
 
     plugin_name = "local"
-
-    def __init__(self) -> None:
-        self._config: LocalConfig | None = None
+    config_model = LocalConfig
 
     # ---- configuration ----------------------------------------------------------------------
-    def configure(self, config: Mapping[str, Any]) -> None:
-        cfg = parse_config(LocalConfig, config, self.plugin_name)
+    def on_configure(self, config: LocalConfig) -> None:
         try:
-            cfg.storage_dir.mkdir(parents=True, exist_ok=True)
+            config.storage_dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise ConfigError(f"local storage plugin: cannot create root {cfg.storage_dir}: {e}") from e
-        self._config = cfg
-        log.info("rsm_configured", plugin=self.plugin_name, root=str(cfg.storage_dir))
-
-    @property
-    def config(self) -> LocalConfig:
-        if self._config is None:
-            raise RemoteStorageError("local storage plugin used before configure()")
-        return self._config
+            raise ConfigError(f"local storage plugin: cannot create root {config.storage_dir}: {e}") from e
+        log.info("rsm_configured", plugin=self.plugin_name, root=str(config.storage_dir))
 
     @property
     def root(self) -> Path:

@@ -20,12 +20,16 @@ from typing import Any, BinaryIO, Literal
 import structlog
 from pydantic import Field, SecretStr
 
-from rlm.errors import RemoteRangeError, RemoteStorageError
-from rlm.types import IndexType, LogSegmentData, RemoteLogSegmentMetadata
-
 from . import integrity, layout, streams
-from .api import RemoteStorageManager
-from .config import PluginConfig, parse_config
+from .api import (
+    IndexType,
+    LogSegmentData,
+    PluginConfig,
+    RemoteLogSegmentMetadata,
+    RemoteRangeError,
+    RemoteStorageError,
+    RemoteStorageManager,
+)
 from .integrity import FileChecksum, LayoutCode, SegmentManifest
 from .layout import SegmentFileType
 from .s3_errors import client_error_code, map_error
@@ -69,31 +73,20 @@ class S3Config(PluginConfig):
     use_recorded_location: bool = Field(True, description="Read from the bucket/prefix the copy recorded.")
 
 
-class S3RemoteStorageManager(RemoteStorageManager):
+class S3RemoteStorageManager(RemoteStorageManager[S3Config]):
     """Remote tier in S3. Thread-safe; picklable (clients and pools are re-created lazily)."""
 
     plugin_name = "s3"
+    config_model = S3Config
+    transient_attributes = frozenset({"_lock", "_client", "_pools"})
 
     def __init__(self) -> None:
-        self._config: S3Config | None = None
-        self._init_runtime()
-
-    def _init_runtime(self) -> None:
         self._lock = threading.Lock()
         self._client: Any = None
         self._pools: dict[str, ThreadPoolExecutor] = {}
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {"_config": self._config}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self._config = state["_config"]
-        self._init_runtime()
-
     # ---- configuration and clients ----------------------------------------------------------
-    def configure(self, config: Mapping[str, Any]) -> None:
-        cfg = parse_config(S3Config, config, self.plugin_name)
-        self._config = cfg
+    def on_configure(self, cfg: S3Config) -> None:
         log.info(
             "rsm_configured",
             plugin=self.plugin_name,
@@ -104,12 +97,6 @@ class S3RemoteStorageManager(RemoteStorageManager):
             path_style=cfg.path_style,
             explicit_credentials=cfg.access_key_id is not None,
         )
-
-    @property
-    def config(self) -> S3Config:
-        if self._config is None:
-            raise RemoteStorageError("s3 storage plugin used before configure()")
-        return self._config
 
     @property
     def client(self) -> Any:

@@ -24,7 +24,9 @@ HARNESS_VARIABLES = frozenset({"RLM_CACHE_DIR", "RLM_IT_DIR", "RLM_FUZZ_EXAMPLES
 
 
 def caller_rlm_variables() -> list[str]:
-    return sorted(k for k in os.environ if k.upper().startswith("RLM_") and k.upper() not in HARNESS_VARIABLES)
+    return sorted(
+        k for k in os.environ if k.upper().startswith("RLM_") and k.upper() not in HARNESS_VARIABLES
+    )
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -4,6 +4,7 @@ point name, and passes the same contract kit as the built-ins."""
 from __future__ import annotations
 
 import importlib
+import pickle
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import rsm_plugins
-from rsm_plugins.api import RemoteStorageManager
+from rsm_plugins.api import ConfigError, RemoteStorageError, RemoteStorageManager
 from rsm_plugins.testing import RemoteStorageManagerContract
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,3 +54,20 @@ class TestCustomPluginContract(RemoteStorageManagerContract):
         plugin = rsm_plugins.load(installed_example, {"namespace": request.node.nodeid})
         yield plugin
         plugin.close()
+
+
+def test_config_errors_all_at_once(installed_example: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        rsm_plugins.load(installed_example, {"namespace": "", "max.segments": 0, "colour": "red"})
+    msg = str(e.value)
+    assert "(3 problems)" in msg and "namespace:" in msg and "max.segments:" in msg
+    assert "colour: unknown key" in msg
+
+
+def test_guard_and_pickling_come_from_the_base_class(installed_example: str) -> None:
+    cls = rsm_plugins.resolve(installed_example)
+    with pytest.raises(RemoteStorageError, match=r"example-memory storage plugin used before configure\(\)"):
+        _ = cls().config
+    plugin = rsm_plugins.load(installed_example, {"namespace": "pickled", "broker.id": 7})
+    clone = pickle.loads(pickle.dumps(plugin))
+    assert type(clone) is cls and clone.config == plugin.config

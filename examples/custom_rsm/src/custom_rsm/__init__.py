@@ -3,60 +3,52 @@
 Segments live in a process-wide dictionary, one per ``namespace``; nothing survives the process.
 A copy builds the whole file set first and publishes it with one dictionary assignment, so it is
 all-or-nothing for readers without any cleanup code.
+
+What the base class does for it: validating the config block with ``config_model`` (every bad
+key reported at once, ``broker.id`` accepted), the "used before configure()" guard on
+``self.config``, and pickling.
 """
 
 from __future__ import annotations
 
 import io
 import threading
-from collections.abc import Mapping
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import Field
 
 from rsm_plugins.api import (
-    ConfigError,
     IndexType,
     LogSegmentData,
+    PluginConfig,
     RemoteLogSegmentMetadata,
     RemoteResourceNotFoundError,
     RemoteStorageError,
     RemoteStorageManager,
+    check_range,
 )
-from rsm_plugins.streams import check_range
 
 _STORES: dict[str, dict[str, dict[str, bytes]]] = {}
 _LOCK = threading.Lock()
 
 
-class MemoryConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    namespace: str = "default"
-    broker_id: int | None = None
+class MemoryConfig(PluginConfig):
+    namespace: str = Field("default", min_length=1, description="Segments of one namespace are shared.")
+    max_segments: int = Field(1_000_000, ge=1, description="A copy beyond this many segments fails.")
 
 
-class MemoryRemoteStorageManager(RemoteStorageManager):
+class MemoryRemoteStorageManager(RemoteStorageManager[MemoryConfig]):
     plugin_name = "example-memory"
+    config_model = MemoryConfig
 
-    def __init__(self) -> None:
-        self.namespace = "default"
-
-    def configure(self, config: Mapping[str, Any]) -> None:
-        try:
-            cfg = MemoryConfig.model_validate({k.replace(".", "_"): v for k, v in config.items()})
-        except ValidationError as e:
-            raise ConfigError(
-                f"example-memory plugin: {e.errors()[0]['loc']}: {e.errors()[0]['msg']}"
-            ) from None
-        self.namespace = cfg.namespace
+    def on_configure(self, config: MemoryConfig) -> None:
         with _LOCK:
-            _STORES.setdefault(self.namespace, {})
+            _STORES.setdefault(config.namespace, {})
 
     @property
     def _store(self) -> dict[str, dict[str, bytes]]:
         with _LOCK:
-            return _STORES.setdefault(self.namespace, {})
+            return _STORES.setdefault(self.config.namespace, {})
 
     @staticmethod
     def _key(md: RemoteLogSegmentMetadata) -> str:
@@ -83,7 +75,10 @@ class MemoryRemoteStorageManager(RemoteStorageManager):
             raise RemoteStorageError(
                 f"copy of {metadata.remote_log_segment_id} failed: {e}", retriable=True
             ) from e
-        self._store[self._key(metadata)] = files  # one assignment: all or nothing
+        store = self._store
+        if len(store) >= self.config.max_segments and self._key(metadata) not in store:
+            raise RemoteStorageError(f"namespace {self.config.namespace!r} is full", retriable=False)
+        store[self._key(metadata)] = files  # one assignment: all or nothing
         return None
 
     def _file(self, md: RemoteLogSegmentMetadata, name: str) -> bytes:
