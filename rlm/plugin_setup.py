@@ -1,7 +1,9 @@
 """Create the storage plugin and the metadata manager from the shared configuration.
 
 Layer: above ``rsm_plugins`` and ``rlmm``, below the daemon and the read side (``fetcher``), which
-both build their plugins here so that defaults cannot diverge between writer and reader.
+both build their plugins here so that defaults cannot diverge between writer and reader. Both
+families are found the same way (:mod:`rsm_plugins.loading`, :mod:`rlmm.loading`) and both get
+Kafka's ``broker.id``, which every plugin accepts (the storage plugin base model ignores it).
 
 Defaults keep everything the daemon owns under its work dir: the ``local`` plugin stores in
 ``<work_dir>/remote`` and the ``file`` manager in ``<work_dir>/metadata`` unless configured.
@@ -9,71 +11,46 @@ Defaults keep everything the daemon owns under its work dir: the ``local`` plugi
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
+import rlmm.loading
+import rsm_plugins
 from rlm.config import DaemonConfig
-from rlm.errors import PluginLoadError
-
-RLMM_BUILTINS = {
-    "file": "rlmm.file:FileRemoteLogMetadataManager",
-    "topic": "rlmm.topic:TopicBasedRemoteLogMetadataManager",
-    "org.apache.kafka.server.log.remote.metadata.storage.TopicBasedRemoteLogMetadataManager": (
-        "rlmm.topic:TopicBasedRemoteLogMetadataManager"
-    ),
-}
+from rlmm.api import RemoteLogMetadataManager
+from rsm_plugins.api import RemoteStorageManager
 
 
-def load_rsm(config: DaemonConfig, node_id: int) -> Any:
-    import rsm_plugins
-
+def rsm_config(config: DaemonConfig, node_id: int) -> dict[str, Any]:
+    """The storage plugin's block with the daemon's defaults filled in."""
     cfg: dict[str, Any] = dict(config.storage.config)
-    if config.storage.plugin == "local" and "root" not in cfg and "dir" not in cfg:
+    is_local = rsm_plugins.loading.builtin_name(config.storage.plugin) == "local"
+    if is_local and "root" not in cfg and "dir" not in cfg:
         cfg["root"] = str(config.work_dir / "remote")
     cfg.setdefault("broker.id", node_id)
-    return _configure_with_broker_id(rsm_plugins.load, config.storage.plugin, cfg)
+    return cfg
 
 
-def _configure_with_broker_id(load: Any, name: str, cfg: dict[str, Any]) -> Any:
-    """Pass ``broker.id`` as Kafka does; a plugin whose config model forbids it gets the rest."""
-    from rlm.errors import ConfigError
-
-    try:
-        return load(name, cfg)
-    except ConfigError as e:
-        if "broker.id" not in str(e):
-            raise
-        rest = {k: v for k, v in cfg.items() if k != "broker.id"}
-        return load(name, rest)
+def load_rsm(config: DaemonConfig, node_id: int) -> RemoteStorageManager:
+    return rsm_plugins.load(config.storage.plugin, rsm_config(config, node_id))
 
 
-def rlmm_class(name: str) -> Any:
-    target = RLMM_BUILTINS.get(name, name)
-    module_name, sep, attr = target.partition(":")
-    if not sep:
-        module_name, _, attr = target.rpartition(".")
-    try:
-        module = importlib.import_module(module_name)
-        return getattr(module, attr)
-    except (ImportError, AttributeError) as e:
-        raise PluginLoadError(f"metadata manager {name!r} ({target}) cannot be loaded: {e}") from e
-
-
-def load_rlmm(config: DaemonConfig, node_id: int, *, read_only: bool = False) -> Any:
-    """The metadata manager; ``read_only`` for the read side: the embedded file store is followed
-    without its writer lock, the topic store keeps its snapshots apart from the daemon's."""
-    cls = rlmm_class(config.metadata.manager)
+def rlmm_config(config: DaemonConfig, node_id: int, *, read_only: bool = False) -> dict[str, Any]:
+    """The metadata manager's block with the daemon's defaults filled in."""
     cfg: dict[str, Any] = dict(config.metadata.config)
-    kind = RLMM_BUILTINS.get(config.metadata.manager, config.metadata.manager)
-    if kind.endswith("FileRemoteLogMetadataManager"):
+    kind = rlmm.loading.builtin_name(config.metadata.manager)
+    if kind == "file":
         cfg.setdefault("dir", str(config.work_dir / "metadata"))
         if read_only:
             cfg["read.only"] = True
-    if kind.endswith("TopicBasedRemoteLogMetadataManager"):
+    if kind == "topic":
         if config.bootstrap_servers and not any(k.endswith("bootstrap.servers") for k in cfg):
             cfg["bootstrap.servers"] = config.bootstrap_servers
         cfg.setdefault("log.dir", str(config.work_dir / ("rlmm-reader" if read_only else "rlmm")))
     cfg.setdefault("broker.id", node_id)
-    manager = cls()
-    manager.configure(cfg)
-    return manager
+    return cfg
+
+
+def load_rlmm(config: DaemonConfig, node_id: int, *, read_only: bool = False) -> RemoteLogMetadataManager:
+    """The metadata manager; ``read_only`` for the read side: the embedded file store is followed
+    without its writer lock, the topic store keeps its snapshots apart from the daemon's."""
+    return rlmm.loading.load(config.metadata.manager, rlmm_config(config, node_id, read_only=read_only))

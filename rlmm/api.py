@@ -21,6 +21,7 @@ from types import TracebackType
 from typing import Any
 
 from rlm.errors import (
+    ConfigError,
     InvalidStateTransitionError,
     MetadataDecodeError,
     MetadataTimeoutError,
@@ -40,6 +41,7 @@ from rlm.types import (
 )
 
 __all__ = [
+    "ConfigError",
     "InvalidStateTransitionError",
     "KafkaUuid",
     "MetadataDecodeError",
@@ -68,7 +70,8 @@ class RemoteLogMetadataManager(abc.ABC):
     def configure(self, config: Mapping[str, Any]) -> None:
         """Applies configuration and starts the manager (Kafka's ``rlmm.config.*`` keys, stripped).
 
-        Raises :class:`~rlm.errors.ConfigError` for unknown or invalid keys.
+        ``broker.id`` is always passed (as Kafka does): accept it. Raises
+        :class:`~rlm.errors.ConfigError` for unknown or invalid keys.
         """
 
     @abc.abstractmethod

@@ -55,6 +55,11 @@ def resolve(name_or_class_path: str) -> type[RemoteStorageManager]:
     return FAMILY.resolve(name_or_class_path)
 
 
+def builtin_name(name_or_class_path: str) -> str | None:
+    """``"local"``, ``"s3"`` or ``"fsspec"`` when the name denotes a built-in (name, alias or class path)."""
+    return FAMILY.builtin_name(name_or_class_path)
+
+
 def load(name_or_class_path: str, config: Mapping[str, Any] | None = None) -> RemoteStorageManager:
     """Create and configure a plugin. ``config`` is the plugin's block (Kafka's ``rsm.config.*``
     with the prefix stripped, plus ``broker.id``, which every plugin accepts)."""

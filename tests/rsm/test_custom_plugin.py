@@ -3,9 +3,7 @@ point name, and passes the same contract kit as the built-ins."""
 
 from __future__ import annotations
 
-import importlib
 import pickle
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,27 +13,12 @@ import pytest
 import rsm_plugins
 from rsm_plugins.api import ConfigError, RemoteStorageError, RemoteStorageManager
 from rsm_plugins.testing import RemoteStorageManagerContract
-
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "examples" / "custom_rsm"
+from tests.examples import install_example
 
 
 @pytest.fixture(scope="module")
 def installed_example() -> str:
-    uv = Path(sys.executable).parent / "uv"
-    cmd = [
-        str(uv),
-        "pip",
-        "install",
-        "--python",
-        sys.executable,
-        "--reinstall-package",
-        "custom-rsm-example",
-        str(EXAMPLE),
-    ]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO)
-    assert res.returncode == 0, res.stderr
-    importlib.invalidate_caches()
+    install_example("custom_rsm", "custom-rsm-example")
     return "example-memory"
 
 
