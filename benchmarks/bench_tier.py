@@ -102,7 +102,7 @@ def measure(fn: Callable[[], None], cleanup: Callable[[], None], repeat: int = 2
 
 def run_daemon(log_dir: Path, work: Path, storage: dict[str, Any]) -> None:
     from rlm.config import load_config
-    from rlm.daemon.logs import configure_logging
+    from rlm.daemon.logging_setup import configure_logging
     from rlm.daemon.service import Daemon
 
     configure_logging("console", "warning")

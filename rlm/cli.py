@@ -2,8 +2,9 @@
 
 Each command module exposes ``register(subparsers)`` that adds its parser and sets
 ``func`` to a callable taking the parsed namespace and returning an exit status. Errors
-from this project (:class:`rlm.errors.RlmError`) are printed as one ``rlm: error: ...`` line
-with exit status 2, never as a traceback.
+from this project (:class:`rlm.errors.RlmError`) are printed as one ``rlm: error: ...`` line,
+never as a traceback, with the status of their kind (:class:`rlm.exit_codes.ExitCode`): 3 for
+configuration and plugin-loading errors, 1 for the rest; 2 is left to argparse's usage errors.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import importlib.util
 import sys
 from collections.abc import Sequence
 
-from rlm.errors import RlmError
+from rlm.errors import ConfigError, PluginLoadError, RlmError
+from rlm.exit_codes import EPILOG, ExitCode
 
 COMMAND_MODULES = (
     "rlm.commands.dump",
@@ -27,7 +29,10 @@ COMMAND_MODULES = (
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="rlm", description="Tiered storage sidecar for Apache Kafka (KIP-405)."
+        prog="rlm",
+        description="Tiered storage sidecar for Apache Kafka (KIP-405).",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
@@ -43,16 +48,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()
-        return 2
+        return ExitCode.USAGE
     try:
         return int(func(args))
+    except (ConfigError, PluginLoadError) as e:
+        print(f"rlm: error: {e}", file=sys.stderr)
+        return ExitCode.CONFIG
     except RlmError as e:
         print(f"rlm: error: {e}", file=sys.stderr)
-        return 2
+        return ExitCode.FAILURE
     except KeyboardInterrupt:
-        return 130
+        return ExitCode.INTERRUPTED
     except BrokenPipeError:
-        return 0
+        return ExitCode.OK
 
 
 if __name__ == "__main__":

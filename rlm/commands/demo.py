@@ -180,7 +180,7 @@ def read_back(root: Path, topic: str, partition: int, offset: int) -> tuple[str,
 def demo(args: argparse.Namespace) -> int:
     from rlm.commands.status import render_table
     from rlm.config import load_config
-    from rlm.daemon.logs import configure_logging
+    from rlm.daemon.logging_setup import configure_logging
     from rlm.daemon.service import Daemon
     from rlm.daemon.status import read_status
 

@@ -5,7 +5,7 @@ The file type comes from the name: ``.log`` (one line per record; batch fields i
 ``partition.metadata``, ``meta.properties``, the log-dir offset checkpoints and
 ``.kafka_cleanshutdown``. Offsets are absolute (index files take their base offset from the
 name). With ``--json`` each line is one JSON object; bytes are base64. A corrupt or truncated
-file stops the dump with exit status 2 and one line ``rlm: error: <path>: <position>: <what>``.
+file stops the dump with exit status 1 and one line ``rlm: error: <path>: <position>: <what>``.
 """
 
 from __future__ import annotations

@@ -194,14 +194,16 @@ class PartitionScheduler:
                 self._cond.wait(timeout=0.2 if left is None else min(left, 0.2))
         return True
 
-    def stop(self, timeout: float) -> bool:
-        """Stop dispatching; True when every running task ended within ``timeout``."""
+    def stop(self, timeout: float, abort: threading.Event | None = None) -> bool:
+        """Stop dispatching; True when every running task ended within ``timeout``. Setting
+        ``abort`` (a forced stop) ends the wait early; running tasks are then abandoned."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
         deadline = time.monotonic() + timeout
         for t in self._threads:
-            t.join(max(0.0, deadline - time.monotonic()))
+            while t.is_alive() and time.monotonic() < deadline and not (abort and abort.is_set()):
+                t.join(min(0.1, max(0.0, deadline - time.monotonic())))
         return not any(t.is_alive() for t in self._threads)
 
     def running(self) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,7 @@ from rlm.daemon.metrics import DaemonMetrics
 from rlm.daemon.partition_remover import PartitionRemover
 from rlm.daemon.quota import CopyQuota
 from rlm.daemon.scheduler import PartitionScheduler
+from rlm.daemon.signals import FORCED_CLOSE_S
 from rlm.daemon.status import StatusBoard
 from rlm.errors import ConfigError, LogFileGoneError, LogFormatError
 from rlm.plugin_setup import load_rlmm, load_rsm
@@ -73,6 +74,7 @@ class Daemon:
         self.http: MetricsServer | None = None
         self.cluster: Cluster | None = None
         self.ctx: TaskContext | None = None
+        self._opened: list[tuple[str, Callable[[], object]]] = []  # closed in reverse order on stop
 
     # ---- setup -----------------------------------------------------------------------------
     def _node_id(self) -> int:
@@ -89,6 +91,14 @@ class Daemon:
         )
 
     def start(self) -> Daemon:
+        """Start; if anything fails, whatever was opened (plugins, HTTP server) is closed first."""
+        try:
+            return self._start()
+        except BaseException:
+            self._close_after_failed_start()
+            raise
+
+    def _start(self) -> Daemon:
         cfg = self.config
         if not cfg.log_dirs:
             raise ConfigError("log_dirs: at least one broker log dir is required to run the daemon")
@@ -96,7 +106,9 @@ class Daemon:
         node_id = self._node_id()
         status = StatusBoard(cfg.work_dir, node_id)
         rsm = load_rsm(cfg, node_id)
+        self._opened.append(("rsm", rsm.close))
         rlmm = load_rlmm(cfg, node_id)
+        self._opened.append(("rlmm", rlmm.close))
         self.ctx = TaskContext(
             cfg, node_id, rsm, rlmm, self.metrics, CopyQuota(cfg.copy_max_bytes_per_second), status
         )
@@ -123,6 +135,7 @@ class Daemon:
         if cfg.http.enabled and not self.once:
             self.http = MetricsServer(cfg.http.host, cfg.http.port, self.metrics, self.health)
             self.http.start()
+            self._opened.append(("http", self.http.stop))
             status.status.http_port = self.http.port
         self.metrics.up.set(1)
         status.set_state("running")
@@ -361,8 +374,11 @@ class Daemon:
         self.remover.run_once()
         return len(self.scheduler.errors)
 
-    def stop(self, timeout: float | None = None) -> bool:
-        """Stop taking work, wait for running tasks up to ``timeout``; True if none was abandoned."""
+    def stop(self, timeout: float | None = None, *, force: threading.Event | None = None) -> bool:
+        """Stop taking work, wait for running tasks up to ``timeout`` (or until ``force`` is set);
+        True if none was abandoned. The plugins are closed either way: after abandoned copies,
+        within :data:`FORCED_CLOSE_S` (a copy still running may then fail; it is undone by the
+        next run's expiry)."""
         if self.ctx is None or self._stopped.is_set():
             return True
         timeout = self.config.shutdown_timeout_s if timeout is None else timeout
@@ -370,7 +386,7 @@ class Daemon:
         self._flush_status()
         self.ctx.stop.set()
         self.remover.wakeup.set()
-        clean = self.scheduler.stop(timeout)
+        clean = self.scheduler.stop(timeout, abort=force)
         if not clean:
             with self.ctx.in_flight_lock:
                 abandoned = [s.id.text for s in self.ctx.in_flight]
@@ -379,19 +395,44 @@ class Daemon:
                 segment_ids=abandoned,
                 note="left COPY_SEGMENT_STARTED; undone by the next run's expiry",
             )
-        for t in self._threads:
-            t.join(max(0.1, timeout / 4))
-        if self.http is not None:
-            self.http.stop()
-        if clean:
-            for closer in (self.ctx.rlmm.close, self.ctx.rsm.close):
-                try:
-                    closer()
-                except Exception as e:
-                    log.warning("close_failed", error=str(e), kind=type(e).__name__)
+        if not (force and force.is_set()):
+            for t in self._threads:
+                t.join(max(0.1, timeout / 4))
+        self._close_opened(None if clean else FORCED_CLOSE_S)
         self.metrics.up.set(0)
         self.ctx.status.set_state("stopped")
         self._flush_status()
         self._stopped.set()
-        log.info("daemon_stopped", clean=clean)
+        log.info("daemon_stopped", clean=clean, forced=bool(force and force.is_set()))
         return clean
+
+    def _close_opened(self, bound_s: float | None) -> None:
+        """Close what :meth:`start` opened, newest first; give up waiting after ``bound_s``."""
+        opened, self._opened = self._opened[::-1], []
+
+        def close_all() -> None:
+            for name, closer in opened:
+                try:
+                    closer()
+                except Exception as e:
+                    log.warning("close_failed", component=name, error=str(e), kind=type(e).__name__)
+
+        if bound_s is None:
+            close_all()
+            return
+        closing = threading.Thread(target=close_all, name="rlm-close", daemon=True)
+        closing.start()
+        closing.join(bound_s)
+        if closing.is_alive():
+            log.warning("close_timed_out", seconds=bound_s)
+
+    def _close_after_failed_start(self) -> None:
+        if self.ctx is not None:
+            self.ctx.stop.set()
+        scheduler = getattr(self, "scheduler", None)
+        if scheduler is not None:
+            scheduler.stop(0)
+        self._close_opened(FORCED_CLOSE_S)
+        if self.ctx is not None:
+            self.ctx.status.set_state("failed")
+            self._flush_status()

@@ -1,6 +1,7 @@
 """A storage plugin for signal tests: the ``local`` plugin whose copies hang until the process dies.
 
-Entering a copy touches ``<root>/.copy-started`` so a test knows a copy is under way.
+Entering a copy touches ``<root>/.copy-started`` so a test knows a copy is under way; closing
+the plugin touches ``<root>/.closed`` so a test knows the daemon closed it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ class HangingLocalRSM(LocalRemoteStorageManager):
         (self.root / ".copy-started").touch()
         time.sleep(3600)
         return super().copy_log_segment_data(metadata, segment_data)
+
+    def close(self) -> None:
+        (self.root / ".closed").touch()
+        super().close()
 
 
 class BigCustomMetadataRSM(LocalRemoteStorageManager):

@@ -22,6 +22,7 @@ import yaml
 import rsm_plugins
 from rlm.config import DaemonConfig, load_config
 from rlm.daemon.service import Daemon
+from rlm.exit_codes import ExitCode
 from rlm.log.checkpoints import MetaProperties
 from rlm.log.partition import PartitionDir
 from rlm.log.writer import PartitionWriter, WriterConfig, write_log_dir_files
@@ -350,6 +351,8 @@ def _start_hanging(tmp_path: Path, shutdown_timeout_s: float) -> tuple[subproces
 
 
 def test_second_sigterm_forces_exit(tmp_path: Path) -> None:
+    """A second SIGTERM does not wait for the hung copy, yet the plugins are closed, the status file
+    says stopped, the logs are flushed, and the exit status is the documented 143."""
     proc, _ = _start_hanging(tmp_path, shutdown_timeout_s=600)
     try:
         proc.send_signal(signal.SIGTERM)
@@ -364,8 +367,39 @@ def test_second_sigterm_forces_exit(tmp_path: Path) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 1, err[-2000:]
-    assert '"event": "forced_exit"' in err
+    assert proc.returncode == ExitCode.TERMINATED == 143, err[-2000:]
+    assert (tmp_path / "remote" / ".closed").exists(), "the storage plugin was not closed"
+    assert (tmp_path / "work" / "metadata" / "metadata.snapshot").exists(), "the file store was not closed"
+    assert json.loads((tmp_path / "work" / "status.json").read_text())["state"] == "stopped"
+    events = [json.loads(line)["event"] for line in err.splitlines() if line.startswith("{")]
+    order = [events.index(e) for e in ("forced_stop_requested", "daemon_stopped", "forced_stop")]
+    assert order == sorted(order), events
+
+
+def test_failed_start_closes_the_plugins_and_exits_3(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    write_partition(logs, "bad", 0, 5)
+    cfg_file = tmp_path / "rlm.yaml"
+    cfg_file.write_text(yaml.safe_dump({
+        "log_dirs": [str(logs)],
+        "work_dir": str(tmp_path / "work"),
+        "storage": {"plugin": "tests.daemon.slow_rsm:HangingLocalRSM",
+                    "config": {"root": str(tmp_path / "r")}},
+        "metadata": {"manager": "no_such_package.store:Manager"},
+    }))
+    res = subprocess.run([sys.executable, "-m", "rlm.cli", "run", "--once", "--config", str(cfg_file)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == ExitCode.CONFIG == 3, res.stderr[-2000:]
+    assert "install the package that provides 'no_such_package'" in res.stderr
+    assert (tmp_path / "r" / ".closed").exists(), "the storage plugin opened before the failure stays open"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("log_dirs: [/d]\nno_such_key: 1\n")
+    res = subprocess.run([sys.executable, "-m", "rlm.cli", "run", "--config", str(bad)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == ExitCode.CONFIG and "no_such_key" in res.stderr
+    res = subprocess.run([sys.executable, "-m", "rlm.cli", "run", "--no-such-flag"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == ExitCode.USAGE == 2
 
 
 def test_sigterm_abandons_a_hung_copy_safely(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from rlm.cli import main
+from rlm.exit_codes import ExitCode
 from rlm.log import checkpoints as ckpt
 from rlm.log.offset_index import read_offset_index
 from rlm.log.partition import PartitionDir
@@ -117,10 +118,10 @@ def _corrupt_cases(pdir: PartitionDir, tmp: Path) -> dict[str, tuple[Path, str]]
             "missing": (d / "00000000000000999999.index", "does not exist")}
 
 
-def test_corrupt_files_exit_2_with_one_line(pdir: PartitionDir, tmp_path: Path,
+def test_corrupt_files_exit_1_with_one_line(pdir: PartitionDir, tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     for name, (path, what) in _corrupt_cases(pdir, tmp_path).items():
-        assert main(["dump", "--json", str(path)]) == 2, name
+        assert main(["dump", "--json", str(path)]) == ExitCode.FAILURE, name
         err = capsys.readouterr().err.splitlines()
         assert len(err) == 1, (name, err)
         m = ERROR_LINE.match(err[0])
@@ -133,7 +134,7 @@ def test_cli_process_has_no_traceback(pdir: PartitionDir, tmp_path: Path) -> Non
     path, what = _corrupt_cases(pdir, tmp_path)["crc"]
     res = subprocess.run([sys.executable, "-m", "rlm.cli", "dump", "--json", str(path)], capture_output=True,
                          text=True, timeout=120)
-    assert res.returncode == 2
+    assert res.returncode == ExitCode.FAILURE
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and ERROR_LINE.match(lines[0]), res.stderr
     assert ERROR_LINE.match(lines[0])["pos"] == what.partition("|")[2] != "0"  # type: ignore[index]

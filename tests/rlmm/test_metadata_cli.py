@@ -10,6 +10,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from rlm.cli import main
+from rlm.exit_codes import ExitCode
 from rlm.types import (
     RemoteLogSegmentState,
     RemotePartitionDeleteMetadata,
@@ -56,7 +57,7 @@ def test_dump_file_store_corruption_is_one_error_line(tmp_path: Path,
     data[20] ^= 0xFF
     (tmp_path / LOG_FILE).write_bytes(bytes(data))
     capsys.readouterr()
-    assert main(["metadata", "dump", "--dir", str(tmp_path)]) == 2
+    assert main(["metadata", "dump", "--dir", str(tmp_path)]) == ExitCode.FAILURE
     err = capsys.readouterr().err
     assert err.startswith("rlm: error: ") and "metadata.log@8" in err and "corrupt frame" in err
 
@@ -95,5 +96,5 @@ def test_dump_topic(kafka: KafkaCluster, unique_topic: str, capsys: pytest.Captu
 @pytest.mark.kafka
 def test_dump_topic_missing(kafka: KafkaCluster, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["metadata", "dump", "--bootstrap-server", kafka.bootstrap, "--topic", "no-such-topic-xyz",
-                 "--timeout-ms", "5000"]) == 2
+                 "--timeout-ms", "5000"]) == ExitCode.FAILURE
     assert "not found" in capsys.readouterr().err
