@@ -17,16 +17,21 @@ import tomllib
 from collections.abc import Callable
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from rlm.errors import ConfigError
+from rlm.secrets import hide_secrets
 
 LONG_MAX = 2**63 - 1
+
+#: A free-form block (plugin config, client settings) whose credential-like values become SecretStr.
+SecretAwareBlock = Annotated[dict[str, Any], AfterValidator(hide_secrets)]
+ClientSettings = Annotated[dict[str, str | SecretStr], AfterValidator(hide_secrets)]
 
 
 def _kafka(name: str) -> dict[str, Any]:
@@ -136,10 +141,10 @@ class StorageConfig(_Strict):
         json_schema_extra=_kafka("remote.log.storage.manager.class.name"),
         description="Built-in name (local, s3, fsspec), entry-point name or 'module:Class'.",
     )
-    config: dict[str, Any] = Field(
+    config: SecretAwareBlock = Field(
         default_factory=dict,
         description="Plugin configuration; Kafka-style 'rsm.config.<key>' top-level keys land here. "
-        "For 'local' the default root is '<work_dir>/remote'.",
+        "For 'local' the default root is '<work_dir>/remote'. Credential-like keys are kept secret.",
     )
 
 
@@ -151,11 +156,11 @@ class MetadataConfig(_Strict):
         json_schema_extra=_kafka("remote.log.metadata.manager.class.name"),
         description="'file' (embedded, default), 'topic' (__remote_log_metadata) or 'module:Class'.",
     )
-    config: dict[str, Any] = Field(
+    config: SecretAwareBlock = Field(
         default_factory=dict,
         description="Manager configuration; top-level 'rlmm.config.<key>' (prefix stripped) and "
         "'remote.log.metadata.<key>' (kept whole) land here. For 'file' the default dir is "
-        "'<work_dir>/metadata'.",
+        "'<work_dir>/metadata'. Credential-like keys (e.g. '...sasl.password') are kept secret.",
     )
 
 
@@ -250,8 +255,10 @@ class DaemonConfig(BaseSettings):
     node_id: int | None = Field(
         None, description="This broker's node id; default: read from meta.properties."
     )
-    kafka_client: dict[str, str] = Field(
-        default_factory=dict, description="Extra librdkafka settings for the admin client."
+    kafka_client: ClientSettings = Field(
+        default_factory=dict,
+        description="Extra librdkafka settings for the admin client. Credential-like keys "
+        "(sasl.password, ssl.key.password, ...) are kept secret: never logged or shown.",
     )
     storage: StorageConfig = Field(default_factory=StorageConfig)  # type: ignore[arg-type]
     metadata: MetadataConfig = Field(default_factory=MetadataConfig)  # type: ignore[arg-type]

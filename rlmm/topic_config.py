@@ -20,12 +20,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from rlm.errors import ConfigError
+from rlm.secrets import hide_secrets, reveal_all
 
 ClientConfig = dict[str, str | int | float | bool]
-"""A librdkafka client configuration (what confluent-kafka's constructors take)."""
+"""A librdkafka client configuration (what confluent-kafka's constructors take): secrets in clear."""
+ClientProps = dict[str, str | SecretStr]
+"""Client properties as configured: credential-like values (``sasl.password``, ...) stay hidden."""
 
 DEFAULT_TOPIC = "__remote_log_metadata"
 BROKER_PREFIX = "rlmm.config."
@@ -76,9 +79,9 @@ class TopicRlmmConfig(BaseModel):
     snapshot_interval_ms: int = Field(60_000, alias="remote.log.metadata.snapshot.interval.ms", ge=0)
     broker_id: int = Field(alias="broker.id")
     log_dir: Path = Field(alias="log.dir")
-    common_client: dict[str, str] = Field(default_factory=dict)
-    producer_client: dict[str, str] = Field(default_factory=dict)
-    consumer_client: dict[str, str] = Field(default_factory=dict)
+    common_client: ClientProps = Field(default_factory=dict)
+    producer_client: ClientProps = Field(default_factory=dict)
+    consumer_client: ClientProps = Field(default_factory=dict)
 
     @field_validator("retention_ms")
     @classmethod
@@ -102,9 +105,9 @@ class TopicRlmmConfig(BaseModel):
             k = key[len(BROKER_PREFIX):] if key.startswith(BROKER_PREFIX) else key
             flat[k] = value
         fields: dict[str, Any] = {}
-        common: dict[str, str] = {}
-        producer: dict[str, str] = {}
-        consumer: dict[str, str] = {}
+        common: ClientProps = {}
+        producer: ClientProps = {}
+        consumer: ClientProps = {}
         for key, value in flat.items():
             if key.startswith(COMMON_CLIENT_PREFIX):
                 common[key[len(COMMON_CLIENT_PREFIX):]] = _client_value(value)
@@ -125,15 +128,16 @@ class TopicRlmmConfig(BaseModel):
         if "bootstrap.servers" not in common:
             raise ConfigError(f"{COMMON_CLIENT_PREFIX}bootstrap.servers (or {BOOTSTRAP_SERVERS}) is required")
         try:
-            return cls.model_validate({**fields, "common_client": common, "producer_client": producer,
-                                       "consumer_client": consumer})
+            return cls.model_validate({**fields, "common_client": hide_secrets(common),
+                                       "producer_client": hide_secrets(producer),
+                                       "consumer_client": hide_secrets(consumer)})
         except ValidationError as e:
             raise ConfigError(_explain(e)) from e
 
     # ---- derived client configurations ------------------------------------------------------
     @property
     def bootstrap_servers(self) -> str:
-        return self.common_client["bootstrap.servers"]
+        return str(self.common_client["bootstrap.servers"])
 
     @property
     def client_id_prefix(self) -> str:
@@ -164,14 +168,17 @@ class TopicRlmmConfig(BaseModel):
         return self.log_dir
 
 
-def _client_value(value: Any) -> str:
+def _client_value(value: Any) -> str | SecretStr:
+    if isinstance(value, SecretStr):
+        return value
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
 
 
-def _clean(props: Mapping[str, str]) -> ClientConfig:
-    return {k: v for k, v in props.items() if k not in _JAVA_ONLY}
+def _clean(props: Mapping[str, str | SecretStr]) -> ClientConfig:
+    """What librdkafka gets: Java-only names dropped, secrets revealed (only here)."""
+    return {k: v for k, v in reveal_all(props).items() if k not in _JAVA_ONLY}
 
 
 _ALIAS_BY_FIELD = {name: (f.alias or name) for name, f in TopicRlmmConfig.model_fields.items()}

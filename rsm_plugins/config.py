@@ -5,8 +5,8 @@ Each plugin validates its own block with a pydantic model derived from :class:`P
 style (``endpoint_url``): dots and dashes become underscores before validation. A bad block is
 reported whole: every problem at once, each under the key as the user wrote it, and never with
 its value, so secrets cannot leak through a bad config. Values the daemon's configuration marked
-secret arrive as :class:`~pydantic.SecretStr`; they are unwrapped here so that a plugin may type
-the field ``SecretStr`` (kept hidden) or ``str``.
+secret arrive as :class:`~pydantic.SecretStr` (:mod:`rlm.secrets`); they are unwrapped here so
+that a plugin may type the field ``SecretStr`` (kept hidden: do that for every credential) or ``str``.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rlm.errors import ConfigError
+from rlm.secrets import reveal, reveal_all
 
 from .integrity import DEFAULT_MAX_BYTES
 
@@ -49,7 +50,7 @@ def normalize_keys(config: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str,
         norm = str(key).strip().replace(".", "_").replace("-", "_")
         if norm in out:
             raise ConfigError(f"configuration key {key!r} is given twice (as {written[norm]!r})")
-        out[norm] = value.get_secret_value() if isinstance(value, SecretStr) else value
+        out[norm] = reveal_all(value) if isinstance(value, Mapping) else reveal(value)
         written[norm] = str(key)
     return out, written
 

@@ -14,11 +14,14 @@ from __future__ import annotations
 import contextlib
 import threading
 import uuid
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, BinaryIO
 
 import structlog
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
+
+from rlm.secrets import is_secret_key
 
 from . import integrity, layout, streams
 from .api import (
@@ -51,6 +54,18 @@ class FsspecConfig(PluginConfig):
     )
     atomic_rename: bool | None = Field(None, description="Write temp name + rename; default by protocol.")
     read_block_size: int = Field(8 << 20, ge=1 << 16, description="Read-ahead block of fsspec files.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _credentials_are_secret(cls, data: Any) -> Any:
+        """Credential-like storage options (``token``, ``secret``, ``password``) move to secret_options."""
+        if not isinstance(data, dict) or not isinstance(data.get("storage_options"), Mapping):
+            return data
+        options = dict(data["storage_options"])
+        secrets = dict(data.get("secret_options") or {})
+        for key in [k for k in options if is_secret_key(k)]:
+            secrets[key] = options.pop(key)
+        return {**data, "storage_options": options, "secret_options": secrets}
 
 
 class FsspecRemoteStorageManager(RemoteStorageManager[FsspecConfig]):

@@ -10,12 +10,14 @@ it led) and is reported as an error metric.
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 
 from rlm.errors import RlmError
+from rlm.secrets import reveal_all
 from rlm.types import KafkaUuid, TopicPartition
 
 log = structlog.get_logger(__name__)
@@ -49,12 +51,12 @@ class Cluster:
     """Thin, thread-safe wrapper over the admin client (one per daemon)."""
 
     def __init__(
-        self, bootstrap_servers: str, client_config: dict[str, str], timeout_s: float = 10.0
+        self, bootstrap_servers: str, client_config: Mapping[str, Any], timeout_s: float = 10.0
     ) -> None:
         from confluent_kafka.admin import AdminClient
 
         conf: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "client.id": "rlm-sidecar"}
-        conf.update(client_config)
+        conf.update(reveal_all(client_config))  # secrets in clear for librdkafka only
         self._admin = AdminClient(conf)
         self._timeout = timeout_s
         self._lock = threading.Lock()
