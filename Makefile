@@ -27,6 +27,7 @@ jars:
 
 lint: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports --no-cache
 
 typecheck: install
 	$(VENV)/bin/mypy

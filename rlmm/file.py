@@ -27,16 +27,19 @@ from typing import Any
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rlm.errors import ConfigError, MetadataDecodeError, MetadataUnavailableError, RemoteLogMetadataError
-from rlm.types import (
+from rlmm import snapshot_files
+from rlmm.api import (
+    ConfigError,
+    MetadataDecodeError,
+    MetadataUnavailableError,
+    RemoteLogMetadataError,
+    RemoteLogMetadataManager,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemotePartitionDeleteMetadata,
     RemotePartitionDeleteState,
     TopicIdPartition,
 )
-from rlmm import snapshot_files
-from rlmm.api import RemoteLogMetadataManager
 from rlmm.cache import RemoteLogMetadataCache
 from rlmm.file_log import LOG_FILE, MAGIC, FrameLog, LogScan
 from rlmm.serde import RemoteLogMetadata, deserialize, serialize

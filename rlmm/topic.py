@@ -29,20 +29,18 @@ from typing import Any
 
 import structlog
 
-from rlm.errors import (
+from rlmm.api import (
     InvalidStateTransitionError,
     MetadataTimeoutError,
     MetadataUnavailableError,
     RemoteLogMetadataError,
-)
-from rlm.types import (
+    RemoteLogMetadataManager,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemotePartitionDeleteMetadata,
     RemotePartitionDeleteState,
     TopicIdPartition,
 )
-from rlmm.api import RemoteLogMetadataManager
 from rlmm.cache import RemoteLogMetadataCache
 from rlmm.partitioner import RemoteLogMetadataTopicPartitioner
 from rlmm.serde import RemoteLogMetadata, serialize

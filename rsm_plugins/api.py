@@ -26,6 +26,7 @@ from rlm.errors import (
     RemoteStorageError,
     RemoteStorageIntegrityError,
 )
+from rlm.secrets import is_secret_key
 from rlm.types import (
     IndexType,
     KafkaUuid,
@@ -58,6 +59,7 @@ __all__ = [
     "TopicIdPartition",
     "TopicPartition",
     "check_range",
+    "is_secret_key",
     "normalize_keys",
     "parse_config",
 ]

@@ -21,8 +21,6 @@ from typing import Any, BinaryIO
 import structlog
 from pydantic import Field, SecretStr, model_validator
 
-from rlm.secrets import is_secret_key
-
 from . import integrity, layout, streams
 from .api import (
     ConfigError,
@@ -33,6 +31,7 @@ from .api import (
     RemoteResourceNotFoundError,
     RemoteStorageError,
     RemoteStorageManager,
+    is_secret_key,
 )
 from .integrity import FileChecksum, LayoutCode, SegmentManifest
 from .layout import SegmentFileType, SourceFile

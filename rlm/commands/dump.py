@@ -22,8 +22,7 @@ from typing import Any
 
 from rlm.errors import CorruptRecordError, LogFormatError
 from rlm.log import checkpoints as ckpt
-from rlm.log._fileio import file_size, read_bytes
-from rlm.log._scan import read_entry, scan_batches
+from rlm.log import file_size, read_bytes, read_entry, scan_batches
 from rlm.log.offset_index import parse_offset_index
 from rlm.log.producer_snapshot import parse_snapshot
 from rlm.log.records import (

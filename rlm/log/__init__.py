@@ -1,5 +1,11 @@
-"""Kafka's on-disk formats: record batches, indexes, snapshots, checkpoints, partition directories."""
+"""Kafka's on-disk formats: record batches, indexes, snapshots, checkpoints, partition directories.
 
+What other packages use is exported here; ``rlm.log._*`` modules are private to this package
+(the layers contract in ``pyproject.toml`` is checked by import-linter).
+"""
+
+from rlm.log._fileio import file_size, read_bytes
+from rlm.log._scan import read_entry, scan_batches
 from rlm.log.arrow import KAFKA_SCHEMA, iter_arrow_batches, read_arrow
 
 # Partition-directory files (indexes, snapshots, checkpoints) and the tools built on them.
@@ -60,12 +66,15 @@ __all__ = [
     "decode_records",
     "encode_batch",
     "encode_control_batch",
+    "file_size",
     "find_offset",
     "find_offset_for_timestamp",
     "iter_arrow_batches",
     "iter_batches",
     "last_stable_offset",
     "read_arrow",
+    "read_bytes",
+    "read_entry",
     "read_leader_epoch_checkpoint",
     "read_meta_properties",
     "read_offset_checkpoint",
@@ -75,6 +84,7 @@ __all__ = [
     "read_time_index",
     "read_txn_index",
     "rebuild_producer_state",
+    "scan_batches",
     "snapshot_bytes_at",
     "stable_offsets",
     "write_log_dir_files",
