@@ -4,7 +4,8 @@ Signals: the first SIGTERM/SIGINT stops taking work and lets running copies fini
 ``shutdown_timeout_s`` (then abandons them safely), closes the plugins and exits 0. A second
 one forces the stop: running copies are abandoned at once, the plugins get a few seconds to
 close, the logs are flushed, and the exit status is 143 (SIGTERM) or 130 (SIGINT). ``--once``
-does one pass over every managed partition and exits: 0 when every task succeeded, 1 otherwise.
+does one pass over every managed partition and exits: 0 when every task succeeded, 1 otherwise,
+143/130 when a signal cut the pass short (same two steps: drain, then force).
 An invalid configuration or a plugin that cannot be loaded exits 3 (see ``rlm --help``).
 """
 
@@ -21,7 +22,7 @@ from pathlib import Path
 import structlog
 
 from rlm.config import load_config
-from rlm.exit_codes import EPILOG, ExitCode
+from rlm.exit_codes import EPILOG, ExitCode, for_signal
 
 log = structlog.get_logger(__name__)
 
@@ -47,34 +48,35 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     configure_logging(config.log_format, config.log_level)
     daemon = Daemon(config, once=args.once)
-    if args.once:
-        try:
-            daemon.start()
-            failed = daemon.run_once()
-        finally:
-            daemon.stop()
-        return ExitCode.OK if failed == 0 else ExitCode.FAILURE
     stop = StopRequest()
+    failed = 0
     with capture_signals(stop):
         try:
             daemon.start()
-            while not stop.requested.wait(1.0):
-                pass
+            if args.once:
+                failed = daemon.run_once(interrupt=stop.requested)
+            else:
+                while not stop.requested.wait(1.0):
+                    pass
         finally:
             daemon.stop(force=stop.forced)
-    code = stop.exit_code
-    if code is not ExitCode.OK:
-        _leave_after_forced_stop(code)
-    return code
+    interrupted = stop.signum is not None and (args.once or stop.forced.is_set())
+    if interrupted:
+        assert stop.signum is not None
+        code = for_signal(stop.signum)  # forced, or a --once pass cut short: not all work done
+        _leave_after_signal(code, forced=stop.forced.is_set())
+        return code
+    return ExitCode.FAILURE if failed else ExitCode.OK
 
 
-def _leave_after_forced_stop(code: int) -> None:
+def _leave_after_signal(code: int, *, forced: bool) -> None:
     """The plugins were given their chance to close and the status file is written. Threads that
     would hold the interpreter open at exit (an abandoned copy's pool) are not waited for: flush
     the logs and leave now. With none, return and exit normally."""
     main = threading.main_thread()
     lingering = [t.name for t in threading.enumerate() if t is not main and t.is_alive() and not t.daemon]
-    log.warning("forced_stop", exit_status=int(code), lingering_threads=lingering)
+    event = "forced_stop" if forced else "interrupted"
+    log.warning(event, exit_status=int(code), lingering_threads=lingering)
     if not lingering:
         return
     logging.shutdown()

@@ -367,10 +367,14 @@ class Daemon:
         with self._lock:
             return sorted(self._managed)
 
-    def run_once(self, timeout: float | None = None) -> int:
-        """``--once``: every managed partition once, then pending removals; number of failed tasks."""
+    def run_once(self, timeout: float | None = None, interrupt: threading.Event | None = None) -> int:
+        """``--once``: every managed partition once, then pending removals; number of failed tasks.
+        Setting ``interrupt`` (a signal) ends the wait early and skips the removals."""
         assert self.ctx is not None
-        self.scheduler.wait_once(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.scheduler.wait_once(0.2):
+            if (interrupt is not None and interrupt.is_set()) or (deadline and time.monotonic() > deadline):
+                return len(self.scheduler.errors)
         self.remover.run_once()
         return len(self.scheduler.errors)
 

@@ -376,6 +376,32 @@ def test_second_sigterm_forces_exit(tmp_path: Path) -> None:
     assert order == sorted(order), events
 
 
+def test_once_interrupted_closes_the_plugins_and_exits_143(tmp_path: Path) -> None:
+    """``--once`` handles signals too: the hung copy is abandoned after shutdown_timeout_s, the
+    plugins are closed, and the status says the pass was cut short."""
+    logs = tmp_path / "logs"
+    write_partition(logs, "once", 0, 60)
+    cfg_file = tmp_path / "rlm.yaml"
+    cfg_file.write_text(yaml.safe_dump({
+        "log_dirs": [str(logs)], "work_dir": str(tmp_path / "work"), "shutdown_timeout_s": 1,
+        "topic_defaults": {"remote.storage.enable": True},
+        "storage": {"plugin": "tests.daemon.slow_rsm:HangingLocalRSM",
+                    "config": {"root": str(tmp_path / "remote")}},
+    }))
+    proc = subprocess.Popen([sys.executable, "-m", "rlm.cli", "run", "--once", "--config", str(cfg_file)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for("a copy under way", lambda: (tmp_path / "remote" / ".copy-started").exists(), timeout=60)
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == ExitCode.TERMINATED, err[-2000:]
+    assert (tmp_path / "remote" / ".closed").exists()
+    assert '"event": "copies_abandoned"' in err and '"event": "interrupted"' in err
+
+
 def test_failed_start_closes_the_plugins_and_exits_3(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     write_partition(logs, "bad", 0, 5)
