@@ -43,8 +43,8 @@ def test_config_errors_all_at_once(installed_example: str) -> None:
     with pytest.raises(ConfigError) as e:
         rsm_plugins.load(installed_example, {"namespace": "", "max.segments": 0, "colour": "red"})
     msg = str(e.value)
-    assert "(3 problems)" in msg and "namespace:" in msg and "max.segments:" in msg
-    assert "colour: unknown key" in msg
+    assert "namespace" in msg and "max.segments" in msg and "max_segments" not in msg
+    assert "colour" in msg and "unknown key" in msg
 
 
 def test_guard_and_pickling_come_from_the_base_class(installed_example: str) -> None:

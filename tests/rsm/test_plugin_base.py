@@ -68,9 +68,9 @@ def test_every_problem_reported_at_once_under_the_key_as_written() -> None:
     with pytest.raises(ConfigError) as e:
         rsm.configure({"endpoint.url": "", "parallelism": 0, "colour": "blue", "secret-thing": SECRET})
     msg = str(e.value)
-    assert "(4 problems)" in msg
-    for part in ("endpoint.url:", "parallelism:", "colour: unknown key", "secret-thing: unknown key"):
-        assert part in msg, msg
+    for key in ("endpoint.url", "parallelism", "colour", "secret-thing"):  # all at once, as written
+        assert key in msg, msg
+    assert msg.count("unknown key") == 2, msg
     assert "endpoint_url" not in msg and SECRET not in msg
     with pytest.raises(RemoteStorageError, match=r"tiny storage plugin used before configure\(\)"):
         _ = rsm.config
@@ -82,8 +82,8 @@ def test_builtin_plugin_reports_all_problems(tmp_path: Path) -> None:
             "s3", {"bucket": "x", "part.size": 1, "upload-concurrency": 0, "secret_access_key": SECRET}
         )
     msg = str(e.value)
-    assert "bucket:" in msg and "part.size:" in msg and "upload-concurrency:" in msg
-    assert "(3 problems)" in msg and SECRET not in msg
+    assert "bucket" in msg and "part.size" in msg and "upload-concurrency" in msg
+    assert "part_size" not in msg and "upload_concurrency" not in msg and SECRET not in msg
 
 
 def test_broker_id_accepted_and_secret_values_unwrapped() -> None:
