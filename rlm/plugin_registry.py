@@ -18,11 +18,19 @@ import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import metadata as importlib_metadata
-from typing import Generic, TypeVar, cast
+from typing import Any, Generic, Protocol, TypeVar, cast
+
+import structlog
 
 from rlm.errors import PluginLoadError
 
-T = TypeVar("T")
+log = structlog.get_logger(__name__)
+
+
+class Configurable(Protocol):
+    def configure(self, config: Mapping[str, Any]) -> None: ...
+
+T = TypeVar("T", bound=Configurable)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +50,7 @@ class PluginFamily(Generic[T]):
     group: str
     builtins: Mapping[str, BuiltIn]
     aliases: Mapping[str, str] = field(default_factory=dict)
+    loaded_event: str = "plugin_loaded"
 
     def available(self) -> dict[str, str]:
         """Every name :meth:`resolve` knows, with its target (built-ins, aliases, then entry points)."""
@@ -90,6 +99,19 @@ class PluginFamily(Generic[T]):
             f"unknown {self.kind} {name!r}: not a built-in ({', '.join(self.builtins)}), no entry point "
             f"in group {self.group!r} has that name, and it is not a module:Class path"
         )
+
+    def load(self, name_or_class_path: str, config: Mapping[str, Any] | None = None) -> T:
+        """Resolve, construct with no arguments, and configure with ``config``."""
+        cls = self.resolve(name_or_class_path)
+        try:
+            instance = cls()
+        except Exception as e:
+            raise PluginLoadError(
+                f"{self.kind} {name_or_class_path!r}: {cls.__qualname__}() failed: {e}"
+            ) from e
+        instance.configure(dict(config or {}))
+        log.info(self.loaded_event, name=name_or_class_path, cls=f"{cls.__module__}.{cls.__qualname__}")
+        return instance
 
     def _import_target(self, target: str, install_hint: str | None) -> object:
         if ":" in target:

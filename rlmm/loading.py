@@ -19,14 +19,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import structlog
-
-from rlm.errors import PluginLoadError
 from rlm.plugin_registry import BuiltIn, PluginFamily
 
 from .api import RemoteLogMetadataManager
-
-log = structlog.get_logger(__name__)
 
 ENTRY_POINT_GROUP = "rlmm_plugins"
 
@@ -41,7 +36,7 @@ ALIASES: dict[str, str] = {
 }
 
 FAMILY: PluginFamily[RemoteLogMetadataManager] = PluginFamily(
-    "metadata manager", RemoteLogMetadataManager, ENTRY_POINT_GROUP, BUILTINS, ALIASES
+    "metadata manager", RemoteLogMetadataManager, ENTRY_POINT_GROUP, BUILTINS, ALIASES, "rlmm_loaded"
 )
 
 
@@ -63,13 +58,4 @@ def builtin_name(name_or_class_path: str) -> str | None:
 def load(name_or_class_path: str, config: Mapping[str, Any] | None = None) -> RemoteLogMetadataManager:
     """Create and configure (which starts) a manager. ``config`` is Kafka's ``rlmm.config.*`` with
     the prefix stripped, plus ``broker.id``, which every manager must accept."""
-    cls = resolve(name_or_class_path)
-    try:
-        manager = cls()
-    except Exception as e:
-        raise PluginLoadError(
-            f"metadata manager {name_or_class_path!r}: {cls.__qualname__}() failed: {e}"
-        ) from e
-    manager.configure(dict(config or {}))
-    log.info("rlmm_loaded", manager=name_or_class_path, cls=f"{cls.__module__}.{cls.__qualname__}")
-    return manager
+    return FAMILY.load(name_or_class_path, config)

@@ -16,14 +16,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import structlog
-
-from rlm.errors import PluginLoadError
 from rlm.plugin_registry import BuiltIn, PluginFamily
 
 from .api import RemoteStorageManager
-
-log = structlog.get_logger(__name__)
 
 ENTRY_POINT_GROUP = "rsm_plugins"
 
@@ -41,7 +36,7 @@ ALIASES: dict[str, str] = {
 }
 
 FAMILY: PluginFamily[RemoteStorageManager] = PluginFamily(
-    "storage plugin", RemoteStorageManager, ENTRY_POINT_GROUP, BUILTINS, ALIASES
+    "storage plugin", RemoteStorageManager, ENTRY_POINT_GROUP, BUILTINS, ALIASES, "rsm_loaded"
 )
 
 
@@ -63,13 +58,4 @@ def builtin_name(name_or_class_path: str) -> str | None:
 def load(name_or_class_path: str, config: Mapping[str, Any] | None = None) -> RemoteStorageManager:
     """Create and configure a plugin. ``config`` is the plugin's block (Kafka's ``rsm.config.*``
     with the prefix stripped, plus ``broker.id``, which every plugin accepts)."""
-    cls = resolve(name_or_class_path)
-    try:
-        rsm = cls()
-    except Exception as e:
-        raise PluginLoadError(
-            f"storage plugin {name_or_class_path!r}: {cls.__qualname__}() failed: {e}"
-        ) from e
-    rsm.configure(dict(config or {}))
-    log.info("rsm_loaded", plugin=name_or_class_path, cls=f"{cls.__module__}.{cls.__qualname__}")
-    return rsm
+    return FAMILY.load(name_or_class_path, config)
