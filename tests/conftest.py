@@ -19,8 +19,11 @@ pytest_plugins = [
     "tests.fixtures.spark",
 ]
 
-#: Harness variables (test caches, fuzz budget, JIT switch): they change how tests run, not the daemon.
-HARNESS_VARIABLES = frozenset({"RLM_CACHE_DIR", "RLM_IT_DIR", "RLM_FUZZ_EXAMPLES", "RLM_DISABLE_JIT"})
+#: Harness variables (jar and service caches, fuzz budget, JIT switch): they change how tests run,
+#: not what the daemon is configured with.
+HARNESS_VARIABLES = frozenset(
+    {"RLM_CACHE_DIR", "RLM_IT_DIR", "RLM_M2_REPO", "RLM_FUZZ_EXAMPLES", "RLM_DISABLE_JIT"}
+)
 
 
 def caller_rlm_variables() -> list[str]:
