@@ -50,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
     daemon = Daemon(config, once=args.once)
     stop = StopRequest()
     failed = 0
+    clean = True
     with capture_signals(stop):
         try:
             daemon.start()
@@ -59,23 +60,24 @@ def run(args: argparse.Namespace) -> int:
                 while not stop.requested.wait(1.0):
                     pass
         finally:
-            daemon.stop(force=stop.forced)
-    interrupted = stop.signum is not None and (args.once or stop.forced.is_set())
-    if interrupted:
-        assert stop.signum is not None
-        code = for_signal(stop.signum)  # forced, or a --once pass cut short: not all work done
-        _leave_after_signal(code, forced=stop.forced.is_set())
+            clean = daemon.stop(force=stop.forced)
+    if stop.signum is not None and (args.once or stop.forced.is_set()):
+        # forced, or a --once pass cut short: not all the work was done
+        code = for_signal(stop.signum)
+        _leave(code, "forced_stop" if stop.forced.is_set() else "interrupted")
         return code
-    return ExitCode.FAILURE if failed else ExitCode.OK
+    code = ExitCode.FAILURE if failed else ExitCode.OK
+    if not clean:
+        _leave(code, "copies_abandoned_exit")
+    return code
 
 
-def _leave_after_signal(code: int, *, forced: bool) -> None:
-    """The plugins were given their chance to close and the status file is written. Threads that
-    would hold the interpreter open at exit (an abandoned copy's pool) are not waited for: flush
-    the logs and leave now. With none, return and exit normally."""
+def _leave(code: int, event: str) -> None:
+    """After a stop that abandoned copies: the plugins were given their chance to close and the
+    status file is written. Threads that would hold the interpreter open at exit (an abandoned
+    copy's pool) are not waited for: flush the logs and leave now. With none, return."""
     main = threading.main_thread()
     lingering = [t.name for t in threading.enumerate() if t is not main and t.is_alive() and not t.daemon]
-    event = "forced_stop" if forced else "interrupted"
     log.warning(event, exit_status=int(code), lingering_threads=lingering)
     if not lingering:
         return

@@ -440,3 +440,4 @@ class Daemon:
         if self.ctx is not None:
             self.ctx.status.set_state("failed")
             self._flush_status()
+        self._stopped.set()  # a later stop() has nothing left to do

@@ -402,6 +402,28 @@ def test_once_interrupted_closes_the_plugins_and_exits_143(tmp_path: Path) -> No
     assert '"event": "copies_abandoned"' in err and '"event": "interrupted"' in err
 
 
+def test_start_failing_late_closes_plugins_and_says_failed(tmp_path: Path) -> None:
+    """A failure after the plugins are up (here: the HTTP port is taken) closes them; the status
+    file says failed and a later stop() leaves it so."""
+    import socket
+
+    logs = tmp_path / "logs"
+    write_partition(logs, "late", 0, 5)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        cfg = cfg_for(logs, tmp_path / "work", http={"enabled": True, "port": taken.getsockname()[1]},
+                      storage={"plugin": "tests.daemon.slow_rsm:HangingLocalRSM",
+                               "config": {"root": str(tmp_path / "r")}})
+        daemon = Daemon(cfg)
+        with pytest.raises(OSError):
+            daemon.start()
+    assert (tmp_path / "r" / ".closed").exists()
+    assert daemon.stop() is True
+    assert json.loads((tmp_path / "work" / "status.json").read_text())["state"] == "failed"
+    FileRemoteLogMetadataManager.open(tmp_path / "work" / "metadata").close()  # its lock was released
+
+
 def test_failed_start_closes_the_plugins_and_exits_3(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     write_partition(logs, "bad", 0, 5)
@@ -418,6 +440,7 @@ def test_failed_start_closes_the_plugins_and_exits_3(tmp_path: Path) -> None:
     assert res.returncode == ExitCode.CONFIG == 3, res.stderr[-2000:]
     assert "install the package that provides 'no_such_package'" in res.stderr
     assert (tmp_path / "r" / ".closed").exists(), "the storage plugin opened before the failure stays open"
+
     bad = tmp_path / "bad.yaml"
     bad.write_text("log_dirs: [/d]\nno_such_key: 1\n")
     res = subprocess.run([sys.executable, "-m", "rlm.cli", "run", "--config", str(bad)],
