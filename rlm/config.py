@@ -201,6 +201,10 @@ class ReadConfig(_Strict):
         2, ge=0, description="Chunks prefetched after a sequential read, continuing into the next segment.",
     )
     parallel_gets: int = Field(4, ge=1, description="Ranged GETs in flight for one large read.")
+    serve_http: bool = Field(
+        False, description="`rlm run` also serves the read HTTP API (as `rlm serve` does) on "
+        "http_host:http_port.",
+    )
     http_host: str = Field("127.0.0.1", description="`rlm serve`: bind address of the HTTP API.")
     http_port: int = Field(9465, ge=0, le=65535, description="`rlm serve`: port of the HTTP API (0 = any).")
     http_token_env: str | None = Field(

@@ -58,7 +58,14 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     daemon.start()
+    read_api = None
+    if config.read.serve_http:  # the read HTTP API beside the daemon (as `rlm serve`)
+        from fetcher.http.server import HttpApiServer
+
+        read_api = HttpApiServer.from_config(config).start()
     while not stop_requested.wait(1.0):
         pass
+    if read_api is not None:
+        read_api.stop()
     daemon.stop()
     return 0

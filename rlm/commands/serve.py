@@ -1,0 +1,35 @@
+"""``rlm serve --config FILE``: serve the read HTTP API over tiered data (no tiering).
+
+Reads the same configuration as ``rlm run`` (only its storage, metadata and ``read`` sections
+matter) and serves ``read.http_host:read.http_port`` (127.0.0.1:9465 by default) until SIGTERM or
+SIGINT; running responses get a few seconds to finish. See docs/http-api.md for the endpoints.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rlm.config import load_config
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser("serve", help="serve the read HTTP API (records, offsets, segments)",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", "-c", type=Path, help="YAML or TOML configuration file (RLM_* env overrides)")
+    p.add_argument("--host", help="bind address (overrides read.http_host)")
+    p.add_argument("--port", type=int, help="port (overrides read.http_port; 0 = any free port)")
+    p.set_defaults(func=serve)
+
+
+def serve(args: argparse.Namespace) -> int:
+    from fetcher.http.server import HttpApiServer
+    from rlm.daemon.logs import configure_logging
+
+    config = load_config(args.config)
+    updates = {k: v for k, v in (("http_host", args.host), ("http_port", args.port)) if v is not None}
+    if updates:
+        config = config.model_copy(update={"read": config.read.model_copy(update=updates)})
+    configure_logging(config.log_format, config.log_level)
+    HttpApiServer.from_config(config).serve()
+    return 0
