@@ -113,8 +113,10 @@ class _Api:
             raise BadParameter("timestamp", "give offset or timestamp, not both")
         if "timestamp" in q:
             offset = await self._offset_at(topic, part, params.timestamp("timestamp", q["timestamp"]))
-        else:
-            offset = params.integer("offset", q.get("offset"))
+        elif "offset" in q:
+            offset = params.integer("offset", q["offset"])
+        else:  # from the remote log start
+            offset = (await run_in_threadpool(self.fetcher.plan, topic, part)).log_start
         if kind == encoders.ARROW:
             return await self._arrow(topic, part, offset, level, max_bytes)
         committed = level is IsolationLevel.READ_COMMITTED

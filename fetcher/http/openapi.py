@@ -47,6 +47,9 @@ _TOPIC: dict[str, Any] = {"name": "topic", "in": "path", "required": True,
 _PARTITION: dict[str, Any] = {"name": "partition", "in": "path", "required": True,
               "schema": {"type": "integer", "minimum": 0, "maximum": INT32_MAX}}
 _TIMESTAMP_DOC = "Epoch milliseconds, ISO-8601 (UTC when no zone), `earliest` or `latest`"
+_TIMESTAMP = {"type": "string", "pattern": (
+    r"^(earliest|latest|[0-9]{1,15}|(19[89][0-9]|2[0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])"
+    r"(T([01][0-9]|2[0-3]):[0-5][0-9](:[0-5][0-9](\.[0-9]{1,6})?)?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])?)?)$")}
 
 _SCHEMAS: dict[str, Any] = {
     "Error": {"type": "object", "required": ["error", "message"], "properties": {
@@ -103,10 +106,11 @@ def openapi_document() -> dict[str, Any]:
                               ARROW: {"schema": {"type": "string", "format": "binary"}}}}
     records_params = [
         _TOPIC, _PARTITION,
-        {"name": "offset", "in": "query", "description": "First offset (or give timestamp)",
+        {"name": "offset", "in": "query",
+         "description": "First offset (default: the remote log start; or give timestamp)",
          "schema": {"type": "integer", "format": "int64", "minimum": 0}},
         {"name": "timestamp", "in": "query", "description": "Start at the first record with a timestamp "
-         f"at or after it. {_TIMESTAMP_DOC}", "schema": {"type": "string"}},
+         f"at or after it. {_TIMESTAMP_DOC}", "schema": _TIMESTAMP},
         {"name": "max_bytes", "in": "query", "description": "Byte budget of the answer (at least one batch)",
          "schema": {"type": "integer", "minimum": 1, "maximum": MAX_FETCH_BYTES,
                     "default": DEFAULT_FETCH_BYTES}},
@@ -133,7 +137,7 @@ def openapi_document() -> dict[str, Any]:
             "/v1/topics/{topic}/offsets": _get(
                 "Offset for a timestamp in every partition (remote, or the broker past the remote end)",
                 [_TOPIC, {"name": "timestamp", "in": "query", "required": True, "description": _TIMESTAMP_DOC,
-                          "schema": {"type": "string"}}],
+                          "schema": _TIMESTAMP}],
                 _json_ok("Offsets"), _READ_ERRORS),
             "/metrics": _get("Prometheus metrics", [], {"description": "Text exposition format",
                              "content": {"text/plain": {"schema": {"type": "string"}}}}, _COMMON_ERRORS),

@@ -32,7 +32,6 @@ def _json_error(r: requests.Response, status: int, error: str) -> dict[str, Any]
 @pytest.mark.parametrize(("path", "params", "parameter"), [
     (RECORDS, {"offset": "x"}, "offset"),
     (RECORDS, {"offset": "-1"}, "offset"),
-    (RECORDS, {}, "offset"),
     (RECORDS, {"offset": "0", "timestamp": "5"}, "timestamp"),
     (RECORDS, {"timestamp": "yesterday"}, "timestamp"),
     (RECORDS, {"offset": "0", "max_bytes": "0"}, "max_bytes"),
@@ -46,6 +45,11 @@ def _json_error(r: requests.Response, status: int, error: str) -> dict[str, Any]
 def test_400_names_the_parameter(api: Api, path: str, params: dict[str, str], parameter: str) -> None:
     body = _json_error(api.get(path, **params), 400, "bad_parameter")
     assert body["parameter"] == parameter and parameter in body["message"]
+
+
+def test_records_start_at_the_remote_log_start_by_default(api: Api) -> None:
+    assert api.get(RECORDS).text == api.get(RECORDS, offset=0).text
+    assert api.get(RECORDS).headers["X-Next-Offset"] == api.get(RECORDS, offset=0).headers["X-Next-Offset"]
 
 
 def test_404_unknown_topic_or_partition(api: Api) -> None:
