@@ -7,6 +7,7 @@ server owns its :class:`~fetcher.core.RemoteFetcher` when built from a config an
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 
@@ -57,7 +58,12 @@ class HttpApiServer:
         return self.port
 
     def serve(self) -> None:
-        """Serve in the calling (main) thread until SIGTERM/SIGINT; then close the fetcher."""
+        """Serve in the calling (main) thread until SIGTERM/SIGINT; then close the fetcher.
+
+        uvicorn handles the signals (graceful shutdown; a second SIGINT forces it) and re-raises
+        them afterwards to the previous handlers: ours only note it, so the process exits 0."""
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda signum, _frame: log.info("shutdown_requested", signal=signum))
         try:
             self._server.run()
             if not self._server.started:
