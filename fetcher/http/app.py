@@ -13,8 +13,9 @@ import itertools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import anyio.to_thread
+from anyio import CapacityLimiter
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -37,6 +38,8 @@ T = TypeVar("T")
 # A scan's first step also plans, loads indexes and decodes a whole window (and compiles the
 # decoder on first use), so it gets more than a 1 MB fetch's remote.fetch.max.wait.ms.
 SCAN_START_TIMEOUT_MS = 30_000
+# Worker threads beyond the reader pool's threads + queue: requests past a full pool get a 429.
+EXTRA_THREADS = 16
 
 
 def create_app(fetcher: RemoteFetcher, *, token: str | None = None) -> Starlette:
@@ -63,22 +66,29 @@ class _Api:
     def __init__(self, fetcher: RemoteFetcher) -> None:
         self.fetcher = fetcher
         self.stats = ApiMetrics(fetcher)
+        self._limiter = CapacityLimiter(fetcher.pool.threads + fetcher.pool.max_pending + EXTRA_THREADS)
 
     async def _pooled(self, fn: Callable[[], T], what: str, timeout_ms: int | None = None) -> T:
         """Run ``fn`` on the reader pool (429 when full, 504 after ``timeout_ms``, by default
         ``remote.fetch.max.wait.ms``), waiting in a worker thread so the event loop stays free."""
-        return await run_in_threadpool(self.fetcher.pool.run, fn, timeout_ms, what)
+        return await self._thread(self.fetcher.pool.run, fn, timeout_ms, what)
+
+    async def _thread(self, fn: Callable[..., T], *args: Any) -> T:
+        """A blocking core call on a worker thread. The threads are limited above the reader
+        pool's capacity, so a burst reaches the pool and is refused there (429) instead of
+        queueing without bound in front of it."""
+        return await anyio.to_thread.run_sync(fn, *args, limiter=self._limiter)
 
     # ---- catalog ---------------------------------------------------------------------------
     async def topics(self, request: Request) -> Response:
-        found = await run_in_threadpool(self.fetcher.topics)
+        found = await self._thread(self.fetcher.topics)
         return JSONResponse({"topics": [
             {"topic": name, "topic_id": str(tps[0].topic_id), "partitions": [tp.partition for tp in tps]}
             for name, tps in found.items()]})
 
     async def segments(self, request: Request) -> Response:
         topic, part = request.path_params["topic"], params.partition(request)
-        plan = await run_in_threadpool(self.fetcher.plan, topic, part)
+        plan = await self._thread(self.fetcher.plan, topic, part)
         return JSONResponse(_plan_json(plan))
 
     async def offsets(self, request: Request) -> Response:
@@ -87,12 +97,12 @@ class _Api:
         if text is None:
             raise BadParameter("timestamp", "is required (epoch ms, ISO-8601, earliest or latest)")
         ts = params.timestamp("timestamp", text)
-        tps = await run_in_threadpool(self.fetcher.topics)
+        tps = await self._thread(self.fetcher.topics)
         if topic not in tps:
-            await run_in_threadpool(self.fetcher.partition, topic, 0)  # raises the 404 error
+            await self._thread(self.fetcher.partition, topic, 0)  # raises the 404 error
         out = []
         for tp in tps[topic]:
-            ans: OffsetAnswer | None = await run_in_threadpool(
+            ans: OffsetAnswer | None = await self._thread(
                 self.fetcher.offset_for_timestamp, topic, tp.partition, ts)
             row: dict[str, Any] = {"partition": tp.partition, "offset": None, "timestamp": None,
                                    "leader_epoch": None, "source": None}
@@ -116,11 +126,11 @@ class _Api:
         elif "offset" in q:
             offset = params.integer("offset", q["offset"])
         else:  # from the remote log start
-            offset = (await run_in_threadpool(self.fetcher.plan, topic, part)).log_start
+            offset = (await self._thread(self.fetcher.plan, topic, part)).log_start
         if kind == encoders.ARROW:
             return await self._arrow(topic, part, offset, level, max_bytes)
         committed = level is IsolationLevel.READ_COMMITTED
-        result = await run_in_threadpool(
+        result = await self._thread(
             lambda: self.fetcher.fetch(topic, part, offset, max_bytes=max_bytes, isolation=level,
                                        drop_aborted=committed))
         headers = {"X-Next-Offset": str(result.next_offset), "X-Log-Start-Offset": str(result.log_start),
@@ -132,17 +142,17 @@ class _Api:
         return StreamingResponse(body, media_type=kind, headers=headers)
 
     async def _offset_at(self, topic: str, part: int, ts: int) -> int:
-        ans = await run_in_threadpool(self.fetcher.offset_for_timestamp, topic, part, ts)
+        ans = await self._thread(self.fetcher.offset_for_timestamp, topic, part, ts)
         if ans is not None:
             return ans.offset
-        plan = await run_in_threadpool(self.fetcher.plan, topic, part)
+        plan = await self._thread(self.fetcher.plan, topic, part)
         raise OffsetOutOfRangeError(
             f"{plan.tp}: no remote record has a timestamp at or after {ts} (remote range "
             f"[{plan.log_start}, {plan.log_end}))", log_start=plan.log_start, log_end=plan.log_end)
 
     async def _arrow(self, topic: str, part: int, offset: int, level: IsolationLevel,
                      max_bytes: int) -> Response:
-        plan = await run_in_threadpool(self.fetcher.plan, topic, part)
+        plan = await self._thread(self.fetcher.plan, topic, part)
         plan.index_of(offset)  # out of range -> 416, as for fetch
         rows = max(64, min(65536, max_bytes // 256))
         scan = self.fetcher.scan(topic, part, start_offset=offset, isolation=level, max_batch_rows=rows)
@@ -159,7 +169,7 @@ class _Api:
         return Response(self.stats.render(), media_type=CONTENT_TYPE)
 
     async def health(self, request: Request) -> Response:
-        found = await run_in_threadpool(self.fetcher.topics)
+        found = await self._thread(self.fetcher.topics)
         return JSONResponse({"status": "ok", "topics": len(found)})
 
     async def openapi(self, request: Request) -> Response:
