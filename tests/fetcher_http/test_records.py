@@ -161,3 +161,8 @@ def test_offsets_by_timestamp_equal_local_lookup(api: Api, tiered: Tiered) -> No
             assert first["offset"] >= want.offset and first["timestamp"] >= ts
     body = api.get(f"/v1/topics/{TOPIC}/offsets", timestamp="earliest").json()
     assert [(p["partition"], p["offset"]) for p in body["partitions"]] == [(0, 0), (1, 0)]
+    # later than any remote record, standalone (no broker to ask): no answer
+    body = api.get(f"/v1/topics/{TOPIC}/offsets", timestamp=str(2**50)).json()
+    assert [(p["offset"], p["source"]) for p in body["partitions"]] == [(None, None), (None, None)]
+    body = api.get(f"/v1/topics/{TOPIC}/offsets", timestamp="2026-01-02T03:04:05Z").json()
+    assert body["timestamp"] == 1767323045000
