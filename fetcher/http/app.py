@@ -26,7 +26,7 @@ from fetcher.core import OffsetAnswer, RemoteFetcher
 from fetcher.fetch import IsolationLevel
 from fetcher.http import encoders, params
 from fetcher.http.auth import BearerAuth
-from fetcher.http.errors import ApiError, BadParameter, handle_exception, handle_http_exception
+from fetcher.http.errors import ApiError, BadParameter, CatchAll, handle_exception, handle_http_exception
 from fetcher.http.metrics import CONTENT_TYPE, ApiMetrics, Timing
 from fetcher.http.openapi import openapi_document
 from fetcher.planning import PartitionPlan
@@ -54,12 +54,12 @@ def create_app(fetcher: RemoteFetcher, *, token: str | None = None) -> Starlette
         Route("/health", api.health),
         Route("/openapi.json", api.openapi),
     ]
-    middleware = [Middleware(Timing, metrics=api.stats, routes=routes)]
+    middleware = [Middleware(CatchAll), Middleware(Timing, metrics=api.stats, routes=routes)]
     if token is not None:
         middleware.append(Middleware(BearerAuth, token=token))
     return Starlette(routes=routes, middleware=middleware,
                      exception_handlers={HTTPException: handle_http_exception, RlmError: handle_exception,
-                                         ApiError: handle_exception, Exception: handle_exception})
+                                         ApiError: handle_exception})
 
 
 class _Api:

@@ -14,6 +14,7 @@ import structlog
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rlm.errors import (
     FetchTimeoutError,
@@ -97,6 +98,37 @@ def response_for(exc: BaseException, request: Request | None = None) -> JSONResp
                     error=str(exc))
     message = exc.message if isinstance(exc, ApiError) else str(exc)
     return error_body(status, error, message, **fields)
+
+
+class CatchAll:
+    """Outermost ASGI middleware: an exception no handler took becomes the JSON 500 here, so the
+    server never sees it (no traceback page, and the connection stays usable). Once a body has
+    started streaming, the exception is re-raised: the server then aborts the connection, which is
+    the only honest way to tell the client its body is incomplete."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        except Exception as exc:
+            if started:
+                log.warning("http_stream_aborted", path=scope.get("path"), kind=type(exc).__name__,
+                            error=str(exc) if isinstance(exc, RlmError) else None)
+                raise
+            await response_for(exc, Request(scope))(scope, receive, send)
 
 
 async def handle_exception(request: Request, exc: Exception) -> Response:

@@ -3,7 +3,9 @@
 Loaded by class path (``tests.fetcher_http.controlled_rsm:ControlledRSM``) into an HTTP server
 running in the test process, so the test flips :attr:`ControlledRSM.mode` directly:
 ``block`` holds every read until :attr:`gate` is set (``entered`` tells a read is held),
-``fail`` raises a retriable storage error (an outage), ``crash`` an unexpected exception.
+``fail`` raises a retriable storage error (an outage), ``crash`` an unexpected exception;
+:attr:`fail_from_offset` makes reads of segments starting at or after it fail (an outage half way
+through a scan).
 """
 
 from __future__ import annotations
@@ -21,15 +23,20 @@ class ControlledRSM(LocalRemoteStorageManager):
     mode: ClassVar[str] = "ok"
     gate: ClassVar[threading.Event] = threading.Event()
     entered: ClassVar[threading.Event] = threading.Event()
+    fail_from_offset: ClassVar[int | None] = None
 
     @classmethod
     def reset(cls) -> None:
         cls.mode = "ok"
+        cls.fail_from_offset = None
         cls.gate.set()  # release anything still held
         cls.gate = threading.Event()
         cls.entered = threading.Event()
 
-    def _switch(self) -> None:
+    def _switch(self, md: RemoteLogSegmentMetadata) -> None:
+        cut = type(self).fail_from_offset
+        if cut is not None and md.start_offset >= cut:
+            raise RemoteStorageError(f"injected outage from offset {cut}", retriable=True)
         mode = type(self).mode
         if mode == "block":
             type(self).entered.set()
@@ -41,9 +48,9 @@ class ControlledRSM(LocalRemoteStorageManager):
 
     def fetch_log_segment(self, metadata: RemoteLogSegmentMetadata, start_position: int,
                           end_position: int | None = None) -> BinaryIO:
-        self._switch()
+        self._switch(metadata)
         return super().fetch_log_segment(metadata, start_position, end_position)
 
     def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> BinaryIO:
-        self._switch()
+        self._switch(metadata)
         return super().fetch_index(metadata, index_type)

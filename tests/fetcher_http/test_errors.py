@@ -135,6 +135,21 @@ def test_503_when_storage_is_down(tiered: Tiered, tmp_path: Path) -> None:
         assert api.get(RECORDS, offset=10).status_code == 200
 
 
+def test_a_failure_mid_stream_aborts_the_body(tiered: Tiered, tmp_path: Path) -> None:
+    """Once a stream has started its status cannot change: storage failing later must cut the
+    connection (the client sees an incomplete body), never end the stream as if complete."""
+    with _held_server(tiered, tmp_path) as api:
+        plan = api.get(f"/v1/topics/{TOPIC}/partitions/0/segments").json()
+        ControlledRSM.fail_from_offset = plan["segments"][3]["start_offset"]
+        r = api.session.get(api.base + RECORDS, params={"offset": 0, "max_bytes": 64 << 20},
+                            headers={"Accept": ARROW}, stream=True, timeout=60)
+        assert r.status_code == 200
+        with pytest.raises(requests.exceptions.ChunkedEncodingError):
+            r.content  # noqa: B018
+        ControlledRSM.fail_from_offset = None
+        assert api.get(RECORDS, ARROW, offset=0).status_code == 200
+
+
 def test_504_on_a_read_that_runs_out_of_time(tiered: Tiered, tmp_path: Path) -> None:
     with _held_server(tiered, tmp_path, fetch_max_wait_ms=50) as api:
         ControlledRSM.mode = "block"
