@@ -21,6 +21,7 @@ from tests.fetcher_http.controlled_rsm import ControlledRSM
 
 TOPIC = "events"
 CONTROLLED = "tests.fetcher_http.controlled_rsm:ControlledRSM"
+CONTROLLED_RLMM = "tests.fetcher_http.controlled_rlmm:ControlledFileRemoteLogMetadataManager"
 
 
 @dataclass
@@ -29,12 +30,13 @@ class Tiered:
     work: Path
     tips: list[TopicIdPartition]
 
-    def config(self, work: Path, *, plugin: str = "local", **read: Any) -> DaemonConfig:
+    def config(self, work: Path, *, plugin: str = "local", manager: str = "file",
+               **read: Any) -> DaemonConfig:
         """A read-side config over the tiered data, with its own work dir (index cache)."""
         return load_config(
             None, work_dir=str(work),
             storage={"plugin": plugin, "config": {"root": str(self.work / "remote")}},
-            metadata={"manager": "file", "config": {"dir": str(self.work / "metadata")}},
+            metadata={"manager": manager, "config": {"dir": str(self.work / "metadata")}},
             read={"http_port": 0, **read})
 
 

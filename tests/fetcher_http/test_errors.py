@@ -14,7 +14,8 @@ import requests
 from fetcher.http.encoders import ARROW, NDJSON, RAW
 from fetcher.http.server import HttpApiServer
 from rlm.errors import ConfigError
-from tests.fetcher_http.conftest import CONTROLLED, TOPIC, Api, Tiered, serving
+from tests.fetcher_http.conftest import CONTROLLED, CONTROLLED_RLMM, TOPIC, Api, Tiered, serving
+from tests.fetcher_http.controlled_rlmm import ControlledFileRemoteLogMetadataManager
 from tests.fetcher_http.controlled_rsm import ControlledRSM
 
 RECORDS = f"/v1/topics/{TOPIC}/partitions/0/records"
@@ -148,6 +149,20 @@ def test_a_failure_mid_stream_aborts_the_body(tiered: Tiered, tmp_path: Path) ->
             r.content  # noqa: B018
         ControlledRSM.fail_from_offset = None
         assert api.get(RECORDS, ARROW, offset=0).status_code == 200
+
+
+def test_503_when_metadata_is_down(tiered: Tiered, tmp_path: Path) -> None:
+    with serving(tiered.config(tmp_path, manager=CONTROLLED_RLMM)) as api:
+        assert api.get(RECORDS, offset=10).status_code == 200
+        ControlledFileRemoteLogMetadataManager.down = True
+        try:
+            for path, params in (("/v1/topics", {}), (RECORDS, {"offset": 10}), ("/health", {})):
+                r = api.get(path, **params)
+                body = _json_error(r, 503, "metadata_unavailable")
+                assert r.headers["Retry-After"] == "2" and "metadata" in body["message"]
+        finally:
+            ControlledFileRemoteLogMetadataManager.down = False
+        assert api.get(RECORDS, offset=10).status_code == 200
 
 
 def test_504_on_a_read_that_runs_out_of_time(tiered: Tiered, tmp_path: Path) -> None:
