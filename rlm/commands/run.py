@@ -60,9 +60,13 @@ def run(args: argparse.Namespace) -> int:
     daemon.start()
     read_api = None
     if config.read.serve_http:  # the read HTTP API beside the daemon (as `rlm serve`)
-        from fetcher.http.server import HttpApiServer
+        from rlm.commands.serve import read_api_server
 
-        read_api = HttpApiServer.from_config(config).start()
+        try:
+            read_api = read_api_server(config).start()
+        except BaseException:
+            daemon.stop()
+            raise
     while not stop_requested.wait(1.0):
         pass
     if read_api is not None:

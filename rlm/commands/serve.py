@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rlm.config import load_config
+from rlm.config import DaemonConfig, load_config
+from rlm.errors import PluginLoadError
+
+if TYPE_CHECKING:
+    from fetcher.http.server import HttpApiServer
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -22,8 +27,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.set_defaults(func=serve)
 
 
+def read_api_server(config: DaemonConfig) -> HttpApiServer:
+    """The HTTP API server for ``config`` (not started); says which extra to install if missing."""
+    try:
+        from fetcher.http.server import HttpApiServer
+    except ImportError as e:
+        raise PluginLoadError(f"the read HTTP API needs the 'http' extra "
+                              f"(pip install 'kafka-rlm-sidecar[http]'): {e}") from e
+    return HttpApiServer.from_config(config)
+
+
 def serve(args: argparse.Namespace) -> int:
-    from fetcher.http.server import HttpApiServer
     from rlm.daemon.logs import configure_logging
 
     config = load_config(args.config)
@@ -31,5 +45,5 @@ def serve(args: argparse.Namespace) -> int:
     if updates:
         config = config.model_copy(update={"read": config.read.model_copy(update=updates)})
     configure_logging(config.log_format, config.log_level)
-    HttpApiServer.from_config(config).serve()
+    read_api_server(config).serve()
     return 0
