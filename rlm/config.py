@@ -281,6 +281,24 @@ class DaemonConfig(BaseSettings):
         "of local.retention.ms.",
     )
     shutdown_timeout_s: float = Field(30.0, gt=0, description="SIGTERM: how long running copies may finish.")
+    storage_request_timeout_ms: int = Field(
+        10000,
+        gt=0,
+        description="Per-request timeout of storage calls: the health check and the start-up "
+        "preflight give up after this, and the s3 plugin's connect/read timeouts default to it.",
+    )
+    metadata_request_timeout_ms: int = Field(
+        10000,
+        gt=0,
+        description="Per-request timeout of metadata and cluster calls (admin requests, the health "
+        "check, the preflight; the topic store's remote.log.metadata.consume.wait.ms defaults to it).",
+    )
+    health_check_interval_ms: int = Field(
+        5000,
+        gt=0,
+        description="How often storage and metadata are checked for /health, /ready and `rlm status` "
+        "(also the status file's heartbeat).",
+    )
     log_format: Literal["json", "console"] = Field("json", description="structlog renderer.")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
     topic_defaults: TopicSettings = Field(

@@ -131,3 +131,18 @@ class MetadataDecodeError(RemoteLogMetadataError):
         if offset is not None:
             where += f"@{offset}"
         super().__init__(f"{where}: {reason}")
+
+
+# ---- the daemon's dependencies and start-up checks ----------------------------------------------
+class DependencyUnavailableError(RlmError):
+    """Remote storage, the metadata store or the Kafka cluster did not answer a check (or in time)."""
+
+    retriable = True
+
+
+class ProbeTimeoutError(DependencyUnavailableError):
+    """A bounded call did not return within its timeout; the call itself may still be running."""
+
+
+class PreflightError(RlmError):
+    """A start-up check failed; the message is one line naming the setting to fix."""

@@ -46,9 +46,13 @@ class TaskContext:
     quota: CopyQuota
     status: StatusBoard
     stop: threading.Event = field(default_factory=threading.Event)
-    in_flight: set[RemoteLogSegmentId] = field(default_factory=set)
+    in_flight: dict[RemoteLogSegmentId, float] = field(default_factory=dict)  # id -> monotonic start
     in_flight_lock: threading.Lock = field(default_factory=threading.Lock)
     copy_disabled: set[TopicIdPartition] = field(default_factory=set)
+
+    def in_flight_started(self) -> list[float]:
+        with self.in_flight_lock:
+            return list(self.in_flight.values())
 
     @property
     def work_dir(self) -> Path:

@@ -10,6 +10,7 @@ re-raised so the scheduler retries the partition with backoff (and a new id).
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import structlog
@@ -38,6 +39,16 @@ class CustomMetadataTooLargeError(RlmError):
     """The storage plugin returned more custom metadata than allowed; copying stops for the partition."""
 
 
+def uncopied_offsets(candidates: list[LocalSegment], from_offset: int) -> int:
+    """The copy lag: offsets in eligible (rolled, below the LSO) segments not yet in remote storage.
+
+    The active segment and anything at or above the LSO never count: they cannot be copied yet.
+    """
+    return sum(
+        s.next_offset - max(s.base_offset, from_offset) for s in candidates if s.next_offset is not None
+    )
+
+
 class SegmentCopier:
     """Copies the eligible segments of one partition per :meth:`run`."""
 
@@ -64,7 +75,7 @@ class SegmentCopier:
             for s in view.rolled
             if s.next_offset is not None and s.next_offset > from_offset and s.next_offset <= lso
         ]
-        st.copy_lag = max(0, lso - (copied + 1)) if lso > 0 else 0
+        st.copy_lag = uncopied_offsets(candidates, from_offset)
         ctx.metrics.copy_lag_offsets.labels(*labels).set(st.copy_lag)
         ctx.metrics.copy_lag_segments.labels(*labels).set(len(candidates))
         self._check_lag_vs_local_retention(tp, candidates, topic_cfg)
@@ -78,7 +89,7 @@ class SegmentCopier:
                 break
             done += 1
             st.remote_end = max(st.remote_end, seg.end_offset)
-            st.copy_lag = max(0, lso - seg.next_offset) if seg.next_offset is not None else st.copy_lag
+            st.copy_lag = uncopied_offsets(candidates[done:], from_offset)
             ctx.metrics.copy_lag_offsets.labels(*labels).set(st.copy_lag)
             ctx.metrics.copy_lag_segments.labels(*labels).set(len(candidates) - done)
         return done
@@ -95,8 +106,6 @@ class SegmentCopier:
         labels = (tp.topic, str(tp.partition))
         self.ctx.metrics.gap_segments.labels(*labels).inc()
         self.ctx.metrics.gap_offsets.labels(*labels).inc(n)
-        st = self.ctx.status.partition(tp.topic, tp.partition)
-        st.gap_offsets += n
         log.error(
             "remote_copy_gap",
             topic=tp.topic,
@@ -167,7 +176,7 @@ class SegmentCopier:
             leader_epoch_index=checkpoint_bytes(epochs, seg.next_offset),
         )
         with ctx.in_flight_lock:
-            ctx.in_flight.add(seg_id)
+            ctx.in_flight[seg_id] = time.monotonic()
         try:
             wait_result(ctx.rlmm.add_remote_log_segment_metadata(md))
             crash_point("after_copy_started")
@@ -195,7 +204,7 @@ class SegmentCopier:
             crash_point("after_copy_finished")
         finally:
             with ctx.in_flight_lock:
-                ctx.in_flight.discard(seg_id)
+                ctx.in_flight.pop(seg_id, None)
             _cleanup_staged(snapshot, view)
         labels = (tp.topic, str(tp.partition))
         ctx.metrics.bytes_copied.labels(*labels).inc(seg.size)
