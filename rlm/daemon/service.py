@@ -88,7 +88,7 @@ class Daemon:
         node_id = preflight.node_id
         cfg.work_dir.mkdir(parents=True, exist_ok=True)
         status = StatusBoard(cfg.work_dir, node_id)
-        status.status.heartbeat_ms = cfg.health_check_interval_ms
+        status.status.heartbeat_ms = 0 if self.once else cfg.health_check_interval_ms  # --once: no beat
         rsm = preflight.rsm
         rlmm = load_rlmm(cfg, node_id)
         self.ctx = TaskContext(

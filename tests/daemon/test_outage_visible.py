@@ -1,5 +1,6 @@
-"""A storage outage is visible while it lasts (issue 10, item 1), against a real broker and a real
-SeaweedFS of this test's own that is frozen with SIGSTOP and thawed with SIGCONT.
+"""Outages are visible while they last (issue 10, item 1): a real SeaweedFS, and in the second test
+a real Kafka broker holding the metadata topic, each of the test's own, frozen with SIGSTOP and
+thawed with SIGCONT.
 
 A frozen server still accepts TCP connections (the kernel does) and never answers: the case
 where a client without per-request timeouts hangs and nothing looks wrong. The test polls the
@@ -28,7 +29,9 @@ from rlm.daemon.service import Daemon
 from rlm.daemon.status import read_status
 from rlm.log.partition import PartitionDir
 from rlm.types import TopicIdPartition
-from tests.daemon.helpers import create_topic, finished, produce, s3_storage, wait_for
+from tests.daemon.helpers import create_topic, finished, produce, s3_storage, topic_rlmm, wait_for
+from tests.daemon.test_standalone import write_partition
+from tests.services.kafka import KafkaCluster
 from tests.services.s3 import SeaweedFS
 
 pytestmark = [pytest.mark.kafka, pytest.mark.s3, pytest.mark.slow]
@@ -149,4 +152,64 @@ def test_frozen_storage_is_visible_then_recovers(
     finally:
         if sw.proc is not None and sw.proc.poll() is None:
             os.killpg(sw.proc.pid, signal.SIGCONT)
+        d.stop(10)
+
+
+@pytest.fixture
+def own_kafka() -> Iterator[KafkaCluster]:
+    cluster = KafkaCluster(nodes=1, name="kafka-meta-outage").start()
+    try:
+        yield cluster
+    finally:
+        for n in cluster._nodes:
+            if n.proc is not None and n.proc.poll() is None:
+                os.killpg(n.proc.pid, signal.SIGCONT)
+        cluster.stop()
+
+
+def test_frozen_metadata_broker_is_visible_then_recovers(own_kafka: KafkaCluster, tmp_path: Path) -> None:
+    """Standalone daemon (log dirs from the writer), metadata on the topic store of a broker we freeze."""
+    logs = tmp_path / "logs"
+    write_partition(logs, "m", 0, 40)
+    metadata = topic_rlmm(own_kafka.bootstrap, tmp_path / "work", partitions=2)
+    metadata["config"]["remote.log.metadata.consume.wait.ms"] = 3000
+    cfg = load_config(
+        None,
+        log_dirs=[str(logs)],
+        work_dir=str(tmp_path / "work"),
+        metadata=metadata,
+        topic_defaults={"remote.storage.enable": True},
+        task_interval_ms=200,
+        metadata_request_timeout_ms=1500,
+        health_check_interval_ms=300,
+        http={"port": 0},
+    )
+    d = Daemon(cfg).start()
+    assert d.http is not None
+    port = d.http.port
+    broker = own_kafka._nodes[0].proc
+    assert broker is not None
+    try:
+        wait_for("ready", lambda: get(port, "/ready")[0] == 200)
+        os.killpg(broker.pid, signal.SIGSTOP)
+        frozen = time.monotonic()
+
+        def visible() -> bool:
+            code, body = get(port, "/ready")
+            up = metric(get(port, "/metrics")[1], 'rlm_dependency_up{dependency="metadata"}')
+            st = read_status(tmp_path / "work")
+            return (
+                code == 503 and "metadata" in json.loads(body)["problems"] and up == 0.0
+                and "ERROR metadata" in render_table(st)
+                and json.loads(get(port, "/health")[1])["status"] == "degraded"
+            )
+
+        wait_for("the metadata outage visible", visible, timeout=120, interval=0.1)
+        print(f"metadata outage visible after {time.monotonic() - frozen:.2f}s")
+        os.killpg(broker.pid, signal.SIGCONT)
+        wait_for("ready again", lambda: get(port, "/ready")[0] == 200, timeout=120)
+        assert metric(get(port, "/metrics")[1], 'rlm_dependency_up{dependency="metadata"}') == 1.0
+    finally:
+        if broker.poll() is None:
+            os.killpg(broker.pid, signal.SIGCONT)
         d.stop(10)
