@@ -138,7 +138,7 @@ class Preflight:
         try:
             self.rsm = load_rsm(cfg, node_id)
         except ConfigError as e:
-            self._add("storage", f"storage ({cfg.storage.plugin})", False, str(e))
+            self._add("storage", "storage.config (rsm.config.*)", False, str(e))
             return
         except RlmError as e:
             self._add("storage", f"storage.plugin = {cfg.storage.plugin!r}", False, str(e))

@@ -70,6 +70,20 @@ def test_unreadable_log_dir_is_a_configuration_error(tmp_path: Path) -> None:
     assert res.returncode == 1 and want in res.stdout and "FAIL  log dirs" in res.stdout, res.stdout
 
 
+def test_plugin_config_typo_names_file_key_and_suggestion(tmp_path: Path) -> None:
+    (tmp_path / "logs").mkdir()
+    cfg = tmp_path / "rlm.yaml"
+    cfg.write_text(
+        f"log_dirs: [{tmp_path / 'logs'}]\nnode_id: 1\nwork_dir: {tmp_path / 'w'}\n"
+        "remote.log.storage.manager.class.name: s3\nrsm.config.bukket: tiered\n"
+    )
+    res = rlm("run", "--config", str(cfg))
+    assert res.returncode == 2
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"rlm: error: preflight failed ({cfg}): storage.config (rsm.config.*): "), last
+    assert "unknown key 'bukket' (did you mean 'bucket'?)" in last and "bucket: required" in last, last
+
+
 @pytest.mark.slow
 def test_status_after_kill_9_says_dead(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
