@@ -202,3 +202,26 @@ def test_untiered_topics_listed_with_the_reason(tmp_path: Path) -> None:
     assert "plain: remote.storage.enable is not true" in listed
     assert "compacted: compacted (cleanup.policy=compact" in listed
     assert "tiered:" not in listed.replace("not tiered:", "")
+
+
+def test_segment_copied_logged_once_per_copy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import structlog
+
+    from rlm.daemon.logs import configure_logging
+
+    logs = tmp_path / "logs"
+    write_partition(logs, "once", 0, 60)
+    saved = structlog.get_config()
+    configure_logging("json", "debug")  # even at debug level: the plugin's own event has another name
+    try:
+        d = Daemon(cfg_for(logs, tmp_path / "work"), once=True).start()
+        assert d.run_once() == 0
+        d.stop()
+        copied, _ = d.metrics.copied_totals()
+    finally:
+        structlog.configure(**saved)
+    events = [json.loads(x) for x in capsys.readouterr().err.splitlines() if x.startswith("{")]
+    copied_events = [e for e in events if e["event"] == "segment_copied"]
+    assert copied > 0 and len(copied_events) == copied
+    assert len({e["segment_id"] for e in copied_events}) == copied
+    assert sum(e["event"] == "rsm_segment_written" for e in events) == copied + 1  # + the preflight probe

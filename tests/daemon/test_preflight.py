@@ -23,7 +23,7 @@ from confluent_kafka.admin import AdminClient
 from tests.daemon.helpers import s3_storage
 from tests.services.proc import free_ports
 
-pytestmark = [pytest.mark.kafka, pytest.mark.s3]
+pytestmark = [pytest.mark.kafka, pytest.mark.s3, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 
 
