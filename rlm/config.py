@@ -439,7 +439,9 @@ def load_config(path: Path | None = None, **overrides: Any) -> DaemonConfig:
         return config
     except ValidationError as e:
         top = [*_kafka_names(TopicSettings), *_PLUGIN_KEYS, *(p for p, _ in _PREFIX_TARGETS)]
-        msg = format_validation_error(e, DaemonConfig, data, source, moved=_moved_keys(data), top_keys=top)
+        msg = format_validation_error(
+            e, DaemonConfig, data, source, moved=_moved_keys(data), top_keys=top, env=os.environ
+        )
         raise ConfigError(msg) from e
     except ValueError as e:
         raise ConfigError(f"{source}: {e}") from e

@@ -86,13 +86,18 @@ def describe(
     *,
     moved: Mapping[tuple[str, str], str] | None = None,
     top_keys: Iterable[str] = (),
+    env: Mapping[str, str] | None = None,
 ) -> str:
     """One problem, e.g. ``remote.log.manager.task.interval.ms = '5s': not a valid integer``.
 
     ``moved`` maps (section, field) to a top-level key the user wrote that was moved into that
     section before validation (Kafka topic configs written at top level, for instance);
-    ``top_keys`` are further top-level spellings offered as "did you mean" candidates.
+    ``top_keys`` are further top-level spellings offered as "did you mean" candidates. ``env``
+    (variable name -> value) names the environment variable when the value came from there.
     """
+    from_env = _env_name(err["loc"], env or {})
+    if from_env is not None and err["type"] not in ("extra_forbidden", "missing"):
+        return f"{from_env} (environment) = {show_value(from_env, err.get('input'))}: {_msg(err)}"
     parts: list[str] = []
     cur_model: type[BaseModel] | None = model
     cur_raw = raw
@@ -126,12 +131,25 @@ def describe(
         return f"unknown key {key!r}" + (f" (did you mean {hint!r}?)" if hint else "")
     if err["type"] == "missing":
         return f"{key}: required, not set"
-    msg = str(err["msg"])
     if not loc:
-        return msg
+        return str(err["msg"])
+    return f"{key} = {show_value(key, err.get('input'))}: {_msg(err)}"
+
+
+def _msg(err: Mapping[str, Any]) -> str:
+    msg = str(err["msg"])
     msg = msg[0].lower() + msg[1:] if msg else msg
-    msg = msg.replace("input should be", "should be")
-    return f"{key} = {show_value(key, err.get('input'))}: {msg}"
+    return msg.replace("input should be", "should be")
+
+
+def _env_name(loc: Sequence[Any], env: Mapping[str, str]) -> str | None:
+    """``RLM_<A>__<B>`` when that variable is set: the environment overrides the file, so the bad
+    value came from there."""
+    if not loc or not all(isinstance(p, str) for p in loc):
+        return None
+    name = "RLM_" + "__".join(str(p) for p in loc).upper()
+    hits = [k for k in env if k.upper() == name]
+    return hits[0] if hits else None
 
 
 def _model_at(model: type[BaseModel], loc: Sequence[Any]) -> type[BaseModel] | None:
@@ -151,7 +169,8 @@ def format_validation_error(
     *,
     moved: Mapping[tuple[str, str], str] | None = None,
     top_keys: Iterable[str] = (),
+    env: Mapping[str, str] | None = None,
 ) -> str:
     """``<source>: invalid configuration: <problem>; <problem>`` in the user's terms."""
-    problems = [describe(err, model, raw, moved=moved, top_keys=top_keys) for err in e.errors()]
+    problems = [describe(err, model, raw, moved=moved, top_keys=top_keys, env=env) for err in e.errors()]
     return f"{source}: invalid configuration: " + "; ".join(problems)

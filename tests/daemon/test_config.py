@@ -135,6 +135,17 @@ def test_errors_in_the_users_words(tmp_path: Path, doc: str, wanted: list[str]) 
     assert "Input should be" not in msg and "task_interval_ms" not in msg
 
 
+def test_env_error_names_the_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    f = tmp_path / "rlm.yaml"
+    f.write_text("log_dirs: [/d]\n")
+    monkeypatch.setenv("RLM_TASK_INTERVAL_MS", "5s")
+    monkeypatch.setenv("RLM_HTTP__PORT", "99999")
+    with pytest.raises(ConfigError) as e:
+        load_config(f)
+    msg = str(e.value)
+    assert "RLM_TASK_INTERVAL_MS (environment) = '5s'" in msg and "RLM_HTTP__PORT (environment)" in msg, msg
+
+
 def test_plugin_config_errors_suggest_the_key() -> None:
     import rsm_plugins
 
