@@ -290,8 +290,9 @@ class DaemonConfig(BaseSettings):
     metadata_request_timeout_ms: int = Field(
         10000,
         gt=0,
-        description="Per-request timeout of metadata and cluster calls (admin requests, the health "
-        "check, the preflight; the topic store's remote.log.metadata.consume.wait.ms defaults to it).",
+        description="Per-request timeout of metadata and cluster calls (admin requests, metadata "
+        "futures, the health check, the preflight; the topic store's "
+        "remote.log.metadata.consume.wait.ms defaults to it).",
     )
     health_check_interval_ms: int = Field(
         5000,

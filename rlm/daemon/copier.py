@@ -16,7 +16,7 @@ from pathlib import Path
 import structlog
 
 from rlm.config import ResolvedTopicConfig
-from rlm.daemon.context import EpochHistory, TaskContext, now_ms, wait_result
+from rlm.daemon.context import EpochHistory, TaskContext, now_ms
 from rlm.daemon.crash import crash_point
 from rlm.daemon.lineage import checkpoint_bytes, epochs_for_range, find_highest_remote_offset
 from rlm.daemon.local_log import LocalLogView, LocalSegment
@@ -66,7 +66,7 @@ class SegmentCopier:
         active = view.active
         leo = max(active.base_offset if active else 0, lso)
         copied, _ = find_highest_remote_offset(
-            epochs, leo, lambda e: wait_result(ctx.rlmm.highest_offset_for_epoch(tp, e))
+            epochs, leo, lambda e: ctx.meta(ctx.rlmm.highest_offset_for_epoch(tp, e))
         )
         self._check_gap(tp, view, copied)
         from_offset = max(copied + 1, view.local_start_offset)
@@ -178,7 +178,7 @@ class SegmentCopier:
         with ctx.in_flight_lock:
             ctx.in_flight[seg_id] = time.monotonic()
         try:
-            wait_result(ctx.rlmm.add_remote_log_segment_metadata(md))
+            ctx.meta(ctx.rlmm.add_remote_log_segment_metadata(md))
             crash_point("after_copy_started")
             try:
                 custom = ctx.rsm.copy_log_segment_data(md, data)
@@ -194,7 +194,7 @@ class SegmentCopier:
                     f"{tp}: storage plugin returned {len(custom)} bytes of custom metadata, limit "
                     f"{ctx.config.custom_metadata_max_bytes}; copying stopped for this partition"
                 )
-            wait_result(
+            ctx.meta(
                 ctx.rlmm.update_remote_log_segment_metadata(
                     RemoteLogSegmentMetadataUpdate(
                         seg_id, now_ms(), RemoteLogSegmentState.COPY_SEGMENT_FINISHED, ctx.node_id, custom

@@ -181,3 +181,21 @@ def _emit_and_check(capsys: pytest.CaptureFixture[str]) -> None:
         ("FAIL", 0, "error"), ("GETPID", 0, "warning"), ("FAIL", 499, "error"),
     ]
     assert events[0]["client"] == "rlm.kafka.test-client" and "127.0.0.1:9" in events[0]["message"]
+
+
+def test_metadata_future_wait_is_bounded() -> None:
+    from concurrent.futures import Future
+
+    from rlm.daemon.context import wait_result
+    from rlm.errors import MetadataTimeoutError
+
+    never: Future[int] = Future()
+    try:
+        wait_result(never, 0.05)
+    except MetadataTimeoutError as e:
+        assert e.retriable and "0.05s" in str(e)
+    else:
+        raise AssertionError("an unanswered metadata future must time out")
+    done: Future[int] = Future()
+    done.set_result(7)
+    assert wait_result(done, 0.05) == 7 and wait_result(8) == 8
