@@ -23,13 +23,27 @@ COMMAND_MODULES = (
     "rlm.commands.status",
     "rlm.commands.demo",
     "rlm.commands.serve",
+    "rlm.commands.check",
 )
+DISTRIBUTION = "kafka-rlm-sidecar"
+
+
+def version() -> str:
+    """The installed distribution's version (``unknown`` when run from a source tree without install)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version(DISTRIBUTION)
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rlm", description="Tiered storage sidecar for Apache Kafka (KIP-405)."
     )
+    parser.add_argument("--version", action="version", version=f"rlm {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         if importlib.util.find_spec(name) is None:

@@ -30,6 +30,10 @@ def load_rsm(config: DaemonConfig, node_id: int) -> Any:
     cfg: dict[str, Any] = dict(config.storage.config)
     if config.storage.plugin == "local" and "root" not in cfg and "dir" not in cfg:
         cfg["root"] = str(config.work_dir / "remote")
+    if config.storage.plugin == "s3":  # the per-request timeout, unless the block sets its own
+        for key in ("connect_timeout", "read_timeout"):
+            if key not in cfg and key.replace("_", ".") not in cfg:
+                cfg[key] = config.storage_request_timeout_ms / 1000
     cfg.setdefault("broker.id", node_id)
     return _configure_with_broker_id(rsm_plugins.load, config.storage.plugin, cfg)
 
@@ -59,10 +63,10 @@ def rlmm_class(name: str) -> Any:
         raise PluginLoadError(f"metadata manager {name!r} ({target}) cannot be loaded: {e}") from e
 
 
-def load_rlmm(config: DaemonConfig, node_id: int, *, read_only: bool = False) -> Any:
-    """The metadata manager; ``read_only`` for the read side: the embedded file store is followed
-    without its writer lock, the topic store keeps its snapshots apart from the daemon's."""
-    cls = rlmm_class(config.metadata.manager)
+def rlmm_settings(config: DaemonConfig, node_id: int, *, read_only: bool = False) -> dict[str, Any]:
+    """The metadata manager's configuration with the daemon's defaults filled in; ``read_only`` for
+    the read side: the embedded file store is followed without its writer lock, the topic store
+    keeps its snapshots apart from the daemon's."""
     cfg: dict[str, Any] = dict(config.metadata.config)
     kind = RLMM_BUILTINS.get(config.metadata.manager, config.metadata.manager)
     if kind.endswith("FileRemoteLogMetadataManager"):
@@ -73,7 +77,13 @@ def load_rlmm(config: DaemonConfig, node_id: int, *, read_only: bool = False) ->
         if config.bootstrap_servers and not any(k.endswith("bootstrap.servers") for k in cfg):
             cfg["bootstrap.servers"] = config.bootstrap_servers
         cfg.setdefault("log.dir", str(config.work_dir / ("rlmm-reader" if read_only else "rlmm")))
+        cfg.setdefault("remote.log.metadata.consume.wait.ms", config.metadata_request_timeout_ms)
     cfg.setdefault("broker.id", node_id)
+    return cfg
+
+
+def load_rlmm(config: DaemonConfig, node_id: int, *, read_only: bool = False) -> Any:
+    cls = rlmm_class(config.metadata.manager)
     manager = cls()
-    manager.configure(cfg)
+    manager.configure(rlmm_settings(config, node_id, read_only=read_only))
     return manager

@@ -2,8 +2,8 @@
 
 Each plugin validates its own block with a pydantic model (``extra="forbid"``). Keys may be
 written Kafka style (``endpoint.url``, ``broker.id``) or Python style (``endpoint_url``): dots
-and dashes become underscores before validation. Error messages name the key and never echo the
-value, so secrets cannot leak through a bad config.
+and dashes become underscores before validation. Error messages name the key as written and
+show a bad value only when the key does not look secret (``rlm.config_errors``).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from rlm.config_errors import did_you_mean, show_value
 from rlm.errors import ConfigError
 
 from .integrity import DEFAULT_MAX_BYTES
@@ -49,11 +50,26 @@ def normalize_keys(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def parse_config(model: type[C], config: Mapping[str, Any], plugin: str) -> C:
-    """Validate ``config`` against ``model``; :class:`ConfigError` lists the bad keys only."""
+    """Validate ``config`` against ``model``; :class:`ConfigError` names each key as written.
+
+    Unknown keys get a "did you mean" from the model's fields; bad values are shown unless the
+    key looks secret (see :mod:`rlm.config_errors`).
+    """
     try:
         return model.model_validate(normalize_keys(config))
     except ValidationError as e:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}" for err in e.errors()
-        )
-        raise ConfigError(f"invalid {plugin} storage plugin config: {problems}") from None
+        written = {str(k).strip().replace(".", "_").replace("-", "_"): str(k) for k in config}
+        problems = []
+        for err in e.errors():
+            loc = [str(p) for p in err["loc"]]
+            key = ".".join([written.get(loc[0], loc[0]), *loc[1:]]) if loc else "<root>"
+            if err["type"] == "extra_forbidden":
+                hint = did_you_mean(loc[0], model.model_fields) if loc else None
+                problems.append(f"unknown key {key!r}" + (f" (did you mean {hint!r}?)" if hint else ""))
+            elif err["type"] == "missing":
+                problems.append(f"{key}: required, not set")
+            elif not loc:
+                problems.append(str(err["msg"]))
+            else:
+                problems.append(f"{key} = {show_value(key, err.get('input'))}: {err['msg']}")
+        raise ConfigError(f"invalid {plugin} storage plugin config: {'; '.join(problems)}") from None
