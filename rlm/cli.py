@@ -4,7 +4,7 @@ Each command module exposes ``register(subparsers)`` that adds its parser and se
 ``func`` to a callable taking the parsed namespace and returning an exit status. Errors
 from this project (:class:`rlm.errors.RlmError`) are printed as one ``rlm: error: ...`` line,
 never as a traceback, with the status of their kind (:class:`rlm.exit_codes.ExitCode`): 3 for
-configuration and plugin-loading errors, 1 for the rest; 2 is left to argparse's usage errors.
+configuration, plugin-loading and preflight errors, 1 for the rest; 2 is left to argparse's usage errors.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import importlib.util
 import sys
 from collections.abc import Sequence
 
-from rlm.errors import ConfigError, PluginLoadError, RlmError
+from rlm.errors import ConfigError, PluginLoadError, PreflightError, RlmError
 from rlm.exit_codes import EPILOG, ExitCode
 
 COMMAND_MODULES = (
@@ -24,7 +24,21 @@ COMMAND_MODULES = (
     "rlm.commands.run",
     "rlm.commands.status",
     "rlm.commands.demo",
+    "rlm.commands.serve",
+    "rlm.commands.check",
 )
+DISTRIBUTION = "kafka-rlm-sidecar"
+
+
+def version() -> str:
+    """The installed distribution's version (``unknown`` when run from a source tree without install)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version(DISTRIBUTION)
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"rlm {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         if importlib.util.find_spec(name) is None:
@@ -51,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.USAGE
     try:
         return int(func(args))
-    except (ConfigError, PluginLoadError) as e:
+    except (ConfigError, PluginLoadError, PreflightError) as e:
         print(f"rlm: error: {e}", file=sys.stderr)
         return ExitCode.CONFIG
     except RlmError as e:

@@ -20,10 +20,20 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from rlm.config_errors import format_validation_error
 from rlm.errors import ConfigError
 from rlm.secrets import hide_secrets
 
@@ -209,6 +219,10 @@ class ReadConfig(_Strict):
         2, ge=0, description="Chunks prefetched after a sequential read, continuing into the next segment.",
     )
     parallel_gets: int = Field(4, ge=1, description="Ranged GETs in flight for one large read.")
+    serve_http: bool = Field(
+        False, description="`rlm run` also serves the read HTTP API (as `rlm serve` does) on "
+        "http_host:http_port.",
+    )
     http_host: str = Field("127.0.0.1", description="`rlm serve`: bind address of the HTTP API.")
     http_port: int = Field(9465, ge=0, le=65535, description="`rlm serve`: port of the HTTP API (0 = any).")
     http_token_env: str | None = Field(
@@ -338,6 +352,25 @@ class DaemonConfig(BaseSettings):
         "of local.retention.ms.",
     )
     shutdown_timeout_s: float = Field(30.0, gt=0, description="SIGTERM: how long running copies may finish.")
+    storage_request_timeout_ms: int = Field(
+        10000,
+        gt=0,
+        description="Per-request timeout of storage calls: the health check and the start-up "
+        "preflight give up after this, and the s3 plugin's connect/read timeouts default to it.",
+    )
+    metadata_request_timeout_ms: int = Field(
+        10000,
+        gt=0,
+        description="Per-request timeout of metadata and cluster calls (admin requests, metadata "
+        "futures, the health check, the preflight; the topic store's "
+        "remote.log.metadata.consume.wait.ms defaults to it).",
+    )
+    health_check_interval_ms: int = Field(
+        5000,
+        gt=0,
+        description="How often storage and metadata are checked for /health, /ready and `rlm status` "
+        "(also the status file's heartbeat).",
+    )
     log_format: Literal["json", "console"] = Field("json", description="structlog renderer.")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
     topic_defaults: TopicSettings = Field(
@@ -347,6 +380,12 @@ class DaemonConfig(BaseSettings):
     topics: list[TopicOverride] = Field(
         default_factory=list, description="Per-topic overrides by name pattern."
     )
+    _source: str = PrivateAttr("configuration")
+
+    @property
+    def source(self) -> str:
+        """Where this configuration came from (the file name), for error messages."""
+        return self._source
 
     @model_validator(mode="before")
     @classmethod
@@ -432,13 +471,19 @@ class DaemonConfig(BaseSettings):
         return any(getattr(layer, field) is not None for layer in layers)
 
 
-def _format_errors(e: ValidationError, source: str) -> str:
-    parts = []
-    for err in e.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "<root>"
-        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
-        parts.append(f"{loc}: {msg}")
-    return f"{source}: invalid configuration: " + "; ".join(parts)
+def _moved_keys(data: dict[str, Any]) -> dict[tuple[str, str], str]:
+    """(section, field) -> the top-level key the user wrote that ``_kafka_aliases`` moved there."""
+    moved: dict[tuple[str, str], str] = {}
+    for k in data:
+        if not isinstance(k, str):
+            continue
+        if k in _PLUGIN_KEYS:
+            moved[_PLUGIN_KEYS[k]] = k
+        elif k in _kafka_names(TopicSettings):
+            moved[("topic_defaults", _kafka_names(TopicSettings)[k])] = k
+        elif k in _kafka_names(ReadConfig):
+            moved[("read", _kafka_names(ReadConfig)[k])] = k
+    return moved
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
@@ -485,18 +530,25 @@ def load_config(path: Path | None = None, **overrides: Any) -> DaemonConfig:
     problem becomes a :class:`ConfigError` naming the offending key.
     """
     source = str(path) if path is not None else "configuration"
+    raw: dict[str, Any] = read_config_file(path) if path is not None else {}
+    data = {**raw, **overrides}  # what the user wrote, for error messages in their words
     try:
         # Kafka names become field names per source, so that each ranks as the field it names
         aliases: Callable[[Any], dict[str, Any]] = DaemonConfig._kafka_aliases  # type: ignore[assignment]
-        file_values = aliases(read_config_file(path) if path is not None else {})
-        explicit = aliases(dict(overrides))
-        token = _FILE_VALUES.set(file_values)
+        token = _FILE_VALUES.set(aliases(raw))
         try:
-            return DaemonConfig(**explicit)
+            config = DaemonConfig(**aliases(dict(overrides)))
         finally:
             _FILE_VALUES.reset(token)
+        config._source = source
+        return config
     except ValidationError as e:
-        raise ConfigError(_format_errors(e, source)) from e
+        top = [*_kafka_names(TopicSettings), *_kafka_names(ReadConfig), *_PLUGIN_KEYS,
+               *(p for p, _ in _PREFIX_TARGETS)]
+        msg = format_validation_error(
+            e, DaemonConfig, data, source, moved=_moved_keys(data), top_keys=top, env=os.environ
+        )
+        raise ConfigError(msg) from e
     except ValueError as e:
         raise ConfigError(f"{source}: {e}") from e
 

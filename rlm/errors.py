@@ -183,3 +183,18 @@ class RemoteSegmentDeletedError(RemoteReadError):
     """The segment chosen for a read was deleted from remote storage meanwhile (retention)."""
 
     retriable = True
+
+
+# ---- the daemon's dependencies and start-up checks ----------------------------------------------
+class DependencyUnavailableError(RlmError):
+    """Remote storage, the metadata store or the Kafka cluster did not answer a check (or in time)."""
+
+    retriable = True
+
+
+class ProbeTimeoutError(DependencyUnavailableError):
+    """A bounded call did not return within its timeout; the call itself may still be running."""
+
+
+class PreflightError(RlmError):
+    """A start-up check failed; the message is one line naming the setting to fix."""

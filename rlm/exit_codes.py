@@ -18,7 +18,8 @@ class ExitCode(enum.IntEnum):
     USAGE = 2
     """Bad command line (argparse's own status)."""
     CONFIG = 3
-    """The configuration is invalid, or a plugin cannot be found, imported or configured."""
+    """The configuration is invalid, a plugin cannot be found, imported or configured, or the
+    start-up preflight failed (the message names the setting)."""
     INTERRUPTED = 128 + signal.SIGINT
     """130: forced stop by a second SIGINT (or Ctrl-C in a one-shot command)."""
     TERMINATED = 128 + signal.SIGTERM
@@ -34,6 +35,6 @@ EPILOG = """exit status:
   0    success; `rlm run` stopped cleanly after a first SIGTERM/SIGINT
   1    runtime failure (a --once task failed, corrupt or unreachable file or store)
   2    usage error (bad command line)
-  3    configuration error (invalid config, plugin not found or not configurable)
+  3    configuration error (invalid config, plugin not loadable, failed preflight)
   130  forced stop by a second SIGINT (Ctrl-C)
   143  forced stop by a second SIGTERM"""

@@ -20,22 +20,28 @@ from rlmm.api import RemoteLogMetadataManager
 from rsm_plugins.api import RemoteStorageManager
 
 
-def rsm_config(config: DaemonConfig, node_id: int) -> dict[str, Any]:
+def rsm_settings(config: DaemonConfig, node_id: int) -> dict[str, Any]:
     """The storage plugin's block with the daemon's defaults filled in."""
     cfg: dict[str, Any] = dict(config.storage.config)
-    is_local = rsm_plugins.loading.builtin_name(config.storage.plugin) == "local"
-    if is_local and "root" not in cfg and "dir" not in cfg:
+    kind = rsm_plugins.loading.builtin_name(config.storage.plugin)
+    if kind == "local" and "root" not in cfg and "dir" not in cfg:
         cfg["root"] = str(config.work_dir / "remote")
+    if kind == "s3":  # the per-request timeout, unless the block sets its own
+        for key in ("connect_timeout", "read_timeout"):
+            if key not in cfg and key.replace("_", ".") not in cfg:
+                cfg[key] = config.storage_request_timeout_ms / 1000
     cfg.setdefault("broker.id", node_id)
     return cfg
 
 
 def load_rsm(config: DaemonConfig, node_id: int) -> RemoteStorageManager:
-    return rsm_plugins.load(config.storage.plugin, rsm_config(config, node_id))
+    return rsm_plugins.load(config.storage.plugin, rsm_settings(config, node_id))
 
 
-def rlmm_config(config: DaemonConfig, node_id: int, *, read_only: bool = False) -> dict[str, Any]:
-    """The metadata manager's block with the daemon's defaults filled in."""
+def rlmm_settings(config: DaemonConfig, node_id: int, *, read_only: bool = False) -> dict[str, Any]:
+    """The metadata manager's configuration with the daemon's defaults filled in; ``read_only`` for
+    the read side: the embedded file store is followed without its writer lock, the topic store
+    keeps its snapshots apart from the daemon's."""
     cfg: dict[str, Any] = dict(config.metadata.config)
     kind = rlmm.loading.builtin_name(config.metadata.manager)
     if kind == "file":
@@ -46,11 +52,10 @@ def rlmm_config(config: DaemonConfig, node_id: int, *, read_only: bool = False) 
         if config.bootstrap_servers and not any(k.endswith("bootstrap.servers") for k in cfg):
             cfg["bootstrap.servers"] = config.bootstrap_servers
         cfg.setdefault("log.dir", str(config.work_dir / ("rlmm-reader" if read_only else "rlmm")))
+        cfg.setdefault("remote.log.metadata.consume.wait.ms", config.metadata_request_timeout_ms)
     cfg.setdefault("broker.id", node_id)
     return cfg
 
 
 def load_rlmm(config: DaemonConfig, node_id: int, *, read_only: bool = False) -> RemoteLogMetadataManager:
-    """The metadata manager; ``read_only`` for the read side: the embedded file store is followed
-    without its writer lock, the topic store keeps its snapshots apart from the daemon's."""
-    return rlmm.loading.load(config.metadata.manager, rlmm_config(config, node_id, read_only=read_only))
+    return rlmm.loading.load(config.metadata.manager, rlmm_settings(config, node_id, read_only=read_only))

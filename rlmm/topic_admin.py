@@ -12,6 +12,7 @@ dev cluster works out of the box.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -55,7 +56,8 @@ def ensure_metadata_topic(cfg: TopicRlmmConfig, admin: AdminClient | None = None
     """
     if admin is None:
         try:
-            admin = AdminClient(cfg.admin_config())
+            conf: dict[str, Any] = {**cfg.admin_config(), "logger": logging.getLogger("rlmm.kafka.admin")}
+            admin = AdminClient(conf)
         except KafkaException as e:
             raise ConfigError(f"invalid metadata admin client configuration: {e}") from e
     deadline = time.monotonic() + cfg.init_retry_max_timeout_ms / 1000

@@ -3,10 +3,11 @@
 Each plugin validates its own block with a pydantic model derived from :class:`PluginConfig`
 (``extra="forbid"``). Keys may be written Kafka style (``endpoint.url``, ``broker.id``) or Python
 style (``endpoint_url``): dots and dashes become underscores before validation. A bad block is
-reported whole: every problem at once, each under the key as the user wrote it, and never with
-its value, so secrets cannot leak through a bad config. Values the daemon's configuration marked
-secret arrive as :class:`~pydantic.SecretStr` (:mod:`rlm.secrets`); they are unwrapped here so
-that a plugin may type the field ``SecretStr`` (kept hidden: do that for every credential) or ``str``.
+reported whole: every problem at once, each under the key as the user wrote it, with a "did you
+mean" for unknown keys and the bad value only when the key does not look secret
+(:mod:`rlm.config_errors`). Values the daemon's configuration marked secret arrive as
+:class:`~pydantic.SecretStr` (:mod:`rlm.secrets`); they are unwrapped here so that a plugin may
+type the field ``SecretStr`` (kept hidden: do that for every credential) or ``str``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from rlm.config_errors import did_you_mean, show_value
 from rlm.errors import ConfigError
 from rlm.secrets import reveal, reveal_all
 
@@ -56,7 +58,11 @@ def normalize_keys(config: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str,
 
 
 def parse_config(model: type[C], config: Mapping[str, Any], plugin: str) -> C:
-    """Validate ``config`` against ``model``; one :class:`ConfigError` lists every bad key."""
+    """Validate ``config`` against ``model``; one :class:`ConfigError` lists every bad key as written.
+
+    Unknown keys get a "did you mean" from the model's fields; bad values are shown unless the
+    key looks secret (see :mod:`rlm.config_errors`).
+    """
     values, written = normalize_keys(config)
     try:
         return model.model_validate(values)
@@ -64,10 +70,16 @@ def parse_config(model: type[C], config: Mapping[str, Any], plugin: str) -> C:
         problems = []
         for err in e.errors():
             loc = [str(p) for p in err["loc"]]
-            if loc:
-                loc[0] = written.get(loc[0], loc[0])
-            msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
-            problems.append(f"{'.'.join(loc) or '<root>'}: {msg}")
+            key = ".".join([written.get(loc[0], loc[0]), *loc[1:]]) if loc else "<root>"
+            if err["type"] == "extra_forbidden":
+                hint = did_you_mean(loc[0], model.model_fields) if loc else None
+                problems.append(f"unknown key {key!r}" + (f" (did you mean {hint!r}?)" if hint else ""))
+            elif err["type"] == "missing":
+                problems.append(f"{key}: required, not set")
+            elif not loc:
+                problems.append(str(err["msg"]))
+            else:
+                problems.append(f"{key} = {show_value(key, err.get('input'))}: {err['msg']}")
         raise ConfigError(
             f"invalid {plugin} storage plugin config ({len(problems)} problem"
             f"{'s' if len(problems) != 1 else ''}): " + "; ".join(problems)

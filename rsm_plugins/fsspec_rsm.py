@@ -176,8 +176,8 @@ class FsspecRemoteStorageManager(RemoteStorageManager[FsspecConfig]):
             )
             self._remove(fs, metadata, strict=False)
             raise err from e
-        log.info(
-            "segment_copied",
+        log.debug(
+            "rsm_segment_written",
             plugin=self.plugin_name,
             bytes=sums[SegmentFileType.SEGMENT].size,
             **layout.describe(metadata),
@@ -264,7 +264,7 @@ class FsspecRemoteStorageManager(RemoteStorageManager[FsspecConfig]):
             self._remove(self.fs, metadata, strict=True)
         except Exception as e:
             raise _map(e, self.path_of(metadata, SegmentFileType.SEGMENT), "delete") from e
-        log.info("segment_deleted", plugin=self.plugin_name, **layout.describe(metadata))
+        log.debug("rsm_segment_deleted", plugin=self.plugin_name, **layout.describe(metadata))
 
     def _remove(self, fs: Any, metadata: RemoteLogSegmentMetadata, strict: bool) -> None:
         order = [

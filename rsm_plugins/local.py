@@ -119,8 +119,8 @@ class LocalRemoteStorageManager(RemoteStorageManager[LocalConfig]):
                 f"copy of {metadata.remote_log_segment_id} to {part_dir} failed: {e}",
                 retriable=isinstance(e, OSError),
             ) from e
-        log.info(
-            "segment_copied",
+        log.debug(
+            "rsm_segment_written",
             plugin=self.plugin_name,
             bytes=sums[SegmentFileType.SEGMENT].size,
             **layout.describe(metadata),
@@ -216,7 +216,7 @@ class LocalRemoteStorageManager(RemoteStorageManager[LocalConfig]):
             raise RemoteStorageError(
                 f"delete of {metadata.remote_log_segment_id} failed: {e}", retriable=True
             ) from e
-        log.info("segment_deleted", plugin=self.plugin_name, **layout.describe(metadata))
+        log.debug("rsm_segment_deleted", plugin=self.plugin_name, **layout.describe(metadata))
 
     def _remove(self, metadata: RemoteLogSegmentMetadata, strict: bool = False) -> None:
         # the .log first: once it is gone the segment is invisible even if a later unlink fails

@@ -214,8 +214,8 @@ class S3RemoteStorageManager(RemoteStorageManager[S3Config]):
                     **layout.describe(metadata),
                 )
             raise err from e
-        log.info(
-            "segment_copied",
+        log.debug(
+            "rsm_segment_written",
             plugin=self.plugin_name,
             bucket=cfg.bucket,
             bytes=sums[SegmentFileType.SEGMENT].size,
@@ -338,7 +338,7 @@ class S3RemoteStorageManager(RemoteStorageManager[S3Config]):
     def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
         bucket, prefix = self._location(metadata)
         self._delete_segment(bucket, prefix, metadata)
-        log.info("segment_deleted", plugin=self.plugin_name, bucket=bucket, **layout.describe(metadata))
+        log.debug("rsm_segment_deleted", plugin=self.plugin_name, bucket=bucket, **layout.describe(metadata))
 
     def _delete_segment(self, bucket: str, prefix: str, metadata: RemoteLogSegmentMetadata) -> None:
         # the .log (commit marker) in its own request first, so a half-done delete leaves no visible segment

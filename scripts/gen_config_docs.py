@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 from pathlib import Path
@@ -23,6 +24,7 @@ from rlm.config import (
     DaemonConfig,
     HttpConfig,
     MetadataConfig,
+    ReadConfig,
     StorageConfig,
     TopicOverride,
     TopicSettings,
@@ -103,10 +105,11 @@ def render() -> str:
         ("`storage` (RemoteStorageManager plugin)", StorageConfig, "storage."),
         ("`metadata` (RemoteLogMetadataManager)", MetadataConfig, "metadata."),
         ("`http` (metrics and health)", HttpConfig, "http."),
+        ("`read` (the read side: reader pool, remote reads, `rlm serve`)", ReadConfig, "read."),
         ("`topic_defaults` (per-topic settings for every topic)", TopicSettings, "topic_defaults."),
         ("`topics[]` (per-topic overrides)", TopicOverride, "topics[]."),
     ):
-        parts += [f"## {title}", "", (model.__doc__ or "").strip(), "", *table(model, prefix), ""]
+        parts += [f"## {title}", "", inspect.cleandoc(model.__doc__ or ""), "", *table(model, prefix), ""]
     parts += [
         "## Built-in topic defaults",
         "",

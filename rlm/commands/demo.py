@@ -16,6 +16,7 @@ import json
 import random
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -208,6 +209,8 @@ def demo(args: argparse.Namespace) -> int:
     daemon = Daemon(cfg, once=True).start()
     failed = daemon.run_once()
     daemon.stop()
+    segs, nbytes = daemon.metrics.copied_totals()
+    print(f"   copied {segs} segments, {nbytes / 1e6:.1f} MB to {root / 'remote-storage'}")
     print(f"3. rlm status --work-dir {cfg.work_dir}   [{time.monotonic() - t0:.1f}s]")
     print(render_table(read_status(cfg.work_dir)))
     seg_id, rec = read_back(root, "orders", 0, 0)
@@ -215,7 +218,8 @@ def demo(args: argparse.Namespace) -> int:
         "4. one historical record, read back from remote storage (segment "
         f"{seg_id}, {root / 'remote-storage'}):"
     )
-    print(f"   orders-0 offset {rec.offset} timestamp {rec.timestamp} key {rec.key!r}")
+    when = datetime.fromtimestamp(rec.timestamp / 1000, UTC).isoformat(timespec="milliseconds")
+    print(f"   orders-0 offset {rec.offset} timestamp {when} ({rec.timestamp}) key {rec.key!r}")
     print(f"   value {rec.value.decode()[:200] if rec.value else None}")
     print(f"done in {time.monotonic() - t0:.1f}s; try: rlm status --work-dir {cfg.work_dir} --json")
     return 0 if failed == 0 else 1

@@ -11,7 +11,6 @@ file stops the dump with exit status 1 and one line ``rlm: error: <path>: <posit
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import re
 import struct
@@ -25,11 +24,12 @@ from rlm.log import checkpoints as ckpt
 from rlm.log import file_size, read_bytes, read_entry, scan_batches
 from rlm.log.offset_index import parse_offset_index
 from rlm.log.producer_snapshot import parse_snapshot
+from rlm.log.record_json import TIMESTAMP_TYPE_NAMES as _TS_NAMES
+from rlm.log.record_json import record_obj as _record_obj
 from rlm.log.records import (
     BatchHeader,
     ControlRecord,
     Record,
-    TimestampType,
     decode_control_records,
     decode_records,
 )
@@ -38,8 +38,6 @@ from rlm.log.txn_index import parse_txn_index
 
 Obj = dict[str, Any]
 _TEMP_SUFFIX = re.compile(r"\.(deleted|cleaned|swap)$")
-_TS_NAMES = {TimestampType.NO_TIMESTAMP: "NoTimestampType", TimestampType.CREATE_TIME: "CreateTime",
-             TimestampType.LOG_APPEND_TIME: "LogAppendTime"}
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -50,10 +48,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.set_defaults(func=dump)
 
 
-def _b64(data: bytes | None) -> str | None:
-    return None if data is None else base64.b64encode(data).decode()
-
-
 def _base_offset(path: Path) -> int:
     m = re.match(r"^(\d+)\.", path.name)
     if not m:
@@ -62,24 +56,6 @@ def _base_offset(path: Path) -> int:
 
 
 # ---- .log --------------------------------------------------------------------------------------
-def _batch_fields(h: BatchHeader) -> Obj:
-    return {"base_offset": h.base_offset, "partition_leader_epoch": h.partition_leader_epoch,
-            "producer_id": h.producer_id, "producer_epoch": h.producer_epoch,
-            "base_sequence": h.base_sequence,
-            "is_transactional": h.is_transactional, "compression": h.compression.name.lower(),
-            "magic": h.magic, "position": h.position}
-
-
-def _record_obj(h: BatchHeader, r: Record | ControlRecord) -> Obj:
-    if isinstance(r, ControlRecord):
-        kind = r.type.name if hasattr(r.type, "name") else int(r.type)
-        return {"offset": r.offset, "timestamp": r.timestamp,
-                "control": {"type": kind, "coordinator_epoch": r.coordinator_epoch}, **_batch_fields(h)}
-    return {"offset": r.offset, "timestamp": r.timestamp, "timestamp_type": _TS_NAMES[r.timestamp_type],
-            "key": _b64(r.key), "value": _b64(r.value), "headers": [[k, _b64(v)] for k, v in r.headers],
-            **_batch_fields(h)}
-
-
 def _decode(path: Path, h: BatchHeader) -> list[Record] | list[ControlRecord]:
     data = read_entry(path, h)
     try:

@@ -51,15 +51,22 @@ def run(args: argparse.Namespace) -> int:
     stop = StopRequest()
     failed = 0
     clean = True
+    read_api = None
     with capture_signals(stop):
         try:
             daemon.start()
             if args.once:
                 failed = daemon.run_once(interrupt=stop.requested)
             else:
+                if config.read.serve_http:  # the read HTTP API beside the daemon (as `rlm serve`)
+                    from rlm.commands.serve import read_api_server
+
+                    read_api = read_api_server(config).start()
                 while not stop.requested.wait(1.0):
                     pass
         finally:
+            if read_api is not None:
+                read_api.stop()
             clean = daemon.stop(force=stop.forced)
     if stop.signum is not None and (args.once or stop.forced.is_set()):
         # forced, or a --once pass cut short: not all the work was done

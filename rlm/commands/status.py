@@ -1,20 +1,32 @@
-"""``rlm status [--json]``: per partition local start/end, LSO, remote start/end, copy lag, last copy/error.
+"""``rlm status [--json]``: per partition offsets, copy lag, gaps, last copy/error; is the daemon alive.
 
 Reads the status file the daemon keeps in its work dir (``--work-dir``, or ``work_dir`` from
-``--config``), so it works whether or not the daemon is running.
+``--config``), so it works whether or not the daemon is running. It also says whether the daemon
+is really alive: a status file that claims ``running`` while its pid is gone (kill -9, OOM) or
+that has not been rewritten for several heartbeats is reported as ``DEAD`` / ``STALE`` (exit 1).
+Current dependency problems (storage, metadata, cluster unreachable) are shown while they last,
+and the topics found in the log dirs that are not tiered are listed with the reason.
+
+LAG = offsets in rolled segments below the LSO not yet copied (the active segment never counts);
+GAP = offsets missing from remote storage because the broker deleted them before they were copied.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import socket
 import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 from rlm.config import load_config
-from rlm.daemon.status import DaemonStatus, read_status
+from rlm.daemon.status import DaemonStatus, pid_alive, read_status
+
+# A heartbeat may be late by a health check's own timeouts; this many missed beats means stale.
+STALE_HEARTBEATS = 4
+STALE_GRACE_MS = 30_000
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -32,12 +44,34 @@ def _ago(ms: int, now_ms: int) -> str:
     return f"{s}s ago" if s < 120 else f"{s // 60}m ago" if s < 7200 else f"{s // 3600}h ago"
 
 
-def render_table(st: DaemonStatus) -> str:
-    now = int(time.time() * 1000)
-    head = f"node {st.node_id}  state {st.state}  pid {st.pid}  updated {_ago(st.updated_ms, now)}" + (
+def liveness(st: DaemonStatus, now_ms: int) -> tuple[str, str | None]:
+    """(state to show, why it differs from the file's state or None)."""
+    if st.state == "stopped":
+        return st.state, None
+    if st.pid and (not st.host or st.host == socket.gethostname()) and not pid_alive(st.pid, st.proc_start):
+        last = _ago(st.updated_ms, now_ms)
+        return "DEAD", f"pid {st.pid} is not running (file says {st.state!r}, last update {last})"
+    limit = STALE_HEARTBEATS * st.heartbeat_ms + STALE_GRACE_MS
+    if st.heartbeat_ms and now_ms - st.updated_ms > limit:
+        return "STALE", (
+            f"no update for {_ago(st.updated_ms, now_ms).removesuffix(' ago')} "
+            f"(heartbeat every {st.heartbeat_ms / 1000:g}s)"
+        )
+    return st.state, None
+
+
+def render_table(st: DaemonStatus, now: int | None = None) -> str:
+    now = int(time.time() * 1000) if now is None else now
+    state, why = liveness(st, now)
+    head = f"node {st.node_id}  state {state}  pid {st.pid}  updated {_ago(st.updated_ms, now)}" + (
         f"  http :{st.http_port}" if st.http_port else ""
     )
-    cols = ("PARTITION", "ROLE", "LOCAL", "LSO", "REMOTE", "SEGS", "LAG", "LAST COPY", "LAST ERROR")
+    out = [head]
+    if why:
+        out.append(f"  {state}: {why}")
+    for dep, prob in sorted(st.problems.items()):
+        out.append(f"  ERROR {dep} (since {_ago(int(prob.get('since_ms', -1)), now)}): {prob.get('error')}")
+    cols = ("PARTITION", "ROLE", "LOCAL", "LSO", "REMOTE", "SEGS", "LAG", "GAP", "LAST COPY", "LAST ERROR")
     rows = [cols]
     for key in sorted(st.partitions):
         p = st.partitions[key]
@@ -51,13 +85,22 @@ def render_table(st: DaemonStatus) -> str:
                 remote,
                 str(p.remote_segments),
                 str(p.copy_lag),
+                str(p.gap_offsets) if p.gap_offsets else "-",
                 _ago(p.last_copy_ms, now),
                 (p.last_error or "-")[:60],
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(cols))]
-    lines = ["  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in rows]
-    return "\n".join([head, *lines])
+    out += ["  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in rows]
+    for key in sorted(st.partitions):
+        p = st.partitions[key]
+        if p.gaps:
+            ranges = ", ".join(f"{a}..{b}" for a, b in p.gaps[:5]) + (" ..." if len(p.gaps) > 5 else "")
+            out.append(f"gaps {key}: {ranges} (never copied: deleted locally first)")
+    if st.untiered:
+        out.append("not tiered:")
+        out += [f"  {topic}: {why_not}" for topic, why_not in sorted(st.untiered.items())]
+    return "\n".join(out)
 
 
 def status(args: argparse.Namespace) -> int:
@@ -68,9 +111,13 @@ def status(args: argparse.Namespace) -> int:
             load_config(args.config).work_dir if args.config else load_config(None, log_dirs=[]).work_dir
         )
     st = read_status(work_dir)
+    now = int(time.time() * 1000)
+    state, why = liveness(st, now)
     if args.json:
-        json.dump(asdict(st), sys.stdout, indent=1, sort_keys=True)
+        doc = asdict(st)
+        doc["liveness"] = {"state": state, "alive": why is None and state != "stopped", "reason": why}
+        json.dump(doc, sys.stdout, indent=1, sort_keys=True)
         sys.stdout.write("\n")
     else:
-        print(render_table(st))
-    return 0
+        print(render_table(st, now))
+    return 1 if why else 0

@@ -8,6 +8,7 @@ under epochs the broker has since forgotten stay on the lineage.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import threading
@@ -21,6 +22,7 @@ from rlm.config import DaemonConfig
 from rlm.daemon.metrics import DaemonMetrics
 from rlm.daemon.quota import CopyQuota
 from rlm.daemon.status import StatusBoard
+from rlm.errors import MetadataTimeoutError
 from rlm.types import RemoteLogSegmentId, TopicIdPartition
 
 
@@ -28,12 +30,19 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def wait_result(value: Any) -> Any:
-    """Metadata calls may return a future (Kafka style) or a plain value; wait for either."""
+def wait_result(value: Any, timeout_s: float | None = None) -> Any:
+    """Metadata calls may return a future (Kafka style) or a plain value; wait for either, a future
+    at most ``timeout_s`` (then :class:`MetadataTimeoutError`, retriable: the write may or may not
+    have happened, which the copy protocol tolerates)."""
     result = getattr(value, "result", None)
-    if callable(result):
+    if not callable(result):
+        return value
+    if timeout_s is None:
         return result()
-    return value
+    try:
+        return result(timeout=timeout_s)
+    except (concurrent.futures.TimeoutError, TimeoutError) as e:
+        raise MetadataTimeoutError(f"metadata call not answered within {timeout_s:g}s") from e
 
 
 @dataclass
@@ -46,9 +55,17 @@ class TaskContext:
     quota: CopyQuota
     status: StatusBoard
     stop: threading.Event = field(default_factory=threading.Event)
-    in_flight: set[RemoteLogSegmentId] = field(default_factory=set)
+    in_flight: dict[RemoteLogSegmentId, float] = field(default_factory=dict)  # id -> monotonic start
     in_flight_lock: threading.Lock = field(default_factory=threading.Lock)
     copy_disabled: set[TopicIdPartition] = field(default_factory=set)
+
+    def in_flight_started(self) -> list[float]:
+        with self.in_flight_lock:
+            return list(self.in_flight.values())
+
+    def meta(self, value: Any) -> Any:
+        """:func:`wait_result` bounded by ``metadata_request_timeout_ms``."""
+        return wait_result(value, self.config.metadata_request_timeout_ms / 1000)
 
     @property
     def work_dir(self) -> Path:

@@ -10,12 +10,13 @@ re-raised so the scheduler retries the partition with backoff (and a new id).
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import structlog
 
 from rlm.config import ResolvedTopicConfig
-from rlm.daemon.context import EpochHistory, TaskContext, now_ms, wait_result
+from rlm.daemon.context import EpochHistory, TaskContext, now_ms
 from rlm.daemon.crash import crash_point
 from rlm.daemon.local_log import LocalLogView, LocalSegment
 from rlm.daemon.producer_snapshot import producer_snapshot_for
@@ -38,6 +39,16 @@ class CustomMetadataTooLargeError(RlmError):
     """The storage plugin returned more custom metadata than allowed; copying stops for the partition."""
 
 
+def uncopied_offsets(candidates: list[LocalSegment], from_offset: int) -> int:
+    """The copy lag: offsets in eligible (rolled, below the LSO) segments not yet in remote storage.
+
+    The active segment and anything at or above the LSO never count: they cannot be copied yet.
+    """
+    return sum(
+        s.next_offset - max(s.base_offset, from_offset) for s in candidates if s.next_offset is not None
+    )
+
+
 class SegmentCopier:
     """Copies the eligible segments of one partition per :meth:`run`."""
 
@@ -55,7 +66,7 @@ class SegmentCopier:
         active = view.active
         leo = max(active.base_offset if active else 0, lso)
         copied, _ = find_highest_remote_offset(
-            epochs, leo, lambda e: wait_result(ctx.rlmm.highest_offset_for_epoch(tp, e))
+            epochs, leo, lambda e: ctx.meta(ctx.rlmm.highest_offset_for_epoch(tp, e))
         )
         self._check_gap(tp, view, copied)
         from_offset = max(copied + 1, view.local_start_offset)
@@ -64,7 +75,7 @@ class SegmentCopier:
             for s in view.rolled
             if s.next_offset is not None and s.next_offset > from_offset and s.next_offset <= lso
         ]
-        st.copy_lag = max(0, lso - (copied + 1)) if lso > 0 else 0
+        st.copy_lag = uncopied_offsets(candidates, from_offset)
         ctx.metrics.copy_lag_offsets.labels(*labels).set(st.copy_lag)
         ctx.metrics.copy_lag_segments.labels(*labels).set(len(candidates))
         self._check_lag_vs_local_retention(tp, candidates, topic_cfg)
@@ -78,7 +89,7 @@ class SegmentCopier:
                 break
             done += 1
             st.remote_end = max(st.remote_end, seg.end_offset)
-            st.copy_lag = max(0, lso - seg.next_offset) if seg.next_offset is not None else st.copy_lag
+            st.copy_lag = uncopied_offsets(candidates[done:], from_offset)
             ctx.metrics.copy_lag_offsets.labels(*labels).set(st.copy_lag)
             ctx.metrics.copy_lag_segments.labels(*labels).set(len(candidates) - done)
         return done
@@ -95,8 +106,6 @@ class SegmentCopier:
         labels = (tp.topic, str(tp.partition))
         self.ctx.metrics.gap_segments.labels(*labels).inc()
         self.ctx.metrics.gap_offsets.labels(*labels).inc(n)
-        st = self.ctx.status.partition(tp.topic, tp.partition)
-        st.gap_offsets += n
         log.error(
             "remote_copy_gap",
             topic=tp.topic,
@@ -167,9 +176,9 @@ class SegmentCopier:
             leader_epoch_index=checkpoint_bytes(epochs, seg.next_offset),
         )
         with ctx.in_flight_lock:
-            ctx.in_flight.add(seg_id)
+            ctx.in_flight[seg_id] = time.monotonic()
         try:
-            wait_result(ctx.rlmm.add_remote_log_segment_metadata(md))
+            ctx.meta(ctx.rlmm.add_remote_log_segment_metadata(md))
             crash_point("after_copy_started")
             try:
                 custom = ctx.rsm.copy_log_segment_data(md, data)
@@ -185,7 +194,7 @@ class SegmentCopier:
                     f"{tp}: storage plugin returned {len(custom)} bytes of custom metadata, limit "
                     f"{ctx.config.custom_metadata_max_bytes}; copying stopped for this partition"
                 )
-            wait_result(
+            ctx.meta(
                 ctx.rlmm.update_remote_log_segment_metadata(
                     RemoteLogSegmentMetadataUpdate(
                         seg_id, now_ms(), RemoteLogSegmentState.COPY_SEGMENT_FINISHED, ctx.node_id, custom
@@ -195,7 +204,7 @@ class SegmentCopier:
             crash_point("after_copy_finished")
         finally:
             with ctx.in_flight_lock:
-                ctx.in_flight.discard(seg_id)
+                ctx.in_flight.pop(seg_id, None)
             _cleanup_staged(snapshot, view)
         labels = (tp.topic, str(tp.partition))
         ctx.metrics.bytes_copied.labels(*labels).inc(seg.size)

@@ -102,8 +102,14 @@ class TieringPolicy:
         return cfg.model_copy(update=updates) if updates else cfg
 
     def is_tiered(self, topic: str, cfg: ResolvedTopicConfig) -> bool:
-        if is_internal(topic) or not cfg.remote_storage_enable:
-            return False
+        return self.why_not_tiered(topic, cfg) is None
+
+    def why_not_tiered(self, topic: str, cfg: ResolvedTopicConfig) -> str | None:
+        """None when ``topic`` is tiered, else the reason in words (shown by ``rlm status``)."""
+        if is_internal(topic):
+            return "internal topic"
+        if not cfg.remote_storage_enable:
+            return "remote.storage.enable is not true (sidecar config or broker topic config)"
         if cfg.cleanup_policy is not None and "compact" in cfg.cleanup_policy:
             if topic not in self._warned:
                 self._warned.add(topic)
@@ -113,5 +119,5 @@ class TieringPolicy:
                     cleanup_policy=cfg.cleanup_policy,
                     reason="tiered storage does not support compacted topics (KIP-405 non-goal)",
                 )
-            return False
-        return True
+            return f"compacted (cleanup.policy={cfg.cleanup_policy}; KIP-405 does not tier compacted topics)"
+        return None

@@ -9,7 +9,7 @@ oldest first, stopping at the first one kept, and the remote log start advances 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import structlog
 
@@ -31,6 +31,24 @@ class ExpiryResult:
     remote_end: int = -1
     remote_bytes: int = 0
     remote_segments: int = 0
+    gaps: list[tuple[int, int]] = field(default_factory=list)
+
+
+def coverage_gaps(kept: list[RemoteLogSegmentMetadata], local_start: int) -> list[tuple[int, int]]:
+    """Offset ranges ``[first, last]`` missing from the remote log: holes between finished lineage
+    segments, and the range between the remote end and the local start (deleted locally before it
+    was copied). Derived from the metadata store on every run, so it survives restarts; ranges
+    drop out as remote retention deletes the segments around them.
+    """
+    gaps: list[tuple[int, int]] = []
+    covered = -1
+    for md in sorted(kept, key=lambda m: m.start_offset):
+        if covered >= 0 and md.start_offset > covered + 1:
+            gaps.append((covered + 1, md.start_offset - 1))
+        covered = max(covered, md.end_offset)
+    if covered >= 0 and local_start > covered + 1:
+        gaps.append((covered + 1, local_start - 1))
+    return gaps
 
 
 def on_lineage(md: RemoteLogSegmentMetadata, leo: int, lineage: list[tuple[int, int]]) -> bool:
@@ -137,4 +155,5 @@ class RemoteExpirer:
         res.remote_end = max((m.end_offset for m in kept), default=-1)
         res.remote_bytes = sum(m.segment_size_in_bytes for m in kept)
         res.remote_segments = len(kept)
+        res.gaps = coverage_gaps(kept, view.local_start_offset)
         return deleted

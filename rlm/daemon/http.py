@@ -1,4 +1,4 @@
-"""``/metrics`` (Prometheus text format) and ``/health`` over the standard library's HTTP server.
+"""``/metrics`` (Prometheus text format), ``/health`` and ``/ready`` over the standard library's HTTP server.
 
 A stdlib server keeps the daemon free of web-framework dependencies; it runs in one named
 daemon thread and binds 127.0.0.1 unless configured otherwise.
@@ -21,24 +21,30 @@ log = structlog.get_logger(__name__)
 CONTENT_TYPE_LATEST = "text/plain; version=0.0.4; charset=utf-8"
 
 
+Check = Callable[[], tuple[bool, dict[str, Any]]]
+
+
 class MetricsServer:
-    """Serves ``/metrics`` and ``/health``; ``health()`` returns (ok, details)."""
+    """Serves ``/metrics``, ``/health`` (liveness) and ``/ready`` (readiness); each check returns
+    (ok, details). A ``status`` in the details (``degraded``) overrides the plain ok/unhealthy word."""
 
     def __init__(
-        self, host: str, port: int, metrics: DaemonMetrics, health: Callable[[], tuple[bool, dict[str, Any]]]
+        self, host: str, port: int, metrics: DaemonMetrics, health: Check, ready: Check | None = None
     ) -> None:
         self._metrics = metrics
-        self._health = health
+        self._checks = {"/health": health, "/ready": ready or health}
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                if self.path.split("?")[0] == "/metrics":
+                path = self.path.split("?")[0]
+                if path == "/metrics":
                     body = outer._metrics.render()
                     self._send(200, CONTENT_TYPE_LATEST, body)
-                elif self.path.split("?")[0] == "/health":
-                    ok, details = outer._health()
-                    body = json.dumps({"status": "ok" if ok else "unhealthy", **details}).encode()
+                elif path in outer._checks:
+                    ok, details = outer._checks[path]()
+                    word = "ok" if ok else "unhealthy" if path == "/health" else "not ready"
+                    body = json.dumps({"status": word, **details}).encode()
                     self._send(200 if ok else 503, "application/json", body)
                 else:
                     self._send(404, "text/plain", b"not found\n")

@@ -53,11 +53,11 @@ class Cluster:
     def __init__(
         self, bootstrap_servers: str, client_config: Mapping[str, Any], timeout_s: float = 10.0
     ) -> None:
-        from confluent_kafka.admin import AdminClient
+        from rlm.daemon.probes import admin_client
 
         conf: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "client.id": "rlm-sidecar"}
         conf.update(reveal_all(client_config))  # secrets in clear for librdkafka only
-        self._admin = AdminClient(conf)
+        self._admin = admin_client(conf, "cluster")
         self._timeout = timeout_s
         self._lock = threading.Lock()
 
@@ -100,6 +100,8 @@ class Cluster:
                     configs[r.name] = {k: str(v.value) for k, v in entries.items() if v.value is not None}
         except KafkaException as e:
             raise ClusterUnavailableError(f"cluster metadata refresh failed: {e}") from e
+        finally:
+            self._admin.poll(0)  # hands librdkafka's queued log lines to the (rate-limited) logger
         return ClusterView(leaders, frozenset(names), ids, configs, complete=True)
 
     def last_stable_offset(self, tp: TopicPartition) -> int:

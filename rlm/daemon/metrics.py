@@ -7,10 +7,23 @@ carry ``topic`` and ``partition`` labels; they are removed when a partition leav
 from __future__ import annotations
 
 import contextlib
+import time
+from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 
 from rlm.types import TopicPartition
+
+# ``*_created`` series (a timestamp per counter/histogram child) double the series count and
+# nothing reads them; prometheus_client's switch is process-wide.
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 
 class DaemonMetrics:
@@ -37,7 +50,7 @@ class DaemonMetrics:
         )
         self.copy_lag_offsets = Gauge(
             "rlm_remote_copy_lag_offsets",
-            "LSO minus (highest remote offset + 1): offsets not yet tiered",
+            "Offsets in eligible segments (rolled, below the LSO) not yet copied (never the active segment)",
             labels,
             registry=r,
         )
@@ -53,7 +66,7 @@ class DaemonMetrics:
         self.local_size = Gauge("rlm_local_log_size_bytes", "Bytes of local segments", labels, registry=r)
         self.local_segments = Gauge("rlm_local_log_segments", "Local segments", labels, registry=r)
         self.gap_segments = Counter(
-            "remote_copy_gap_segments",
+            "rlm_remote_copy_gap_segments",
             "Offset ranges the broker deleted locally before they were copied (data never tiered)",
             labels,
             registry=r,
@@ -79,9 +92,37 @@ class DaemonMetrics:
         )
         self.partitions = Gauge("rlm_partitions", "Partitions by role", ("role",), registry=r)
         self.up = Gauge("rlm_up", "1 while the daemon runs", registry=r)
+        self.dependency_up = Gauge(
+            "rlm_dependency_up",
+            "1 while the last health check of a dependency (storage, metadata, cluster) succeeded",
+            ("dependency",),
+            registry=r,
+        )
+        self.copies_in_flight = Gauge(
+            "rlm_remote_copy_in_flight", "Segment copies started and not yet finished", registry=r
+        )
+        self.copy_in_flight_age = Gauge(
+            "rlm_remote_copy_in_flight_oldest_age_seconds",
+            "Age of the oldest segment copy still in flight (0 when none): a stuck copy grows it",
+            registry=r,
+        )
+
+    def watch_in_flight(self, started: Callable[[], list[float]]) -> None:
+        """Compute the in-flight gauges at scrape time from ``started()`` (monotonic start times)."""
+        self.copies_in_flight.set_function(lambda: len(started()))
+        self.copy_in_flight_age.set_function(
+            lambda: max((time.monotonic() - t for t in started()), default=0.0)
+        )
 
     def error(self, exc: BaseException, task: str) -> None:
         self.errors.labels(type(exc).__name__, task).inc()
+
+    def copied_totals(self) -> tuple[int, int]:
+        """(segments, bytes) copied by this daemon so far, over every partition."""
+        def total(c: Counter) -> int:
+            return int(sum(s.value for m in c.collect() for s in m.samples if s.name.endswith("_total")))
+
+        return total(self.segments_copied), total(self.bytes_copied)
 
     def forget(self, tp: TopicPartition) -> None:
         """Drop the gauges of a partition that left this node (counters stay: they are totals)."""

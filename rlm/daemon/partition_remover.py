@@ -12,7 +12,7 @@ import threading
 
 import structlog
 
-from rlm.daemon.context import TaskContext, now_ms, wait_result
+from rlm.daemon.context import TaskContext, now_ms
 from rlm.daemon.remote_ops import delete_remote_segment
 from rlm.types import (
     RemoteLogSegmentState,
@@ -50,7 +50,7 @@ class PartitionRemover:
             return set(self._pending)
 
     def _put(self, tp: TopicIdPartition, state: RemotePartitionDeleteState) -> None:
-        wait_result(
+        self.ctx.meta(
             self.ctx.rlmm.put_remote_partition_delete_metadata(
                 RemotePartitionDeleteMetadata(tp, state, now_ms(), self.ctx.node_id)
             )

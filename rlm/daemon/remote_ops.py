@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import structlog
 
-from rlm.daemon.context import TaskContext, now_ms, wait_result
+from rlm.daemon.context import TaskContext, now_ms
 from rlm.types import RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState
 
 log = structlog.get_logger(__name__)
@@ -19,7 +19,7 @@ def delete_remote_segment(ctx: TaskContext, md: RemoteLogSegmentMetadata, reason
     seg_id = md.remote_log_segment_id
     tp = seg_id.topic_id_partition
     if md.state is not RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
-        wait_result(
+        ctx.meta(
             ctx.rlmm.update_remote_log_segment_metadata(
                 RemoteLogSegmentMetadataUpdate(
                     seg_id,
@@ -31,7 +31,7 @@ def delete_remote_segment(ctx: TaskContext, md: RemoteLogSegmentMetadata, reason
             )
         )
     ctx.rsm.delete_log_segment_data(md)
-    wait_result(
+    ctx.meta(
         ctx.rlmm.update_remote_log_segment_metadata(
             RemoteLogSegmentMetadataUpdate(
                 seg_id,

@@ -23,17 +23,19 @@ from rlm.daemon.context import EpochHistory, TaskContext, now_ms
 from rlm.daemon.copier import SegmentCopier
 from rlm.daemon.discovery import FoundPartition, TieringPolicy, scan_log_dirs
 from rlm.daemon.expiry import RemoteExpirer
+from rlm.daemon.health import HealthMonitor
 from rlm.daemon.http import MetricsServer
 from rlm.daemon.leadership import Cluster, ClusterView
-from rlm.daemon.local_log import LocalLogView, read_node_id
+from rlm.daemon.local_log import LocalLogView
 from rlm.daemon.metrics import DaemonMetrics
 from rlm.daemon.partition_remover import PartitionRemover
+from rlm.daemon.preflight import Preflight
 from rlm.daemon.quota import CopyQuota
 from rlm.daemon.scheduler import PartitionScheduler
 from rlm.daemon.signals import FORCED_CLOSE_S
 from rlm.daemon.status import StatusBoard
-from rlm.errors import ConfigError, LogFileGoneError, LogFormatError
-from rlm.plugin_setup import load_rlmm, load_rsm
+from rlm.errors import LogFileGoneError
+from rlm.plugin_setup import load_rlmm
 from rlm.types import KafkaUuid, TopicIdPartition, TopicPartition
 
 log = structlog.get_logger(__name__)
@@ -75,23 +77,12 @@ class Daemon:
         self.cluster: Cluster | None = None
         self.ctx: TaskContext | None = None
         self._opened: list[tuple[str, Callable[[], object]]] = []  # closed in reverse order on stop
+        self.monitor: HealthMonitor | None = None
 
     # ---- setup -----------------------------------------------------------------------------
-    def _node_id(self) -> int:
-        if self.config.node_id is not None:
-            return self.config.node_id
-        errors = []
-        for d in self.config.log_dirs:
-            try:
-                return read_node_id(d)
-            except (LogFormatError, OSError) as e:
-                errors.append(str(e))
-        raise ConfigError(
-            "node_id is not set and no log dir has a readable meta.properties: " + "; ".join(errors)
-        )
-
     def start(self) -> Daemon:
-        """Start; if anything fails, whatever was opened (plugins, HTTP server) is closed first."""
+        """Preflight first (nothing shared is touched if it fails), then plugins, tasks and HTTP.
+        If anything fails, whatever was opened (plugins, HTTP server) is closed before raising."""
         try:
             return self._start()
         except BaseException:
@@ -100,25 +91,32 @@ class Daemon:
 
     def _start(self) -> Daemon:
         cfg = self.config
-        if not cfg.log_dirs:
-            raise ConfigError("log_dirs: at least one broker log dir is required to run the daemon")
+        preflight = Preflight(cfg)
+        preflight.run()
+        if preflight.rsm is not None:  # closed with the rest if the preflight or anything later fails
+            self._opened.append(("rsm", preflight.rsm.close))
+        preflight.raise_first_failure()
+        assert preflight.node_id is not None
+        node_id = preflight.node_id
         cfg.work_dir.mkdir(parents=True, exist_ok=True)
-        node_id = self._node_id()
         status = StatusBoard(cfg.work_dir, node_id)
-        rsm = load_rsm(cfg, node_id)
-        self._opened.append(("rsm", rsm.close))
+        status.status.heartbeat_ms = 0 if self.once else cfg.health_check_interval_ms  # --once: no beat
+        rsm = preflight.rsm
         rlmm = load_rlmm(cfg, node_id)
         self._opened.append(("rlmm", rlmm.close))
         self.ctx = TaskContext(
             cfg, node_id, rsm, rlmm, self.metrics, CopyQuota(cfg.copy_max_bytes_per_second), status
         )
+        self.metrics.watch_in_flight(self.ctx.in_flight_started)
         history = EpochHistory(cfg.work_dir)
         self.copier = SegmentCopier(self.ctx, history)
         self.expirer = RemoteExpirer(self.ctx, history)
         self.remover = PartitionRemover(self.ctx)
         self.policy = TieringPolicy(cfg)
         if cfg.bootstrap_servers:
-            self.cluster = Cluster(cfg.bootstrap_servers, cfg.kafka_client)
+            self.cluster = Cluster(
+                cfg.bootstrap_servers, cfg.kafka_client, timeout_s=cfg.metadata_request_timeout_ms / 1000
+            )
         self._load_known()
         self.scheduler = PartitionScheduler(
             self._run_partition,
@@ -133,7 +131,7 @@ class Daemon:
         )
         self.refresh()
         if cfg.http.enabled and not self.once:
-            self.http = MetricsServer(cfg.http.host, cfg.http.port, self.metrics, self.health)
+            self.http = MetricsServer(cfg.http.host, cfg.http.port, self.metrics, self.health, self.ready)
             self.http.start()
             self._opened.append(("http", self.http.stop))
             status.status.http_port = self.http.port
@@ -141,6 +139,8 @@ class Daemon:
         status.set_state("running")
         self.scheduler.start()
         if not self.once:
+            self.monitor = HealthMonitor(self.ctx, self._flush_status)
+            self.monitor.start()
             self._spawn("rlm-refresh", self._refresh_loop)
             self._spawn("rlm-remover", self._remover_loop)
         log.info(
@@ -191,11 +191,14 @@ class Daemon:
         self._last_refresh_ok = time.monotonic()
         managed: dict[TopicIdPartition, Managed] = {}
         followers: set[TopicIdPartition] = set()
+        untiered: dict[str, str] = {}
         for tp, found in scan.partitions.items():
             if found.topic_id is None:
                 continue
             tcfg = self.policy.topic_config(tp.topic, view)
-            if not self.policy.is_tiered(tp.topic, tcfg):
+            why = self.policy.why_not_tiered(tp.topic, tcfg)
+            if why is not None:
+                untiered[tp.topic] = why
                 continue
             tip = TopicIdPartition(found.topic_id, tp.topic, tp.partition)
             leads = view is None or view.leaders.get(tp) == self.ctx.node_id
@@ -203,6 +206,7 @@ class Daemon:
                 managed[tip] = Managed(tip, found, tcfg)
             else:
                 followers.add(tip)
+        self.ctx.status.set_untiered(untiered)
         self._reconcile_deletions(scan.partitions, scan.deleting, view, set(managed), followers)
         leaders = set(managed) | self.remover.pending()
         if leaders != self._rlmm_leaders or followers != self._rlmm_followers:
@@ -279,11 +283,15 @@ class Daemon:
         assert self.ctx is not None
         period = min(self.config.rescan_interval_ms, self.config.leadership_refresh_interval_ms) / 1000
         while not self.ctx.stop.wait(period):
+            error: str | None = None
             try:
                 self.refresh()
             except Exception as e:
                 self.metrics.error(e, "refresh")
                 log.warning("refresh_failed", error=str(e), kind=type(e).__name__)
+                error = f"{type(e).__name__}: {e}"
+            if self.monitor is not None and self.cluster is not None:
+                self.monitor.set_external("cluster", error)
             self._flush_status()
 
     def _remover_loop(self) -> None:
@@ -328,6 +336,8 @@ class Daemon:
                 res = self.expirer.run(key, view, lso, m.topic_config)
                 st.remote_start, st.remote_end = res.remote_start, res.remote_end
                 st.remote_bytes, st.remote_segments = res.remote_bytes, res.remote_segments
+                st.gaps = [list(g) for g in res.gaps]
+                st.gap_offsets = sum(b - a + 1 for a, b in res.gaps)
                 self.metrics.remote_log_size.labels(*labels).set(res.remote_bytes)
                 self.metrics.remote_segments.labels(*labels).set(res.remote_segments)
             st.last_error = None
@@ -355,13 +365,30 @@ class Daemon:
 
     # ---- health / lifecycle -------------------------------------------------------------------
     def health(self) -> tuple[bool, dict[str, Any]]:
+        """Liveness: False (503) only when stopped or the refresh loop is stuck; an unreachable
+        dependency makes it ``degraded`` (still 200: restarting the daemon would not help)."""
         stale_after = (
             3 * max(self.config.rescan_interval_ms, self.config.leadership_refresh_interval_ms) / 1000
         )
         fresh = time.monotonic() - self._last_refresh_ok < stale_after
         with self._lock:
             n = len(self._managed)
-        return (fresh and not self._stopped.is_set(), {"partitions": n, "refresh_fresh": fresh})
+        problems = self._problems()
+        details: dict[str, Any] = {"partitions": n, "refresh_fresh": fresh, "problems": problems}
+        if problems and fresh:
+            details["status"] = "degraded"
+        return (fresh and not self._stopped.is_set(), details)
+
+    def ready(self) -> tuple[bool, dict[str, Any]]:
+        """Readiness: running and every dependency (storage, metadata, cluster) answered its last check."""
+        problems = self._problems()
+        running = self.ctx is not None and not self.ctx.stop.is_set()
+        return (running and not problems, {"problems": problems})
+
+    def _problems(self) -> dict[str, Any]:
+        if self.monitor is None:
+            return {}
+        return {k: {"error": e, "since_ms": t} for k, (e, t) in sorted(self.monitor.problems().items())}
 
     def managed(self) -> list[TopicIdPartition]:
         with self._lock:
@@ -402,6 +429,8 @@ class Daemon:
         if not (force and force.is_set()):
             for t in self._threads:
                 t.join(max(0.1, timeout / 4))
+            if self.monitor is not None:
+                self.monitor.join(max(0.1, timeout / 4))
         self._close_opened(None if clean else FORCED_CLOSE_S)
         self.metrics.up.set(0)
         self.ctx.status.set_state("stopped")

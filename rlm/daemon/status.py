@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -41,6 +42,7 @@ class PartitionStatus:
     last_error: str | None = None
     last_error_ms: int = -1
     gap_offsets: int = 0
+    gaps: list[list[int]] = field(default_factory=list)  # [first, last] offset ranges never copied
     note: str | None = None
 
     @property
@@ -59,6 +61,11 @@ class DaemonStatus:
     state: str = "starting"
     http_port: int | None = None
     partitions: dict[str, PartitionStatus] = field(default_factory=dict)
+    untiered: dict[str, str] = field(default_factory=dict)  # topic -> why it is not tiered
+    host: str = ""
+    proc_start: str = ""  # /proc/<pid>/stat start time: tells a reused pid from ours
+    heartbeat_ms: int = 0  # the file is rewritten at least this often while the daemon runs
+    problems: dict[str, dict[str, Any]] = field(default_factory=dict)  # dependency -> error, since_ms
 
 
 class StatusBoard:
@@ -67,7 +74,13 @@ class StatusBoard:
     def __init__(self, work_dir: Path, node_id: int | None) -> None:
         self.path = work_dir / STATUS_FILE
         self._lock = threading.Lock()
-        self.status = DaemonStatus(node_id=node_id, pid=os.getpid(), started_ms=int(time.time() * 1000))
+        self.status = DaemonStatus(
+            node_id=node_id,
+            pid=os.getpid(),
+            started_ms=int(time.time() * 1000),
+            host=socket.gethostname(),
+            proc_start=process_start(os.getpid()),
+        )
 
     def partition(self, topic: str, partition: int) -> PartitionStatus:
         with self._lock:
@@ -81,6 +94,16 @@ class StatusBoard:
     def drop(self, topic: str, partition: int) -> None:
         with self._lock:
             self.status.partitions.pop(f"{topic}-{partition}", None)
+
+    def set_untiered(self, topics: dict[str, str]) -> None:
+        with self._lock:
+            self.status.untiered = dict(sorted(topics.items()))
+
+    def set_problems(self, problems: dict[str, tuple[str, int]]) -> None:
+        with self._lock:
+            self.status.problems = {
+                k: {"error": err, "since_ms": since} for k, (err, since) in sorted(problems.items())
+            }
 
     def set_state(self, state: str) -> None:
         with self._lock:
@@ -103,6 +126,35 @@ class StatusBoard:
         os.replace(tmp, self.path)
 
 
+def process_start(pid: int) -> str:
+    """The kernel's start time of ``pid`` (field 22 of ``/proc/<pid>/stat``); "" when unknown."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[-1].split()[19]
+
+
+def pid_alive(pid: int, proc_start: str = "") -> bool:
+    """True when ``pid`` runs (not a zombie) and, if known, started when the daemon did."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc: trust kill(0)
+    fields = stat.rsplit(")", 1)[-1].split()
+    if fields[0] in ("Z", "X"):
+        return False
+    return not proc_start or fields[19] == proc_start
+
+
 def read_status(work_dir: Path) -> DaemonStatus:
     """Load the status file of the daemon whose work dir is ``work_dir``."""
     path = work_dir / STATUS_FILE
@@ -114,6 +166,11 @@ def read_status(work_dir: Path) -> DaemonStatus:
         raise ConfigError(f"{path}: unreadable status file: {e}") from e
     parts = {k: PartitionStatus(**v) for k, v in raw.get("partitions", {}).items()}
     known = {
-        k: raw[k] for k in ("node_id", "pid", "started_ms", "updated_ms", "state", "http_port") if k in raw
+        k: raw[k]
+        for k in (
+            "node_id", "pid", "started_ms", "updated_ms", "state", "http_port", "untiered", "host",
+            "proc_start", "heartbeat_ms", "problems",
+        )
+        if k in raw
     }
     return DaemonStatus(partitions=parts, **known)

@@ -132,7 +132,7 @@ def test_exported_rlm_variable_does_not_change_a_test_run() -> None:
     [
         ("log_dirs: [/d]\nno_such_key: 1\n", "no_such_key"),
         ("log_dirs: [/d]\nstorage: {plugn: s3}\n", "storage.plugn"),
-        ("log_dirs: [/d]\ntopics: [{pattern: a, retention_mss: 1}]\n", "topics.0.retention_mss"),
+        ("log_dirs: [/d]\ntopics: [{pattern: a, retention_mss: 1}]\n", "topics[0].retention_mss"),
         ("log_dirs: [/d]\ntask_interval_ms: -5\n", "task_interval_ms"),
         ("log_dirs: 5\n", "log_dirs"),  # optional since the read side, but a list
     ],
@@ -143,6 +143,60 @@ def test_errors_name_the_key(tmp_path: Path, doc: str, key: str) -> None:
     with pytest.raises(ConfigError) as e:
         load_config(f)
     assert key in str(e.value) and str(f) in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("doc", "wanted"),
+    [
+        # the key as the user wrote it (Kafka name), the bad value, no pydantic field name
+        (
+            "log_dirs: [/d]\nremote.log.manager.task.interval.ms: 5s\n",
+            ["remote.log.manager.task.interval.ms = '5s'", "valid integer"],
+        ),
+        (
+            "log_dirs: [/d]\nremote.log.manager.task.intervl.ms: 5\n",
+            ["unknown key 'remote.log.manager.task.intervl.ms'",
+             "did you mean 'remote.log.manager.task.interval.ms'?"],
+        ),
+        ("log_dirs: [/d]\nretention.ms: soon\n", ["retention.ms = 'soon'"]),
+        (
+            "log_dirs: [/d]\ntopics: [{pattern: a, remote.storage.enabel: true}]\n",
+            ["unknown key 'topics[0].remote.storage.enabel'", "did you mean 'remote.storage.enable'?"],
+        ),
+        ("log_dirs: [/d]\nthread_pool_sise: 3\n", ["did you mean 'thread_pool_size'?"]),
+        ("log_dirs: [/d]\nkafka_client: {sasl.password: 3}\n", ["sasl.password = <hidden>"]),
+    ],
+)
+def test_errors_in_the_users_words(tmp_path: Path, doc: str, wanted: list[str]) -> None:
+    f = tmp_path / "rlm.yaml"
+    f.write_text(doc)
+    with pytest.raises(ConfigError) as e:
+        load_config(f)
+    msg = str(e.value)
+    assert msg.startswith(f"{f}: invalid configuration: ")
+    for w in wanted:
+        assert w in msg, msg
+    assert "Input should be" not in msg and "task_interval_ms" not in msg
+
+
+def test_env_error_names_the_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    f = tmp_path / "rlm.yaml"
+    f.write_text("log_dirs: [/d]\n")
+    monkeypatch.setenv("RLM_TASK_INTERVAL_MS", "5s")
+    monkeypatch.setenv("RLM_HTTP__PORT", "99999")
+    with pytest.raises(ConfigError) as e:
+        load_config(f)
+    msg = str(e.value)
+    assert "RLM_TASK_INTERVAL_MS (environment) = '5s'" in msg and "RLM_HTTP__PORT (environment)" in msg, msg
+
+
+def test_plugin_config_errors_suggest_the_key() -> None:
+    import rsm_plugins
+
+    with pytest.raises(ConfigError) as e:
+        rsm_plugins.load("s3", {"bukket": "b"})
+    msg = str(e.value)
+    assert "unknown key 'bukket' (did you mean 'bucket'?)" in msg and "bucket: required" in msg
 
 
 def test_unparsable_file(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +30,10 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stdout + res.stderr
     assert "compacted_topic_refused" in res.stderr
     assert "orders-0 offset 0" in res.stdout and '"order_id": 0' in res.stdout
+    copied = re.search(r"copied (\d+) segments, ([\d.]+) MB to ", res.stdout)
+    assert copied is not None and int(copied.group(1)) > 0 and float(copied.group(2)) > 0, res.stdout
+    assert re.search(r"timestamp \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00", res.stdout), res.stdout
+    assert "user-profiles: compacted" in res.stdout, "the refused topic is listed with its reason"
 
     status = subprocess.run(
         [sys.executable, "-m", "rlm.cli", "status", "--work-dir", str(d / "rlm-work"), "--json"],

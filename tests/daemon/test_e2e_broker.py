@@ -115,7 +115,7 @@ def test_tiers_every_eligible_segment(
             port = daemon2.http.port
             metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
             assert f'rlm_remote_copy_segments_total{{partition="0",topic="{topic}"}}' in metrics
-            assert "remote_copy_gap_segments" in metrics
+            assert "rlm_remote_copy_gap_segments_total" in metrics and "_created" not in metrics
             health = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5).read())
             assert health["status"] == "ok"
         finally:

@@ -1,7 +1,8 @@
 """Remote storage down for a while: the daemon keeps running, retries with backoff, catches up after.
 
 A moto S3 server on a fixed port is stopped and later started again on the same port (moto keeps
-its buckets in this process, so they survive the outage).
+its buckets in this process, so they survive the outage). It goes down after the daemon started
+(the start-up preflight refuses to start without storage) and before anything was eligible.
 """
 
 from __future__ import annotations
@@ -47,9 +48,9 @@ def test_outage_then_catch_up(kafka: Any, unique_topic: str, tmp_path: Path) -> 
     s3.create_bucket(Bucket=bucket)
     bs = kafka.bootstrap
     create_topic(bs, unique_topic)
-    produce(bs, unique_topic, 16000)
+    produce(bs, unique_topic, 10)  # the partition exists, nothing is eligible yet
     pdir = PartitionDir(kafka.log_dir / f"{unique_topic}-0")
-    wait_for("segments rolled", lambda: len(PartitionDir(pdir.path).segments) >= 4)
+    wait_for("partition dir", lambda: (pdir.path / "partition.metadata").exists())
     pdir.refresh()
     tip = TopicIdPartition(pdir.topic_id, unique_topic, 0)
     cfg = load_config(
@@ -77,9 +78,11 @@ def test_outage_then_catch_up(kafka: Any, unique_topic: str, tmp_path: Path) -> 
         retry_backoff_max_ms=800,
         http={"enabled": False},
     )
-    server.stop()  # storage goes down before the daemon has copied anything
-    d = Daemon(cfg).start()
+    d = Daemon(cfg).start()  # the preflight needs storage up; then it goes down before any copy
+    server.stop()
     try:
+        produce(bs, unique_topic, 16000)
+        wait_for("segments rolled", lambda: len(PartitionDir(pdir.path).segments) >= 4)
         wait_for("failed copy attempts", lambda: errors_total(d) >= 4, timeout=60)
         time.sleep(1.0)
         st = d.ctx.status.partition(unique_topic, 0)  # type: ignore[union-attr]
@@ -90,6 +93,7 @@ def test_outage_then_catch_up(kafka: Any, unique_topic: str, tmp_path: Path) -> 
 
         server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
         server.start()  # storage is back
+        pdir.refresh()
         want = [s.base_offset for s in pdir.inactive_segments()]
         rlmm = d.ctx.rlmm  # type: ignore[union-attr]
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
+
+import pytest
 
 from rlm.daemon.context import EpochHistory
 from rlm.daemon.quota import CopyQuota
@@ -137,3 +140,62 @@ def test_copy_quota_token_bucket() -> None:
     stop.set()
     assert not q.acquire(10_000, stop), "a stop request interrupts the wait"
     assert CopyQuota(2**63 - 1).acquire(10**12)
+
+
+def test_librdkafka_lines_are_rate_limited_per_client_and_facility(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import logging
+
+    import structlog
+
+    from rlm.daemon.logging_setup import configure_logging
+
+    saved = structlog.get_config()
+    configure_logging("json", "info")  # into capsys' stderr; restored below
+    try:
+        _emit_and_check(capsys)
+    finally:
+        structlog.configure(**saved)
+        logging.getLogger("rlm.kafka.test-client").handlers.clear()
+
+
+def _emit_and_check(capsys: pytest.CaptureFixture[str]) -> None:
+    import logging
+
+    from rlm.daemon.logging_setup import RateLimitedKafkaHandler
+
+    now = [0.0]
+    handler = RateLimitedKafkaHandler(period_s=30, clock=lambda: now[0])
+    lg = logging.getLogger("rlm.kafka.test-client")
+    lg.handlers[:] = [handler]
+    lg.propagate = False
+    for _ in range(500):  # what librdkafka does against an unreachable bootstrap
+        lg.error("%s [%s] %s", "FAIL", "rdkafka#producer-1", "Connect to ipv4#127.0.0.1:9 failed")
+    lg.warning("%s [%s] %s", "GETPID", "rdkafka#producer-1", "other facility")
+    now[0] = 31.0
+    lg.error("%s [%s] %s", "FAIL", "rdkafka#producer-1", "Connect to ipv4#127.0.0.1:9 failed")
+    lines = [json.loads(x) for x in capsys.readouterr().err.splitlines() if x.startswith("{")]
+    events = [e for e in lines if e["event"] == "kafka_client_log"]
+    assert [(e["facility"], e["suppressed"], e["level"]) for e in events] == [
+        ("FAIL", 0, "error"), ("GETPID", 0, "warning"), ("FAIL", 499, "error"),
+    ]
+    assert events[0]["client"] == "rlm.kafka.test-client" and "127.0.0.1:9" in events[0]["message"]
+
+
+def test_metadata_future_wait_is_bounded() -> None:
+    from concurrent.futures import Future
+
+    from rlm.daemon.context import wait_result
+    from rlm.errors import MetadataTimeoutError
+
+    never: Future[int] = Future()
+    try:
+        wait_result(never, 0.05)
+    except MetadataTimeoutError as e:
+        assert e.retriable and "0.05s" in str(e)
+    else:
+        raise AssertionError("an unanswered metadata future must time out")
+    done: Future[int] = Future()
+    done.set_result(7)
+    assert wait_result(done, 0.05) == 7 and wait_result(8) == 8

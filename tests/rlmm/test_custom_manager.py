@@ -13,7 +13,7 @@ import pytest
 import rlmm
 from rlm.config import load_config
 from rlm.errors import ConfigError, PluginLoadError
-from rlm.plugin_setup import load_rlmm, rlmm_config
+from rlm.plugin_setup import load_rlmm, rlmm_settings
 from rlmm.api import RemoteLogMetadataManager
 from rlmm.file import FileRemoteLogMetadataManager
 from rlmm.testing import RemoteLogMetadataManagerContract
@@ -38,7 +38,7 @@ def test_found_by_entry_point_name(installed_manager: str) -> None:
 def test_daemon_configuration_loads_it_by_name(installed_manager: str, tmp_path: Path) -> None:
     cfg = load_config(None, log_dirs=[str(tmp_path)], work_dir=str(tmp_path / "w"),
                       metadata={"manager": installed_manager, "config": {"namespace": "daemon"}})
-    assert rlmm_config(cfg, 4) == {"namespace": "daemon", "broker.id": 4}  # no file/topic defaults
+    assert rlmm_settings(cfg, 4) == {"namespace": "daemon", "broker.id": 4}  # no file/topic defaults
     with load_rlmm(cfg, 4) as manager:
         assert type(manager).__name__ == "MemoryRemoteLogMetadataManager"
 

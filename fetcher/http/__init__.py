@@ -1,0 +1,14 @@
+"""The read side's HTTP API: Starlette routes over :class:`~fetcher.core.RemoteFetcher`, served
+by uvicorn (``rlm serve``, or ``rlm run`` with ``read.serve_http``).
+
+Modules: :mod:`~fetcher.http.app` (routes), :mod:`~fetcher.http.params` (strict parameters),
+:mod:`~fetcher.http.errors` (error -> status), :mod:`~fetcher.http.encoders` (raw/NDJSON/Arrow
+bodies), :mod:`~fetcher.http.auth` (bearer token), :mod:`~fetcher.http.metrics` (Prometheus),
+:mod:`~fetcher.http.openapi` (the document), :mod:`~fetcher.http.server` (uvicorn).
+Needs the ``http`` extra (starlette, uvicorn).
+"""
+
+from fetcher.http.app import create_app
+from fetcher.http.server import HttpApiServer
+
+__all__ = ["HttpApiServer", "create_app"]

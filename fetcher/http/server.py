@@ -1,0 +1,97 @@
+"""Serving the HTTP API with uvicorn: in the foreground (``rlm serve``) or on a thread (``rlm run``
+with ``read.serve_http``, and tests).
+
+uvicorn is the ASGI server (h11, graceful shutdown on SIGTERM/SIGINT in the foreground); the
+server owns its :class:`~fetcher.core.RemoteFetcher` when built from a config and closes it last.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import structlog
+import uvicorn
+
+from fetcher.core import RemoteFetcher
+from fetcher.http.app import create_app
+from fetcher.http.auth import load_token
+from rlm.config import DaemonConfig
+from rlm.errors import ConfigError
+
+log = structlog.get_logger(__name__)
+
+_STARTUP_TIMEOUT_S = 30.0
+_GRACEFUL_S = 5
+
+
+class HttpApiServer:
+    """One uvicorn server over one fetcher; ``port`` is the bound port once started."""
+
+    def __init__(self, fetcher: RemoteFetcher, host: str, port: int, *, token: str | None = None,
+                 owns_fetcher: bool = False) -> None:
+        self.fetcher = fetcher
+        self.host = host
+        self._owns = owns_fetcher
+        config = uvicorn.Config(create_app(fetcher, token=token), host=host, port=port, log_config=None,
+                                access_log=False, lifespan="off", server_header=False,
+                                timeout_graceful_shutdown=_GRACEFUL_S)
+        self._server = uvicorn.Server(config)
+        self._thread: threading.Thread | None = None
+        self.port = port
+
+    @classmethod
+    def from_config(cls, config: DaemonConfig) -> HttpApiServer:
+        token = load_token(config.read)  # before opening anything: a missing secret fails fast
+        fetcher = RemoteFetcher.from_config(config)
+        try:
+            return cls(fetcher, config.read.http_host, config.read.http_port, token=token, owns_fetcher=True)
+        except BaseException:
+            fetcher.close()
+            raise
+
+    def _bound_port(self) -> int:
+        for srv in self._server.servers:
+            for sock in srv.sockets:
+                return int(sock.getsockname()[1])
+        return self.port
+
+    def serve(self) -> None:
+        """Serve in the calling (main) thread until SIGTERM/SIGINT; then close the fetcher.
+
+        uvicorn handles the signals (graceful shutdown; a second SIGINT forces it) and re-raises
+        them afterwards to the previous handlers: ours only note it, so the process exits 0."""
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda signum, _frame: log.info("shutdown_requested", signal=signum))
+        try:
+            self._server.run()
+            if not self._server.started:
+                raise ConfigError(f"read.http_host/http_port: cannot serve on {self.host}:{self.port}")
+        finally:
+            self._close_fetcher()
+
+    def start(self) -> HttpApiServer:
+        """Serve on a background thread; returns once the socket is listening."""
+        self._thread = threading.Thread(target=self._server.run, name="rlm-http-api", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + _STARTUP_TIMEOUT_S
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self._close_fetcher()
+                raise ConfigError(f"read.http_host/http_port: cannot serve on {self.host}:{self.port}")
+            time.sleep(0.01)
+        self.port = self._bound_port()
+        log.info("http_api_listening", host=self.host, port=self.port)
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop accepting, let running responses end (bounded), then close the fetcher."""
+        self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self._close_fetcher()
+
+    def _close_fetcher(self) -> None:
+        if self._owns:
+            self.fetcher.close()

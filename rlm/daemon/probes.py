@@ -1,0 +1,184 @@
+"""Cheap checks of the daemon's dependencies, each bounded by a timeout.
+
+Why: a storage or metadata call that hangs (a paused S3 server accepts connections and never
+answers) must not hide an outage until the plugin's own retries give up minutes later. The
+health monitor runs these every few seconds and the start-up preflight runs them once; both
+need the same answer to "is it reachable?", so the checks live here.
+
+The storage checks use only the RemoteStorageManager contract, so they work for every plugin:
+reading a segment that cannot exist must end in ``RemoteResourceNotFoundError`` (anything else
+means the store is not usable), and the write check copies and deletes a tiny synthetic segment
+under a topic name no broker can have (``__rlm_probe``, a fixed topic id, a fresh segment id).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rlm.errors import (
+    DependencyUnavailableError,
+    PreflightError,
+    ProbeTimeoutError,
+    RemoteResourceNotFoundError,
+)
+from rlm.types import (
+    KafkaUuid,
+    LogSegmentData,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    TopicIdPartition,
+)
+
+PROBE_TOPIC = "__rlm_probe"
+# Fixed, so repeated probes reuse one (empty) topic directory/prefix instead of leaving one per start.
+PROBE_TOPIC_ID = KafkaUuid(b"rlm-probe-topic\n")
+
+
+class BoundedCall:
+    """Runs a callable in its own named thread and waits at most ``timeout_s`` for it.
+
+    A call that does not return is left running (Python threads cannot be cancelled) and no
+    second call is started while it hangs, so a dead dependency costs one thread, not one per
+    probe.
+    """
+
+    def __init__(self, name: str, timeout_s: float) -> None:
+        self.name = name
+        self.timeout_s = timeout_s
+        self._thread: threading.Thread | None = None
+        self._started = 0.0
+
+    def __call__(self, fn: Callable[[], Any]) -> Any:
+        if self._thread is not None and self._thread.is_alive():
+            raise ProbeTimeoutError(
+                f"no answer for {time.monotonic() - self._started:.0f}s (timeout {self.timeout_s:g}s)"
+            )
+        box: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                box["value"] = fn()
+            except BaseException as e:
+                box["error"] = e
+
+        self._started = time.monotonic()
+        self._thread = threading.Thread(target=target, name=self.name, daemon=True)
+        self._thread.start()
+        self._thread.join(self.timeout_s)
+        if self._thread.is_alive():
+            raise ProbeTimeoutError(f"no answer within {self.timeout_s:g}s")
+        if "error" in box:
+            raise box["error"]
+        return box.get("value")
+
+
+def _probe_metadata(size: int) -> RemoteLogSegmentMetadata:
+    tp = TopicIdPartition(PROBE_TOPIC_ID, PROBE_TOPIC, 0)
+    return RemoteLogSegmentMetadata(
+        remote_log_segment_id=RemoteLogSegmentId.generate_new(tp),
+        start_offset=0,
+        end_offset=0,
+        max_timestamp_ms=int(time.time() * 1000),
+        broker_id=-1,
+        event_timestamp_ms=int(time.time() * 1000),
+        segment_size_in_bytes=size,
+        segment_leader_epochs=((0, 0),),
+        txn_index_empty=True,
+    )
+
+
+def storage_read_check(rsm: Any) -> None:
+    """Read a segment that cannot exist; only ``RemoteResourceNotFoundError`` means "reachable"."""
+    md = _probe_metadata(1)
+    try:
+        stream = rsm.fetch_log_segment(md, 0)
+    except RemoteResourceNotFoundError:
+        return
+    with stream:  # a plugin may fail lazily, on the first read
+        stream.read(1)
+
+
+def storage_write_check(rsm: Any) -> str:
+    """Copy a tiny synthetic segment and delete it again; returns where it went (for ``rlm check``)."""
+    payload = b"rlm preflight probe\n"
+    md = _probe_metadata(len(payload))
+    with tempfile.TemporaryDirectory(prefix="rlm-probe-") as tmp:
+        d = Path(tmp)
+        files = {}
+        for suffix in (".log", ".index", ".timeindex", ".snapshot"):
+            f = d / f"{0:020d}{suffix}"
+            f.write_bytes(payload if suffix == ".log" else b"")
+            files[suffix] = f
+        data = LogSegmentData(
+            log_segment=files[".log"],
+            offset_index=files[".index"],
+            time_index=files[".timeindex"],
+            transaction_index=None,
+            producer_snapshot_index=files[".snapshot"],
+            leader_epoch_index=b"0\n1\n0 0\n",
+        )
+        try:
+            rsm.copy_log_segment_data(md, data)
+        finally:
+            rsm.delete_log_segment_data(md)
+    return f"{PROBE_TOPIC}-{PROBE_TOPIC_ID.text}, segment {md.remote_log_segment_id.id.text}"
+
+
+def kafka_logger(name: str) -> Any:
+    """A stdlib logger for librdkafka's own lines (``logger=`` config); :mod:`rlm.daemon.logging_setup`
+    routes the ``rlm.kafka`` tree through structlog, rate-limited."""
+    import logging
+
+    return logging.getLogger(f"rlm.kafka.{name}")
+
+
+def admin_client(conf: dict[str, Any], name: str) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({**conf, "logger": kafka_logger(name)})
+
+
+def broker_check(admin: Any, timeout_s: float) -> int:
+    """Number of brokers in the cluster's metadata; raises when no broker answers in time."""
+    from confluent_kafka import KafkaException
+
+    try:
+        md = admin.list_topics(timeout=timeout_s)
+    except KafkaException as e:
+        raise DependencyUnavailableError(f"no broker answered within {timeout_s:g}s ({e.args[0]})") from e
+    finally:
+        admin.poll(0)  # hands librdkafka's queued log lines to the logger
+    return len(md.brokers)
+
+
+def metadata_topic_check(admin: Any, topic: str, partitions: int, timeout_s: float) -> str:
+    """``present (N partitions)`` or ``creatable`` (a validate-only CreateTopics succeeds); raises else."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.cimpl import NewTopic
+
+    try:
+        md = admin.list_topics(topic=topic, timeout=timeout_s)
+        t = md.topics.get(topic)
+        if t is not None and t.error is None:
+            if len(t.partitions) != partitions:
+                raise PreflightError(
+                    f"topic {topic!r} has {len(t.partitions)} partitions, configured {partitions}"
+                )
+            return f"present ({len(t.partitions)} partitions)"
+        if t is not None and t.error is not None and t.error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+            raise KafkaException(t.error)
+        rf = min(3, max(1, len(md.brokers)))
+        fut = admin.create_topics(
+            [NewTopic(topic, partitions, rf)], request_timeout=timeout_s, validate_only=True
+        )[topic]
+        fut.result(timeout=timeout_s + 1)
+        return "absent, creatable"
+    except KafkaException as e:
+        raise DependencyUnavailableError(f"metadata topic {topic!r}: {e.args[0]}") from e
+    finally:
+        admin.poll(0)
