@@ -25,8 +25,8 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PlainSerializer,
     PrivateAttr,
-    SecretStr,
     ValidationError,
     model_validator,
 )
@@ -41,7 +41,14 @@ LONG_MAX = 2**63 - 1
 
 #: A free-form block (plugin config, client settings) whose credential-like values become SecretStr.
 SecretAwareBlock = Annotated[dict[str, Any], AfterValidator(hide_secrets)]
-ClientSettings = Annotated[dict[str, str | SecretStr], AfterValidator(hide_secrets)]
+
+#: librdkafka settings, validated as strings; the credential-like ones are then held as SecretStr
+#: (so at run time a value is ``str | SecretStr``: reveal them with ``rlm.secrets.reveal_all``).
+ClientSettings = Annotated[
+    dict[str, str],
+    AfterValidator(hide_secrets),
+    PlainSerializer(lambda d: {k: str(v) for k, v in d.items()}, return_type=dict[str, str]),
+]
 
 
 def _kafka(name: str) -> dict[str, Any]:
