@@ -20,7 +20,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -31,7 +39,13 @@ LONG_MAX = 2**63 - 1
 
 #: A free-form block (plugin config, client settings) whose credential-like values become SecretStr.
 SecretAwareBlock = Annotated[dict[str, Any], AfterValidator(hide_secrets)]
-ClientSettings = Annotated[dict[str, str | SecretStr], AfterValidator(hide_secrets)]
+#: librdkafka settings, validated as strings; the credential-like ones are then held as SecretStr
+#: (so at run time a value is ``str | SecretStr``: reveal them with ``rlm.secrets.reveal_all``).
+ClientSettings = Annotated[
+    dict[str, str],
+    AfterValidator(hide_secrets),
+    PlainSerializer(lambda d: {k: str(v) for k, v in d.items()}, return_type=dict[str, str]),
+]
 
 
 def _kafka(name: str) -> dict[str, Any]:
