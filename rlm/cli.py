@@ -22,6 +22,9 @@ COMMAND_MODULES = (
     "rlm.commands.run",
     "rlm.commands.status",
     "rlm.commands.demo",
+    "rlm.commands.fetch",
+    "rlm.commands.offsets",
+    "rlm.commands.replay",
 )
 
 
