@@ -24,7 +24,14 @@ from typing import BinaryIO
 
 from fetcher import FetchResult, IsolationLevel, RemoteFetcher
 from rlm.commands.dump import _record_obj
-from rlm.commands.readside import Progress, add_config_arg, lookup, open_fetcher, parse_timestamp
+from rlm.commands.readside import (
+    CLI_TIMEOUT_MS,
+    Progress,
+    add_config_arg,
+    lookup,
+    open_fetcher,
+    parse_timestamp,
+)
 from rlm.log.records import ControlRecord, iter_batches, iter_records
 
 _FETCH_BYTES = 1 << 20
@@ -81,7 +88,8 @@ def fetches(f: RemoteFetcher, args: argparse.Namespace, start: int, end: int) ->
     while offset < end:
         r = f.fetch(args.topic, args.partition, offset, max_bytes=_FETCH_BYTES, isolation=level,
                     leader_epoch=args.leader_epoch if first else None,
-                    drop_aborted=level is IsolationLevel.READ_COMMITTED, sequential=True)
+                    drop_aborted=level is IsolationLevel.READ_COMMITTED, sequential=True,
+                    timeout_ms=CLI_TIMEOUT_MS)
         first = False
         if r.next_offset <= offset:
             return

@@ -22,6 +22,9 @@ from rlm.errors import UnknownTopicOrPartitionError
 EARLIEST = -2
 LATEST = -1
 _AGO = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)-?ago$", re.IGNORECASE)
+# a command waits longer than a broker's fetch (remote.fetch.max.wait.ms, 500 ms): it has no
+# consumer to answer in time, and a cold index cache costs a few GETs per segment
+CLI_TIMEOUT_MS = 60_000
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
 
 
@@ -82,7 +85,7 @@ def lookup(f: RemoteFetcher, topic: str, partition: int, timestamp: int) -> Offs
     """ListOffsets over remote + local. A partition with nothing remote is answered by the
     broker alone (when one is configured); ``latest`` always by the broker when there is one."""
     try:
-        return f.offset_for_timestamp(topic, partition, timestamp)
+        return f.offset_for_timestamp(topic, partition, timestamp, timeout_ms=CLI_TIMEOUT_MS)
     except UnknownTopicOrPartitionError:
         if f.broker is None:
             raise
