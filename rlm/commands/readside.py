@@ -97,9 +97,7 @@ def partitions_of(f: RemoteFetcher, topic: str) -> list[int]:
     """Partitions with remote data, plus (with a broker) every partition the broker has."""
     remote = {tp.partition for tp in f.topics().get(topic, [])}
     if f.broker is not None:
-        md = f.broker._client().list_topics(topic, timeout=10).topics.get(topic)
-        if md is not None and md.error is None:
-            remote |= set(md.partitions)
+        remote |= set(f.broker.partitions(topic))
     if not remote:
         also = "" if f.broker is None else " and is unknown to the broker"
         raise UnknownTopicOrPartitionError(f"topic {topic!r} has no remote data{also}")

@@ -54,7 +54,7 @@ def _admin(f: RemoteFetcher) -> Any:
     from confluent_kafka.admin import AdminClient
 
     assert f.broker is not None
-    return AdminClient({**f.broker._client_config, "bootstrap.servers": f.broker.bootstrap_servers})
+    return AdminClient(f.broker.client_config)
 
 
 def plan_reset(f: RemoteFetcher, group: str, topic: str, partitions: list[int] | None,
