@@ -163,8 +163,12 @@ def fetch(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 0
         start, end = rng
-        if args.offset is not None or start < end:
-            f.plan(args.topic, args.partition).index_of(start)  # out of range → typed error, exit 2
+        plan = f.plan(args.topic, args.partition)
+        if args.offset is None and start >= plan.log_end:
+            print(f"rlm: {args.topic}-{args.partition}: the first record at or after that time is offset "
+                  f"{start}, past the remote end {plan.log_end}: the broker serves it", file=sys.stderr)
+            return 0
+        plan.index_of(start)  # outside the remote range → OffsetOutOfRangeError, exit 2
         writer = {"json": _json, "raw": _raw, "arrow": _arrow}[args.format]
         try:
             writer(f, args, start, end, progress)

@@ -211,7 +211,8 @@ def test_cli_fetch_ranges_and_formats(tiered: Tiered, fetcher: RemoteFetcher) ->
 
 
 def test_cli_offsets(tiered: Tiered) -> None:
-    probe = [t for t, o in tiered.list_offsets.items() if o is None or o < tiered.remote_end][:5]
+    probe = [t for t, o in tiered.list_offsets.items() if o is None or o < tiered.remote_end]
+    probe = probe[:2] + probe[-1:]  # the oldest two and the newest (no record that late)
     for ts in probe:
         out = rlm(tiered, "offsets", "--topic", tiered.topic, "--timestamp", str(ts), "--json").stdout
         rows = [json.loads(line) for line in out.splitlines()]
