@@ -1,4 +1,4 @@
-"""One mixed, tiered topic shared by the read-side end-to-end tests (built once per module).
+"""One mixed, tiered topic shared by the read-side end-to-end tests (built once per session).
 
 A real broker + SeaweedFS + the topic metadata store; ``rlm run --once`` tiers it. Data: every
 codec, headers, CreateTime out of order, a LogAppendTime stretch, committed and aborted
@@ -199,7 +199,12 @@ def _build(kafka: KafkaCluster, seaweedfs: SeaweedFS, tmp: Path) -> Tiered:
     for codec in ("snappy", "none", "gzip"):
         _produce_random(_producer(bs, **{"compression.type": codec}), topic, 1500, rnd, f"b-{codec}")
     produce_txn(bs, topic, f"{topic}-c2", 400, commit=True)
-    open_txn = transactional_producer(bs, f"{topic}-open")
+    # left open for the whole session: the coordinator would abort it after librdkafka's default
+    # 60 s transaction timeout (writing an ABORT marker the recorded answers do not know)
+    open_txn = Producer(
+        {"bootstrap.servers": bs, "transactional.id": f"{topic}-open", "transaction.timeout.ms": 900_000}
+    )
+    open_txn.init_transactions(30)
     open_txn.begin_transaction()
     for i in range(50):
         open_txn.produce(topic, key=f"open{i}".encode(), value=b"o" * 100, partition=0)
@@ -280,7 +285,7 @@ def _build(kafka: KafkaCluster, seaweedfs: SeaweedFS, tmp: Path) -> Tiered:
     )
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tiered(
     kafka: KafkaCluster, seaweedfs: SeaweedFS, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Tiered]:
@@ -292,7 +297,7 @@ def tiered(
             t.open_txn.abort_transaction(30)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def fetcher(tiered: Tiered) -> Iterator[Any]:
     from fetcher import RemoteFetcher
 
