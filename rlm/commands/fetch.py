@@ -92,6 +92,11 @@ def fetches(f: RemoteFetcher, args: argparse.Namespace, start: int, end: int) ->
                     timeout_ms=CLI_TIMEOUT_MS)
         first = False
         if r.next_offset <= offset:
+            lso = r.last_stable_offset
+            if lso is not None and offset >= lso:
+                print(f"rlm: {args.topic}-{args.partition}: read_committed stops at the remote last stable "
+                      f"offset {lso} (a transaction open there is decided by records not tiered yet)",
+                      file=sys.stderr)
             return
         yield r
         offset = r.next_offset
