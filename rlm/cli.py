@@ -24,6 +24,9 @@ COMMAND_MODULES = (
     "rlm.commands.demo",
     "rlm.commands.serve",
     "rlm.commands.check",
+    "rlm.commands.fetch",
+    "rlm.commands.offsets",
+    "rlm.commands.replay",
 )
 DISTRIBUTION = "kafka-rlm-sidecar"
 
