@@ -1,0 +1,175 @@
+"""Fetch: Kafka's remote read through :meth:`RemoteFetcher.fetch`, answered as the partition leader.
+
+- Records are whole batches from the read core (the first one may start before the fetch
+  offset; clients skip those records). ``read_committed`` carries the aborted transactions.
+- High watermark = last stable offset = the remote log end, log start = the remote log start:
+  the end of tiered history looks like the end of the log, so a consumer that reaches it waits
+  (long-poll, ``max_wait_ms``) instead of resetting, and never sees a gap it would loop on.
+- A fetch at the end waits up to ``max_wait_ms`` and reads again (more may have been tiered).
+- A remote read that times out gives empty records and no error (Kafka's DelayedRemoteFetch
+  expiry); out-of-range offsets get OFFSET_OUT_OF_RANGE so clients apply ``auto.offset.reset``.
+- No fetch sessions: the response's session id is 0, so clients send full requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from fetcher.fetch import AbortedTransaction, IsolationLevel
+from fetcher.kafka.api_meta import ZERO
+from fetcher.kafka.codec import has_field, make, nested, response_class
+from fetcher.kafka.context import Catalog, EndpointContext
+from fetcher.kafka.errors import error_code_for
+from rlm.errors import FetchTimeoutError, RlmError
+
+_MAX_WAIT_CAP_MS = 5_000
+
+
+@dataclass(slots=True)
+class _Part:
+    topic: str | None
+    partition: int
+    offset: int
+    max_bytes: int
+    leader_epoch: int
+    error: ErrorCode = ErrorCode.none
+    records: bytes = b""
+    hw: int = -1
+    log_start: int = -1
+    aborted: tuple[AbortedTransaction, ...] | None = None
+
+
+def _wanted(req: Any, catalog: Catalog) -> list[tuple[Any, list[_Part]]]:
+    out = []
+    for t in req.topics:
+        key = getattr(t, "topic_id", None) if has_field(type(t), "topic_id") else t.topic
+        if has_field(type(t), "topic_id"):
+            entry = catalog.by_id.get(t.topic_id)
+            missing = ErrorCode.unknown_topic_id
+        else:
+            entry = catalog.by_name.get(t.topic)
+            missing = ErrorCode.unknown_topic_or_partition
+        parts = []
+        for p in t.partitions:
+            part = _Part(
+                entry.name if entry else None,
+                p.partition,
+                int(p.fetch_offset),
+                int(p.partition_max_bytes),
+                int(getattr(p, "current_leader_epoch", -1)),
+            )
+            if entry is None:
+                part.error = missing
+            elif all(tp.partition != p.partition for tp in entry.partitions):
+                part.error = ErrorCode.unknown_topic_or_partition
+            parts.append(part)
+        out.append((key, parts))
+    return out
+
+
+def _read(ctx: EndpointContext, parts: list[_Part], max_bytes: int, isolation: IsolationLevel) -> int:
+    """Blocking: fill every partition; returns the bytes read."""
+    left = max_bytes
+    total = 0
+    for p in parts:
+        if p.error is not ErrorCode.none or p.topic is None:
+            continue
+        try:
+            plan = ctx.fetcher.plan(p.topic, p.partition)
+            p.hw, p.log_start = plan.log_end, plan.log_start
+            epoch = max(plan.latest_epoch, 0)
+            if p.leader_epoch >= 0 and p.leader_epoch != epoch:
+                p.error = (
+                    ErrorCode.fenced_leader_epoch
+                    if p.leader_epoch < epoch
+                    else ErrorCode.unknown_leader_epoch
+                )
+                continue
+            if isolation is IsolationLevel.READ_COMMITTED:
+                p.aborted = ()
+            if p.offset == plan.log_end or left <= 0:
+                continue
+            r = ctx.fetcher.fetch(
+                p.topic,
+                p.partition,
+                p.offset,
+                max_bytes=max(1, min(p.max_bytes, left)),
+                isolation=isolation,
+                min_one_message=total == 0,
+            )
+        except FetchTimeoutError:
+            continue
+        except RlmError as e:
+            p.error = error_code_for(e)
+            p.hw = p.log_start = -1
+            continue
+        p.records = r.records
+        p.hw, p.log_start = r.log_end, r.log_start
+        p.aborted = r.aborted_transactions
+        total += len(r.records)
+        left -= len(r.records)
+    return total
+
+
+async def handle_fetch(ctx: EndpointContext, req: Any, version: int, header: Any) -> Any:
+    cls = response_class(1, version)
+    if int(getattr(req, "session_id", 0)) != 0:
+        return make(
+            cls,
+            throttle_time=ZERO,
+            error_code=ErrorCode.fetch_session_id_not_found,
+            session_id=0,
+            responses=(),
+        )
+    isolation = IsolationLevel(int(getattr(req, "isolation_level", 0)) or 0)
+    max_bytes = int(getattr(req, "max_bytes", 0x7FFFFFFF))
+    max_wait_ms = min(int(req.max_wait.total_seconds() * 1000), _MAX_WAIT_CAP_MS)
+    deadline = time.monotonic() + max_wait_ms / 1000
+    catalog = await ctx.topics()
+    wanted = _wanted(req, catalog)
+    flat = [p for _, ps in wanted for p in ps]
+    got = await ctx.call(lambda: _read(ctx, flat, max_bytes, isolation))
+    if got < max(int(req.min_bytes), 1) and not any(p.error is not ErrorCode.none for p in flat):
+        remaining = deadline - time.monotonic()
+        if remaining > 0:
+            await asyncio.sleep(remaining)
+            await ctx.call(lambda: _read(ctx, flat, max_bytes, isolation))
+    return _response(cls, wanted, ctx.settings.node_id)
+
+
+def _response(cls: Any, wanted: list[tuple[Any, list[_Part]]], node: int) -> Any:
+    topic_cls = nested(cls, "FetchableTopicResponse")
+    part_cls = nested(cls, "PartitionData")
+    aborted_cls = nested(cls, "AbortedTransaction")
+    topics = []
+    for key, parts in wanted:
+        out = []
+        for p in parts:
+            aborted = (
+                None
+                if p.aborted is None
+                else tuple(
+                    make(aborted_cls, producer_id=a.producer_id, first_offset=a.first_offset)
+                    for a in p.aborted
+                )
+            )
+            out.append(
+                make(
+                    part_cls,
+                    partition_index=p.partition,
+                    error_code=p.error,
+                    high_watermark=p.hw,
+                    last_stable_offset=p.hw,
+                    log_start_offset=p.log_start,
+                    aborted_transactions=aborted,
+                    preferred_read_replica=-1,
+                    records=p.records,
+                )
+            )
+        topics.append(make(topic_cls, topic=key, topic_id=key, partitions=tuple(out)))
+    return make(cls, throttle_time=ZERO, error_code=ErrorCode.none, session_id=0, responses=tuple(topics))
