@@ -21,6 +21,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from fetcher.fetch import AbortedTransaction, IsolationLevel
+from fetcher.kafka import merged
 from fetcher.kafka.api_meta import ZERO
 from fetcher.kafka.codec import has_field, make, nested, response_class
 from fetcher.kafka.context import Catalog, EndpointContext
@@ -40,7 +41,10 @@ class _Part:
     error: ErrorCode = ErrorCode.none
     records: bytes = b""
     hw: int = -1
+    lso: int = -1
     log_start: int = -1
+    forward: bool = False
+    remote_start: int | None = None
     aborted: tuple[AbortedTransaction, ...] | None = None
 
 
@@ -77,11 +81,12 @@ def _read(ctx: EndpointContext, parts: list[_Part], max_bytes: int, isolation: I
     left = max_bytes
     total = 0
     for p in parts:
-        if p.error is not ErrorCode.none or p.topic is None:
+        if p.error is not ErrorCode.none or p.topic is None or p.forward:
             continue
         try:
             plan = ctx.fetcher.plan(p.topic, p.partition)
-            p.hw, p.log_start = plan.log_end, plan.log_start
+            p.hw = p.lso = plan.log_end
+            p.log_start = plan.log_start
             epoch = max(plan.latest_epoch, 0)
             if p.leader_epoch >= 0 and p.leader_epoch != epoch:
                 p.error = (
@@ -106,10 +111,11 @@ def _read(ctx: EndpointContext, parts: list[_Part], max_bytes: int, isolation: I
             continue
         except RlmError as e:
             p.error = error_code_for(e)
-            p.hw = p.log_start = -1
+            p.hw = p.lso = p.log_start = -1
             continue
         p.records = r.records
         p.hw, p.log_start = r.log_end, r.log_start
+        p.lso = p.hw
         p.aborted = r.aborted_transactions
         total += len(r.records)
         left -= len(r.records)
@@ -133,8 +139,13 @@ async def handle_fetch(ctx: EndpointContext, req: Any, version: int, header: Any
     catalog = await ctx.topics()
     wanted = _wanted(req, catalog)
     flat = [p for _, ps in wanted for p in ps]
+    if ctx.forwarder is not None:
+        await merged.route(ctx, flat)
     got = await ctx.call(lambda: _read(ctx, flat, max_bytes, isolation))
-    if got < max(int(req.min_bytes), 1) and not any(p.error is not ErrorCode.none for p in flat):
+    tail = [p for p in flat if p.forward]
+    if tail:
+        await merged.forward(ctx, tail, isolation, 0 if got else max_wait_ms, max_bytes - got)
+    elif got < max(int(req.min_bytes), 1) and not any(p.error is not ErrorCode.none for p in flat):
         remaining = deadline - time.monotonic()
         if remaining > 0:
             await asyncio.sleep(remaining)
@@ -164,7 +175,7 @@ def _response(cls: Any, wanted: list[tuple[Any, list[_Part]]], node: int) -> Any
                     partition_index=p.partition,
                     error_code=p.error,
                     high_watermark=p.hw,
-                    last_stable_offset=p.hw,
+                    last_stable_offset=p.lso,
                     log_start_offset=p.log_start,
                     aborted_transactions=aborted,
                     preferred_read_replica=-1,

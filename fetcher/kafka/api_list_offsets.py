@@ -67,9 +67,9 @@ def _lookup(ctx: EndpointContext, topic: str, partition: int, timestamp: int) ->
     plan = ctx.fetcher.plan(topic, partition)
     if timestamp == EARLIEST_TIMESTAMP:
         return plan.log_start, -1, plan.epoch_for_offset(plan.log_start)
-    if timestamp == LATEST_TIMESTAMP:
-        return plan.log_end, -1, max(plan.latest_epoch, -1)
-    if timestamp < 0:
+    if timestamp == LATEST_TIMESTAMP and ctx.forwarder is None:
+        return plan.log_end, -1, max(plan.latest_epoch, -1)  # the end of tiered history is the end
+    if timestamp < 0 and timestamp != LATEST_TIMESTAMP:
         return -1, -1, -1
     got = ctx.fetcher.offset_for_timestamp(topic, partition, timestamp)
     if got is None:

@@ -88,6 +88,32 @@ def encode_response(correlation_id: int, resp: ResponsePayload) -> bytes:
     return bytes(out)
 
 
+def encode_request(req: RequestPayload, correlation_id: int, client_id: str) -> bytes:
+    """A request frame (size prefix, header v1/v2, body): the endpoint as a client of a broker."""
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    hcls: Any = req.__header_schema__
+    header = hcls(
+        request_api_key=req.__api_key__,
+        request_api_version=req.__version__,
+        correlation_id=correlation_id,
+        client_id=client_id,
+    )
+    entity_writer(hcls)(buf, header)
+    entity_writer(type(req))(buf, req)
+    out = buf.getbuffer()
+    struct.pack_into(">i", out, 0, len(out) - 4)
+    return bytes(out)
+
+
+def read_response(req_cls: type[RequestPayload], data: bytes) -> tuple[int, Any]:
+    """(correlation id, response) of a broker's response frame (without its size prefix)."""
+    cls = response_class(req_cls.__api_key__, req_cls.__version__)
+    header, n = entity_reader(cls.__header_schema__)(data, 0)
+    body, _ = entity_reader(cls)(data, n)
+    return int(header.correlation_id), body
+
+
 def nested(cls: type[Entity], name: str) -> type[Entity]:
     """A nested struct class of the same API version as ``cls`` (kio defines them per module)."""
     got = getattr(sys.modules[cls.__module__], name)

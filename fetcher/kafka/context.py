@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import TypeVar
 
 from fetcher.core import RemoteFetcher
+from fetcher.kafka.forward import BrokerForwarder
 from fetcher.kafka.groups import GroupCoordinator
 from fetcher.kafka.offset_store import OffsetStore
 from rlm.config import ReadConfig
+from rlm.errors import ConfigError
 from rlm.types import TopicIdPartition
 
 T = TypeVar("T")
@@ -40,6 +42,9 @@ class ListenerSettings:
     max_in_flight: int = 8
     idle_timeout_ms: int = 600_000
     cluster_id: str = "rlm-remote-tier"
+    merged: bool | None = (
+        None  # forward reads at/above the broker's local log start; None: when one is configured
+    )
 
     @classmethod
     def from_read_config(
@@ -98,6 +103,12 @@ class EndpointContext:
         self.offsets = OffsetStore(state_dir / "committed-offsets.json")
         self.groups = GroupCoordinator()
         self.advertised_port = settings.port
+        merged = settings.merged if settings.merged is not None else fetcher.broker is not None
+        if merged and fetcher.broker is None:
+            raise ConfigError("merged mode needs bootstrap_servers (the broker to forward the live tail to)")
+        self.forwarder = (
+            BrokerForwarder(fetcher.broker.bootstrap_servers) if merged and fetcher.broker else None
+        )
         self._executor = ThreadPoolExecutor(
             max_workers=max(2, fetcher.read_config.reader_threads), thread_name_prefix="kafka-endpoint"
         )
@@ -114,4 +125,6 @@ class EndpointContext:
         return await self.call(self.catalog.refresh)
 
     def close(self) -> None:
+        if self.forwarder is not None:
+            self.forwarder.close()
         self._executor.shutdown(wait=False, cancel_futures=True)
