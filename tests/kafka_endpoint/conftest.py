@@ -75,13 +75,16 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         end = fetcher.plan(TOPIC, p).log_end
         ends[p] = end
         rows = []
+        stamps[p] = []  # every record, control markers too: Kafka's timestamp lookup counts them
         for seg in PartitionDir(logs / f"{TOPIC}-{p}").inactive_segments():
             for h, r in iter_records(seg.log_path):
-                if isinstance(r, Record) and not h.is_control and r.offset < end:
-                    rows.append((r.offset, r.key, r.value, r.timestamp))
-        unc[p] = [(o, k, v) for o, k, v, _ in rows]
-        com[p] = [(o, k, v) for o, k, v, _ in rows if not _aborted_key(k)]
-        stamps[p] = [(o, t) for o, _, _, t in rows]
+                if r.offset >= end:
+                    continue
+                stamps[p].append((r.offset, r.timestamp))
+                if isinstance(r, Record) and not h.is_control:
+                    rows.append((r.offset, r.key, r.value))
+        unc[p] = rows
+        com[p] = [(o, k, v) for o, k, v in rows if not _aborted_key(k)]
         assert len(unc[p]) > len(com[p]) > 0
     endpoint = start_kafka_listener(fetcher, "127.0.0.1", 0, state_dir=tmp / "endpoint-state")
     try:
