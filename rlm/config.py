@@ -226,6 +226,10 @@ class ReadConfig(_Strict):
         8, ge=1, description="Kafka-protocol endpoint: requests of one connection handled at once "
         "(responses stay in request order; further requests wait unread).",
     )
+    kafka_merged: bool = Field(
+        True, description="Kafka-protocol endpoint: with `bootstrap_servers` set, forward fetches at or "
+        "above the broker's local log start to the partition's leader (one address serves the whole log).",
+    )
     kafka_idle_timeout_ms: int = Field(
         600_000, ge=100,
         description="Kafka-protocol endpoint: a connection idle this long, or a request or response "

@@ -99,14 +99,23 @@ def _read(ctx: EndpointContext, parts: list[_Part], max_bytes: int, isolation: I
                 p.aborted = ()
             if p.offset == plan.log_end or left <= 0:
                 continue
-            r = ctx.fetcher.fetch(
-                p.topic,
-                p.partition,
-                p.offset,
-                max_bytes=max(1, min(p.max_bytes, left)),
-                isolation=isolation,
-                min_one_message=total == 0,
+            size = max(1, min(p.max_bytes, left))
+            key = (p.topic, p.partition, p.offset, size, int(isolation))
+            ahead = ctx.prefetch.take(key) if total == 0 else None
+            r = (
+                ahead.result()
+                if ahead is not None
+                else ctx.fetcher.fetch(
+                    p.topic,
+                    p.partition,
+                    p.offset,
+                    max_bytes=size,
+                    isolation=isolation,
+                    min_one_message=total == 0,
+                )
             )
+            if r.records and r.next_offset < plan.log_end:
+                ctx.prefetch.start((p.topic, p.partition, r.next_offset, size, int(isolation)))
         except FetchTimeoutError:
             continue
         except RlmError as e:

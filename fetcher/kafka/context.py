@@ -20,6 +20,7 @@ from fetcher.core import RemoteFetcher
 from fetcher.kafka.forward import BrokerForwarder
 from fetcher.kafka.groups import GroupCoordinator
 from fetcher.kafka.offset_store import OffsetStore
+from fetcher.kafka.prefetch import Prefetcher
 from rlm.config import ReadConfig
 from rlm.errors import ConfigError
 from rlm.types import TopicIdPartition
@@ -59,6 +60,7 @@ class ListenerSettings:
             max_request_bytes=rc.kafka_max_request_bytes,
             max_in_flight=rc.kafka_max_in_flight,
             idle_timeout_ms=rc.kafka_idle_timeout_ms,
+            merged=None if rc.kafka_merged else False,
         )
 
 
@@ -112,6 +114,7 @@ class EndpointContext:
         self._executor = ThreadPoolExecutor(
             max_workers=max(2, fetcher.read_config.reader_threads), thread_name_prefix="kafka-endpoint"
         )
+        self.prefetch = Prefetcher(fetcher, self._executor)
 
     @property
     def advertised_host(self) -> str:

@@ -144,6 +144,8 @@ class KafkaEndpoint:
         self._conns.add(task)
         try:
             await Connection(self.ctx, reader, writer, str(peer)).run()
+        except asyncio.CancelledError:
+            pass  # stop(): asyncio's stream callback would otherwise report the cancellation
         finally:
             self._conns.discard(task)
 
