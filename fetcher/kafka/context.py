@@ -114,7 +114,9 @@ class EndpointContext:
         self._executor = ThreadPoolExecutor(
             max_workers=max(2, fetcher.read_config.reader_threads), thread_name_prefix="kafka-endpoint"
         )
-        self.prefetch = Prefetcher(fetcher, self._executor)
+        self.prefetch = Prefetcher(
+            fetcher, self._executor, max(fetcher.read_config.chunk_cache_bytes, 16 << 20)
+        )
 
     @property
     def advertised_host(self) -> str:

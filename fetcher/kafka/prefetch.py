@@ -3,7 +3,8 @@
 A consumer fetches one request at a time per broker, so without this the remote read of the
 next request only starts when that request arrives; with it the read overlaps the response's
 transfer and the client's own work. Results are kept only for the exact next request (same
-partition, offset, size and isolation), a few seconds, and a bounded number of entries; a miss
+partition, offset, size and isolation), a few seconds, within a byte budget (the requested
+sizes of pending reads stay under the read side's ``chunk_cache_bytes``); a miss
 simply reads as before. The read itself is the core's ordinary ``RemoteFetcher.fetch``.
 """
 
@@ -24,10 +25,10 @@ Key = tuple[str, int, int, int, int]  # topic, partition, offset, max_bytes, iso
 
 
 class Prefetcher:
-    def __init__(self, fetcher: RemoteFetcher, executor: Executor, max_entries: int = 16) -> None:
+    def __init__(self, fetcher: RemoteFetcher, executor: Executor, budget_bytes: int) -> None:
         self._fetcher = fetcher
         self._executor = executor
-        self._max = max_entries
+        self._budget = budget_bytes
         self._lock = threading.Lock()
         self._entries: OrderedDict[Key, tuple[float, Future[FetchResult]]] = OrderedDict()
         self.hits = 0
@@ -45,9 +46,9 @@ class Prefetcher:
     def start(self, key: Key) -> None:
         topic, partition, offset, max_bytes, isolation = key
         with self._lock:
-            if key in self._entries:
+            if key in self._entries or max_bytes > self._budget:
                 return
-            while len(self._entries) >= self._max:
+            while self._entries and sum(k[3] for k in self._entries) + max_bytes > self._budget:
                 _, (_, old) = self._entries.popitem(last=False)
                 old.cancel()
             try:
