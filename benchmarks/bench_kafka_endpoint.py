@@ -3,10 +3,11 @@
 Starts a real Kafka broker (KRaft, from the jars), produces ``--size-gb`` (default 1) of 1 KB
 records into a 4-partition topic (about 6 segments a partition, no compression), then in the same run:
 
-1. ``broker``: one confluent-kafka consumer reads partition 0 from the broker; then 4 consumers
-   read the 4 partitions at once (threads; librdkafka releases the GIL while fetching);
-2. tiers every rolled segment with ``rlm run --once`` (``local`` plugin, file metadata store...
-   here the topic metadata store, as beside a broker) and deletes the local history with
+1. ``broker``: one confluent-kafka consumer reads all 4 partitions (the whole size) from the
+   broker; then 4 consumers read one partition each, at once (threads; librdkafka releases the
+   GIL while fetching);
+2. tiers every rolled segment with ``rlm run --once`` (``local`` plugin, the topic metadata
+   store, as beside a broker) and deletes the local history with
    DeleteRecords up to the remote end;
 3. ``endpoint``: the same consumers read the same offset ranges through ``rlm kafka-serve``
    (its own process, as deployed; merged mode off).
@@ -65,8 +66,10 @@ def produce(bs: str, topic: str, total_bytes: int) -> None:
     assert p.flush(120) == 0
 
 
-def consume(bs: str, topic: str, partition: int, end: int, out: dict[int, tuple[int, int, float]]) -> None:
-    """Read ``partition`` from offset 0 up to ``end`` (exclusive); (records, bytes, seconds)."""
+def consume(
+    bs: str, topic: str, partitions: list[int], ends: dict[int, int], out: dict[int, tuple[int, int, float]]
+) -> None:
+    """Read ``partitions`` from offset 0 up to their ``ends`` (exclusive); (records, bytes, seconds)."""
     from confluent_kafka import Consumer, TopicPartition
 
     c = Consumer(
@@ -79,29 +82,30 @@ def consume(bs: str, topic: str, partition: int, end: int, out: dict[int, tuple[
             "queued.max.messages.kbytes": 256 * 1024,
         }
     )
-    c.assign([TopicPartition(topic, partition, 0)])
+    c.assign([TopicPartition(topic, p, 0) for p in partitions])
     n = size = 0
-    last = -1
+    todo = set(partitions)
     t0 = time.perf_counter()
-    while last < end - 1:
+    while todo:
         for m in c.consume(num_messages=10000, timeout=1.0):
             if m.error():
                 continue
             n += 1
             size += len(m.value() or b"") + len(m.key() or b"")
-            last = m.offset()
-    out[partition] = (n, size, time.perf_counter() - t0)
+            if m.offset() >= ends[m.partition()] - 1:
+                todo.discard(m.partition())
+    out[partitions[0]] = (n, size, time.perf_counter() - t0)
     c.close()
 
 
 def run(label: str, bs: str, topic: str, ends: dict[int, int]) -> dict[str, tuple[float, float]]:
     res: dict[str, tuple[float, float]] = {}
     out: dict[int, tuple[int, int, float]] = {}
-    consume(bs, topic, 0, ends[0], out)
+    consume(bs, topic, list(range(PARTITIONS)), ends, out)  # one consumer, all of the history
     n, size, s = out[0]
     res["1 consumer"] = (n / s, size / MB / s)
     out = {}
-    threads = [threading.Thread(target=consume, args=(bs, topic, p, ends[p], out)) for p in range(PARTITIONS)]
+    threads = [threading.Thread(target=consume, args=(bs, topic, [p], ends, out)) for p in range(PARTITIONS)]
     t0 = time.perf_counter()
     for t in threads:
         t.start()
