@@ -168,6 +168,8 @@ def test_merged_mode_reads_history_and_live_tail(tiered: Tiered) -> None:
         finally:
             stop.set()
             producer.join()
+        # ListOffsets through the endpoint: earliest is the remote start, latest the broker's end
+        assert _watermarks(ep.bootstrap, tiered.topic) == (0, _watermarks(tiered.bootstrap, tiered.topic)[1])
     before = tiered.before["read_uncommitted"]
     assert got[: len(before)] == before  # remote history, then the broker's local part
     assert [k for _, k, _ in got[len(before) :]] == tail_keys  # the live tail, in order
