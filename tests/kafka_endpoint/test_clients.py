@@ -197,3 +197,19 @@ def test_java_get_offsets_by_time(served: Served) -> None:
     assert out["-2"] == 0
     assert out["-1"] == served.expected.log_end[0]
     assert out[str(ts)] == next(off for off, t in stamps if t >= ts)
+
+
+def test_out_of_range_resets_by_policy(served: Served) -> None:
+    """An offset past the remote end gets OFFSET_OUT_OF_RANGE; the client applies auto.offset.reset."""
+    c = Consumer(_conf(served, "read_uncommitted", **{"auto.offset.reset": "earliest"}))
+    try:
+        c.assign([TopicPartition(TOPIC, 1, served.expected.log_end[1] + 1000)])
+        first = None
+        give_up = time.monotonic() + _GIVE_UP_S
+        while first is None and time.monotonic() < give_up:
+            m = c.poll(1.0)
+            if m is not None and not m.error():
+                first = m
+    finally:
+        c.close()
+    assert first is not None and first.offset() == served.expected.uncommitted[1][0][0]
