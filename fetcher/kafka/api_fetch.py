@@ -20,7 +20,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from fetcher.fetch import AbortedTransaction, IsolationLevel
+from fetcher.fetch import AbortedTransaction, FetchResult, IsolationLevel
 from fetcher.kafka import merged
 from fetcher.kafka.api_meta import ZERO
 from fetcher.kafka.codec import has_field, make, nested, response_class
@@ -76,58 +76,91 @@ def _wanted(req: Any, catalog: Catalog) -> list[tuple[Any, list[_Part]]]:
     return out
 
 
+def _prepare(ctx: EndpointContext, p: _Part, isolation: IsolationLevel) -> bool:
+    """Range, epoch check and empty defaults of one partition; True when there is a read to do."""
+    assert p.topic is not None
+    try:
+        plan = ctx.fetcher.plan(p.topic, p.partition)
+    except RlmError as e:
+        p.error = error_code_for(e)
+        return False
+    p.hw = p.lso = plan.log_end
+    p.log_start = plan.log_start
+    epoch = max(plan.latest_epoch, 0)
+    if p.leader_epoch >= 0 and p.leader_epoch != epoch:
+        p.error = ErrorCode.fenced_leader_epoch if p.leader_epoch < epoch else ErrorCode.unknown_leader_epoch
+        return False
+    if isolation is IsolationLevel.READ_COMMITTED:
+        p.aborted = ()
+    return p.offset != plan.log_end  # at the end: empty, no error (the client waits)
+
+
+def _read_one(
+    ctx: EndpointContext, p: _Part, size: int, isolation: IsolationLevel, min_one: bool
+) -> FetchResult:
+    """The core's read (or its read-ahead result), then read-ahead of the next one."""
+    assert p.topic is not None
+    ahead = ctx.prefetch.take((p.topic, p.partition, p.offset, size, int(isolation)))
+    r = ahead.result() if ahead is not None else None
+    if r is None or (not min_one and len(r.records) > size):
+        r = ctx.fetcher.fetch(
+            p.topic, p.partition, p.offset, max_bytes=size, isolation=isolation, min_one_message=min_one
+        )
+    if r.records and r.next_offset < r.log_end:
+        ctx.prefetch.start((p.topic, p.partition, r.next_offset, size, int(isolation)))
+    return r
+
+
+def _apply(p: _Part, r: FetchResult) -> int:
+    p.records = r.records
+    p.hw = p.lso = r.log_end
+    p.log_start = r.log_start
+    p.aborted = r.aborted_transactions
+    return len(r.records)
+
+
+def _fail(p: _Part, e: RlmError) -> None:
+    if isinstance(e, FetchTimeoutError):
+        return  # Kafka's DelayedRemoteFetch expiry: empty records, no error
+    p.error = error_code_for(e)
+    p.hw = p.lso = p.log_start = -1
+
+
 def _read(ctx: EndpointContext, parts: list[_Part], max_bytes: int, isolation: IsolationLevel) -> int:
-    """Blocking: fill every partition; returns the bytes read."""
-    left = max_bytes
+    """Blocking: fill every partition; returns the bytes read.
+
+    When every partition's limit fits in the response limit (the usual case) the partitions are
+    read at once; otherwise one after another, each getting what the earlier ones left. Either
+    way the result is Kafka's: only the first partition with data may exceed its limit with
+    one oversized batch (``minOneMessage``).
+    """
+    todo = [p for p in parts if p.error is ErrorCode.none and p.topic is not None and not p.forward]
+    todo = [p for p in todo if _prepare(ctx, p, isolation)]
     total = 0
-    for p in parts:
-        if p.error is not ErrorCode.none or p.topic is None or p.forward:
-            continue
+    if sum(max(1, p.max_bytes) for p in todo) <= max_bytes:
+        futs = [ctx.reads.submit(_read_one, ctx, p, max(1, p.max_bytes), isolation, True) for p in todo]
+        for p, fut in zip(todo, futs, strict=True):
+            try:
+                r = fut.result()
+            except RlmError as e:
+                _fail(p, e)
+                continue
+            if total and len(r.records) > max(1, p.max_bytes):
+                continue  # an oversized first batch after another partition's data: Kafka gives none
+            total += _apply(p, r)
+        return total
+    left = max_bytes
+    for p in todo:
+        if left <= 0:
+            break
         try:
-            plan = ctx.fetcher.plan(p.topic, p.partition)
-            p.hw = p.lso = plan.log_end
-            p.log_start = plan.log_start
-            epoch = max(plan.latest_epoch, 0)
-            if p.leader_epoch >= 0 and p.leader_epoch != epoch:
-                p.error = (
-                    ErrorCode.fenced_leader_epoch
-                    if p.leader_epoch < epoch
-                    else ErrorCode.unknown_leader_epoch
-                )
-                continue
-            if isolation is IsolationLevel.READ_COMMITTED:
-                p.aborted = ()
-            if p.offset == plan.log_end or left <= 0:
-                continue
-            size = max(1, min(p.max_bytes, left))
-            key = (p.topic, p.partition, p.offset, size, int(isolation))
-            ahead = ctx.prefetch.take(key) if total == 0 else None
-            r = (
-                ahead.result()
-                if ahead is not None
-                else ctx.fetcher.fetch(
-                    p.topic,
-                    p.partition,
-                    p.offset,
-                    max_bytes=size,
-                    isolation=isolation,
-                    min_one_message=total == 0,
-                )
-            )
-            if r.records and r.next_offset < plan.log_end:
-                ctx.prefetch.start((p.topic, p.partition, r.next_offset, size, int(isolation)))
-        except FetchTimeoutError:
-            continue
+            r = _read_one(ctx, p, max(1, min(p.max_bytes, left)), isolation, total == 0)
         except RlmError as e:
-            p.error = error_code_for(e)
-            p.hw = p.lso = p.log_start = -1
+            _fail(p, e)
             continue
-        p.records = r.records
-        p.hw, p.log_start = r.log_end, r.log_start
-        p.lso = p.hw
-        p.aborted = r.aborted_transactions
-        total += len(r.records)
-        left -= len(r.records)
+        n = _apply(p, r)
+        total += n
+        left -= n
     return total
 
 

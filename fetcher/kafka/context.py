@@ -114,9 +114,12 @@ class EndpointContext:
         self._executor = ThreadPoolExecutor(
             max_workers=max(2, fetcher.read_config.reader_threads), thread_name_prefix="kafka-endpoint"
         )
-        self.prefetch = Prefetcher(
-            fetcher, self._executor, max(fetcher.read_config.chunk_cache_bytes, 16 << 20)
+        # partition reads of one Fetch and read-ahead run here, never on the executor above that
+        # waits for them (no pool waits on itself)
+        self.reads = ThreadPoolExecutor(
+            max_workers=max(2, fetcher.read_config.reader_threads), thread_name_prefix="kafka-endpoint-read"
         )
+        self.prefetch = Prefetcher(fetcher, self.reads, max(fetcher.read_config.chunk_cache_bytes, 16 << 20))
 
     @property
     def advertised_host(self) -> str:
@@ -133,3 +136,4 @@ class EndpointContext:
         if self.forwarder is not None:
             self.forwarder.close()
         self._executor.shutdown(wait=False, cancel_futures=True)
+        self.reads.shutdown(wait=False, cancel_futures=True)
