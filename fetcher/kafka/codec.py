@@ -23,7 +23,7 @@ API_VERSIONS_KEY = 18
 #: (api key) -> (min, max) version this endpoint answers; everything else is unsupported.
 SUPPORTED: dict[int, tuple[int, int]] = {
     0: (3, 9),  # Produce: advertised for librdkafka's MsgVer2 feature, always refused
-    1: (4, 16),  # Fetch (topic ids from 13)
+    1: (4, 17),  # Fetch (topic ids from 13)
     2: (1, 7),  # ListOffsets
     3: (1, 12),  # Metadata
     8: (2, 9),  # OffsetCommit

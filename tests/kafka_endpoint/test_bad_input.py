@@ -107,7 +107,7 @@ def test_api_versions_kip511(served: Served) -> None:
         s.sendall(_frame(18, 3, 2, _api_versions()))
         _, body = _response(s, 18, 3)
         keys = {k.api_key: (k.min_version, k.max_version) for k in body.api_keys}
-        assert keys[1] == (4, 16) and keys[0] == (3, 9) and keys[18] == (0, 3)
+        assert keys[1] == (4, 17) and keys[0] == (3, 9) and keys[18] == (0, 3)
         assert 36 not in keys and 23 not in keys  # no SASL, no OffsetForLeaderEpoch
 
 
@@ -122,16 +122,16 @@ def test_unsupported_apis_get_an_error_not_a_drop(served: Served) -> None:
         s.sendall(_frame(22, 4, 11, init))  # InitProducerId: not served at all
         corr, body = _response(s, 22, 4)
         assert corr == 11 and body.error_code == ErrorCode.unsupported_version
-        fetch17 = load_request_schema(1, 17)
+        fetch18 = load_request_schema(1, 18)
         s.sendall(
             _frame(
                 1,
-                17,
+                18,
                 12,
-                fetch17(max_wait=datetime.timedelta(0), min_bytes=1, topics=(), forgotten_topics_data=()),
+                fetch18(max_wait=datetime.timedelta(0), min_bytes=1, topics=(), forgotten_topics_data=()),
             )
         )
-        corr, body = _response(s, 1, 17)  # a Fetch version above the advertised range
+        corr, body = _response(s, 1, 18)  # a Fetch version above the advertised range
         assert corr == 12 and body.error_code == ErrorCode.unsupported_version
         produce = load_request_schema(0, 9)
         pcls = __import__(produce.__module__, fromlist=["x"])
