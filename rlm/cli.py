@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "rlm.commands.fetch",
     "rlm.commands.offsets",
     "rlm.commands.replay",
+    "rlm.commands.kafka_serve",
 )
 DISTRIBUTION = "kafka-rlm-sidecar"
 
