@@ -93,9 +93,7 @@ def _prepare(ctx: EndpointContext, p: _Part, isolation: IsolationLevel) -> bool:
     if isolation is IsolationLevel.READ_COMMITTED:
         p.aborted = ()
         p.lso = ctx.fetcher.last_stable_offset(p.topic, p.partition)
-        if p.lso <= p.offset <= plan.log_end:
-            return False  # at or past the LSO: empty, no error (the client waits)
-        return True
+        return not p.lso <= p.offset <= plan.log_end  # at/past the LSO: empty, no error
     return p.offset != plan.log_end  # at the end: empty, no error (the client waits)
 
 
