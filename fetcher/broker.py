@@ -56,6 +56,25 @@ class BrokerOffsets:
         epoch = getattr(tp, "leader_epoch", None)
         return tp.offset, -1, epoch if isinstance(epoch, int) and epoch >= 0 else -1
 
+    @property
+    def client_config(self) -> dict[str, Any]:
+        """Client settings (secrets in clear) for other clients of the same cluster, e.g. an
+        AdminClient resetting group offsets (``rlm replay``)."""
+        return {**self._client_config, "bootstrap.servers": self.bootstrap_servers}
+
+    def partitions(self, topic: str) -> list[int]:
+        """The topic's partitions as the broker knows them (``[]`` for an unknown topic)."""
+        from confluent_kafka import KafkaException
+
+        try:
+            md = self._client().list_topics(topic, timeout=_TIMEOUT_S).topics.get(topic)
+        except KafkaException as e:
+            raise MetadataUnavailableError(
+                f"broker {self.bootstrap_servers}: metadata of {topic}: {e}") from e
+        if md is None or md.error is not None:
+            return []
+        return sorted(int(p) for p in md.partitions)
+
     def local_log_start(self, topic: str, partition: int) -> int:
         """The broker's earliest offset: below it only the remote tier has records."""
         got = self.offset_for_timestamp(topic, partition, -2)

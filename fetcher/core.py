@@ -67,6 +67,7 @@ class RemoteFetcher:
         self.rsm = rsm
         self.rlmm = rlmm
         self.broker = broker
+        self.work_dir = work_dir
         self._owns = owns_plugins
         self.stats = ReadStats()
         self.indexes = RemoteIndexCache(work_dir / DIR_NAME, index_cache_bytes, rsm.fetch_index,

@@ -26,6 +26,10 @@ COMMAND_MODULES = (
     "rlm.commands.demo",
     "rlm.commands.serve",
     "rlm.commands.check",
+    "rlm.commands.fetch",
+    "rlm.commands.offsets",
+    "rlm.commands.replay",
+    "rlm.commands.kafka_serve",
 )
 DISTRIBUTION = "kafka-rlm-sidecar"
 

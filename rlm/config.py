@@ -238,6 +238,32 @@ class ReadConfig(_Strict):
     http_token_file: Path | None = Field(
         None, description="File holding a bearer token the HTTP API requires (first line).",
     )
+    kafka_host: str = Field("127.0.0.1", description="Kafka-protocol endpoint: bind address.")
+    kafka_port: int = Field(9466, ge=0, le=65535, description="Kafka-protocol endpoint: port (0 = any).")
+    kafka_advertised_host: str | None = Field(
+        None, description="Kafka-protocol endpoint: host named in Metadata (default: the bind address).",
+    )
+    kafka_node_id: int = Field(0, ge=0, description="Kafka-protocol endpoint: the broker id it answers as.")
+    kafka_max_connections: int = Field(
+        256, ge=1, description="Kafka-protocol endpoint: open connections; more are closed at once.",
+    )
+    kafka_max_request_bytes: int = Field(
+        100 * 1024 * 1024, ge=1024,
+        description="Kafka-protocol endpoint: largest request; a bigger size prefix closes the connection.",
+    )
+    kafka_max_in_flight: int = Field(
+        8, ge=1, description="Kafka-protocol endpoint: requests of one connection handled at once "
+        "(responses stay in request order; further requests wait unread).",
+    )
+    kafka_merged: bool = Field(
+        True, description="Kafka-protocol endpoint: with `bootstrap_servers` set, forward fetches at or "
+        "above the broker's local log start to the partition's leader (one address serves the whole log).",
+    )
+    kafka_idle_timeout_ms: int = Field(
+        600_000, ge=100,
+        description="Kafka-protocol endpoint: a connection idle this long, or a request or response "
+        "stalled this long, is closed.",
+    )
 
 
 _PREFIX_TARGETS = (

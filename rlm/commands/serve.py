@@ -24,6 +24,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--config", "-c", type=Path, help="YAML or TOML configuration file (RLM_* env overrides)")
     p.add_argument("--host", help="bind address (overrides read.http_host)")
     p.add_argument("--port", type=int, help="port (overrides read.http_port; 0 = any free port)")
+    p.add_argument("--kafka-listener", metavar="HOST:PORT",
+                   help="also serve the Kafka-protocol endpoint here (same read core; see "
+                   "docs/kafka-endpoint.md)")
     p.set_defaults(func=serve)
 
 
@@ -45,5 +48,17 @@ def serve(args: argparse.Namespace) -> int:
     if updates:
         config = config.model_copy(update={"read": config.read.model_copy(update=updates)})
     configure_logging(config.log_format, config.log_level)
-    read_api_server(config).serve()
+    server = read_api_server(config)
+    listener = None
+    if args.kafka_listener:
+        from rlm.commands.kafka_serve import parse_listener, start_kafka_listener
+
+        host, port = parse_listener(args.kafka_listener)
+        listener = start_kafka_listener(server.fetcher, host, port)
+        print(f"kafka endpoint listening on {listener.bootstrap}", flush=True)
+    try:
+        server.serve()
+    finally:
+        if listener is not None:
+            listener.close()
     return 0

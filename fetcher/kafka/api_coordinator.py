@@ -1,0 +1,128 @@
+"""FindCoordinator, OffsetFetch, OffsetCommit: the endpoint coordinates its own groups.
+
+librdkafka asks a coordinator even for ``assign``; pointing it at the real cluster would mix a
+history reader's offsets into live groups, so the endpoint answers itself and keeps offsets in
+:class:`~fetcher.kafka.offset_store.OffsetStore`. Transaction coordinators (key type 1) are
+refused with COORDINATOR_NOT_AVAILABLE: the endpoint is read-only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from fetcher.kafka.api_meta import ZERO
+from fetcher.kafka.codec import make, nested, response_class
+from fetcher.kafka.context import EndpointContext
+from fetcher.kafka.offset_store import Committed
+
+
+async def handle_find_coordinator(ctx: EndpointContext, req: Any, version: int, header: Any) -> Any:
+    cls = response_class(10, version)
+    key_type = int(getattr(req, "key_type", 0))
+    code = ErrorCode.none if key_type == 0 else ErrorCode.coordinator_not_available
+    node, host, port = (
+        (ctx.settings.node_id, ctx.advertised_host, ctx.advertised_port)
+        if code is ErrorCode.none
+        else (-1, "", -1)
+    )
+    msg = None if code is ErrorCode.none else "the remote-tier endpoint coordinates consumer groups only"
+    if version >= 4:
+        coord = nested(cls, "Coordinator")
+        coords = tuple(
+            make(coord, key=k, node_id=node, host=host, port=port, error_code=code, error_message=msg)
+            for k in req.coordinator_keys
+        )
+        return make(cls, throttle_time=ZERO, coordinators=coords)
+    return make(
+        cls, throttle_time=ZERO, error_code=code, error_message=msg, node_id=node, host=host, port=port
+    )
+
+
+async def handle_offset_fetch(ctx: EndpointContext, req: Any, version: int, header: Any) -> Any:
+    cls = response_class(9, version)
+    if version >= 8:
+        gcls = nested(cls, "OffsetFetchResponseGroup")
+        groups = tuple(
+            make(
+                gcls,
+                group_id=g.group_id,
+                error_code=ErrorCode.none,
+                topics=_fetch_topics(
+                    ctx,
+                    cls,
+                    g.group_id,
+                    g.topics,
+                    "OffsetFetchResponseTopics",
+                    "OffsetFetchResponsePartitions",
+                ),
+            )
+            for g in req.groups
+        )
+        return make(cls, throttle_time=ZERO, groups=groups)
+    topics = _fetch_topics(
+        ctx, cls, req.group_id, req.topics, "OffsetFetchResponseTopic", "OffsetFetchResponsePartition"
+    )
+    return make(cls, throttle_time=ZERO, topics=topics, error_code=ErrorCode.none)
+
+
+def _fetch_topics(
+    ctx: EndpointContext, cls: Any, group: str, topics: Any, tname: str, pname: str
+) -> tuple[Any, ...]:
+    tcls, pcls = nested(cls, tname), nested(cls, pname)
+    if topics is None:  # all committed offsets of the group
+        stored = ctx.offsets.topics(group)
+        asked = [(t, sorted(ps)) for t, ps in sorted(stored.items())]
+    else:
+        asked = [(t.name, list(t.partition_indexes)) for t in topics]
+    out = []
+    for name, parts in asked:
+        rows = []
+        for p in parts:
+            c = ctx.offsets.get(group, name, int(p))
+            rows.append(
+                make(
+                    pcls,
+                    partition_index=p,
+                    committed_offset=c.offset if c else -1,
+                    committed_leader_epoch=c.leader_epoch if c else -1,
+                    metadata=c.metadata if c else "",
+                    error_code=ErrorCode.none,
+                )
+            )
+        out.append(make(tcls, name=name, partitions=tuple(rows)))
+    return tuple(out)
+
+
+async def handle_offset_commit(ctx: EndpointContext, req: Any, version: int, header: Any) -> Any:
+    cls = response_class(8, version)
+    tcls, pcls = nested(cls, "OffsetCommitResponseTopic"), nested(cls, "OffsetCommitResponsePartition")
+    generation = int(getattr(req, "generation_id_or_member_epoch", getattr(req, "generation_id", -1)))
+    code = ctx.groups.commit_allowed(req.group_id, req.member_id, generation)
+    if code is ErrorCode.none:
+        entries = [
+            (
+                t.name,
+                int(p.partition_index),
+                Committed(
+                    int(p.committed_offset),
+                    int(getattr(p, "committed_leader_epoch", -1)),
+                    p.committed_metadata,
+                ),
+            )
+            for t in req.topics
+            for p in t.partitions
+        ]
+        await ctx.call(lambda: ctx.offsets.commit(req.group_id, entries))
+    topics = tuple(
+        make(
+            tcls,
+            name=t.name,
+            partitions=tuple(
+                make(pcls, partition_index=p.partition_index, error_code=code) for p in t.partitions
+            ),
+        )
+        for t in req.topics
+    )
+    return make(cls, throttle_time=ZERO, topics=topics)

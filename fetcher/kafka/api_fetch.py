@@ -1,0 +1,232 @@
+"""Fetch: Kafka's remote read through :meth:`RemoteFetcher.fetch`, answered as the partition leader.
+
+- Records are whole batches from the read core (the first one may start before the fetch
+  offset; clients skip those records). ``read_committed`` carries the aborted transactions.
+- High watermark = last stable offset = the remote log end, log start = the remote log start:
+  the end of tiered history looks like the end of the log, so a consumer that reaches it waits
+  (long-poll, ``max_wait_ms``) instead of resetting, and never sees a gap it would loop on.
+- A fetch at the end waits up to ``max_wait_ms`` and reads again (more may have been tiered).
+- A remote read that times out gives empty records and no error (Kafka's DelayedRemoteFetch
+  expiry); out-of-range offsets get OFFSET_OUT_OF_RANGE so clients apply ``auto.offset.reset``.
+- No fetch sessions: the response's session id is 0, so clients send full requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from fetcher.fetch import AbortedTransaction, FetchResult, IsolationLevel
+from fetcher.kafka import merged
+from fetcher.kafka.api_meta import ZERO
+from fetcher.kafka.codec import has_field, make, nested, response_class
+from fetcher.kafka.context import Catalog, EndpointContext
+from fetcher.kafka.errors import error_code_for
+from rlm.errors import FetchTimeoutError, RlmError
+
+_MAX_WAIT_CAP_MS = 5_000
+
+
+@dataclass(slots=True)
+class _Part:
+    topic: str | None
+    partition: int
+    offset: int
+    max_bytes: int
+    leader_epoch: int
+    error: ErrorCode = ErrorCode.none
+    records: bytes = b""
+    hw: int = -1
+    lso: int = -1
+    log_start: int = -1
+    forward: bool = False
+    remote_start: int | None = None
+    aborted: tuple[AbortedTransaction, ...] | None = None
+
+
+def _wanted(req: Any, catalog: Catalog) -> list[tuple[Any, list[_Part]]]:
+    out = []
+    for t in req.topics:
+        key = getattr(t, "topic_id", None) if has_field(type(t), "topic_id") else t.topic
+        if has_field(type(t), "topic_id"):
+            entry = catalog.by_id.get(t.topic_id)
+            missing = ErrorCode.unknown_topic_id
+        else:
+            entry = catalog.by_name.get(t.topic)
+            missing = ErrorCode.unknown_topic_or_partition
+        parts = []
+        for p in t.partitions:
+            part = _Part(
+                entry.name if entry else None,
+                p.partition,
+                int(p.fetch_offset),
+                int(p.partition_max_bytes),
+                int(getattr(p, "current_leader_epoch", -1)),
+            )
+            if entry is None:
+                part.error = missing
+            elif all(tp.partition != p.partition for tp in entry.partitions):
+                part.error = ErrorCode.unknown_topic_or_partition
+            parts.append(part)
+        out.append((key, parts))
+    return out
+
+
+def _prepare(ctx: EndpointContext, p: _Part, isolation: IsolationLevel) -> bool:
+    """Range, epoch check and empty defaults of one partition; True when there is a read to do."""
+    assert p.topic is not None
+    try:
+        plan = ctx.fetcher.plan(p.topic, p.partition)
+    except RlmError as e:
+        p.error = error_code_for(e)
+        return False
+    p.hw = p.lso = plan.log_end
+    p.log_start = plan.log_start
+    epoch = max(plan.latest_epoch, 0)
+    if p.leader_epoch >= 0 and p.leader_epoch != epoch:
+        p.error = ErrorCode.fenced_leader_epoch if p.leader_epoch < epoch else ErrorCode.unknown_leader_epoch
+        return False
+    if isolation is IsolationLevel.READ_COMMITTED:
+        p.aborted = ()
+        p.lso = ctx.fetcher.last_stable_offset(p.topic, p.partition)
+        return not p.lso <= p.offset <= plan.log_end  # at/past the LSO: empty, no error
+    return p.offset != plan.log_end  # at the end: empty, no error (the client waits)
+
+
+def _read_one(
+    ctx: EndpointContext, p: _Part, size: int, isolation: IsolationLevel, min_one: bool
+) -> FetchResult:
+    """The core's read (or its read-ahead result), then read-ahead of the next one."""
+    assert p.topic is not None
+    ahead = ctx.prefetch.take((p.topic, p.partition, p.offset, size, int(isolation)))
+    r = ahead.result() if ahead is not None else None
+    if r is None or (not min_one and len(r.records) > size):
+        r = ctx.fetcher.fetch(
+            p.topic, p.partition, p.offset, max_bytes=size, isolation=isolation, min_one_message=min_one
+        )
+    if r.records and r.next_offset < r.log_end:
+        ctx.prefetch.start((p.topic, p.partition, r.next_offset, size, int(isolation)))
+    return r
+
+
+def _apply(p: _Part, r: FetchResult) -> int:
+    p.records = r.records
+    p.hw = p.lso = r.log_end
+    if r.last_stable_offset is not None:
+        p.lso = r.last_stable_offset
+    p.log_start = r.log_start
+    p.aborted = r.aborted_transactions
+    return len(r.records)
+
+
+def _fail(p: _Part, e: RlmError) -> None:
+    if isinstance(e, FetchTimeoutError):
+        return  # Kafka's DelayedRemoteFetch expiry: empty records, no error
+    p.error = error_code_for(e)
+    p.hw = p.lso = p.log_start = -1
+
+
+def _read(ctx: EndpointContext, parts: list[_Part], max_bytes: int, isolation: IsolationLevel) -> int:
+    """Blocking: fill every partition; returns the bytes read.
+
+    When every partition's limit fits in the response limit (the usual case) the partitions are
+    read at once; otherwise one after another, each getting what the earlier ones left. Either
+    way the result is Kafka's: only the first partition with data may exceed its limit with
+    one oversized batch (``minOneMessage``).
+    """
+    todo = [p for p in parts if p.error is ErrorCode.none and p.topic is not None and not p.forward]
+    todo = [p for p in todo if _prepare(ctx, p, isolation)]
+    total = 0
+    if sum(max(1, p.max_bytes) for p in todo) <= max_bytes:
+        futs = [ctx.reads.submit(_read_one, ctx, p, max(1, p.max_bytes), isolation, True) for p in todo]
+        for p, fut in zip(todo, futs, strict=True):
+            try:
+                r = fut.result()
+            except RlmError as e:
+                _fail(p, e)
+                continue
+            if total and len(r.records) > max(1, p.max_bytes):
+                continue  # an oversized first batch after another partition's data: Kafka gives none
+            total += _apply(p, r)
+        return total
+    left = max_bytes
+    for p in todo:
+        if left <= 0:
+            break
+        try:
+            r = _read_one(ctx, p, max(1, min(p.max_bytes, left)), isolation, total == 0)
+        except RlmError as e:
+            _fail(p, e)
+            continue
+        n = _apply(p, r)
+        total += n
+        left -= n
+    return total
+
+
+async def handle_fetch(ctx: EndpointContext, req: Any, version: int, header: Any) -> Any:
+    cls = response_class(1, version)
+    if int(getattr(req, "session_id", 0)) != 0:
+        return make(
+            cls,
+            throttle_time=ZERO,
+            error_code=ErrorCode.fetch_session_id_not_found,
+            session_id=0,
+            responses=(),
+        )
+    isolation = IsolationLevel(int(getattr(req, "isolation_level", 0)) or 0)
+    max_bytes = int(getattr(req, "max_bytes", 0x7FFFFFFF))
+    max_wait_ms = min(int(req.max_wait.total_seconds() * 1000), _MAX_WAIT_CAP_MS)
+    deadline = time.monotonic() + max_wait_ms / 1000
+    catalog = await ctx.topics()
+    wanted = _wanted(req, catalog)
+    flat = [p for _, ps in wanted for p in ps]
+    if ctx.forwarder is not None:
+        await merged.route(ctx, flat)
+    got = await ctx.call(lambda: _read(ctx, flat, max_bytes, isolation))
+    tail = [p for p in flat if p.forward]
+    if tail:
+        await merged.forward(ctx, tail, isolation, 0 if got else max_wait_ms, max_bytes - got)
+    elif got < max(int(req.min_bytes), 1) and not any(p.error is not ErrorCode.none for p in flat):
+        remaining = deadline - time.monotonic()
+        if remaining > 0:
+            await asyncio.sleep(remaining)
+            await ctx.call(lambda: _read(ctx, flat, max_bytes, isolation))
+    return _response(cls, wanted, ctx.settings.node_id)
+
+
+def _response(cls: Any, wanted: list[tuple[Any, list[_Part]]], node: int) -> Any:
+    topic_cls = nested(cls, "FetchableTopicResponse")
+    part_cls = nested(cls, "PartitionData")
+    aborted_cls = nested(cls, "AbortedTransaction")
+    topics = []
+    for key, parts in wanted:
+        out = []
+        for p in parts:
+            aborted = (
+                None
+                if p.aborted is None
+                else tuple(
+                    make(aborted_cls, producer_id=a.producer_id, first_offset=a.first_offset)
+                    for a in p.aborted
+                )
+            )
+            out.append(
+                make(
+                    part_cls,
+                    partition_index=p.partition,
+                    error_code=p.error,
+                    high_watermark=p.hw,
+                    last_stable_offset=p.lso,
+                    log_start_offset=p.log_start,
+                    aborted_transactions=aborted,
+                    preferred_read_replica=-1,
+                    records=p.records,
+                )
+            )
+        topics.append(make(topic_cls, topic=key, topic_id=key, partitions=tuple(out)))
+    return make(cls, throttle_time=ZERO, error_code=ErrorCode.none, session_id=0, responses=tuple(topics))

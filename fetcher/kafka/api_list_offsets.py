@@ -1,0 +1,81 @@
+"""ListOffsets: earliest = remote log start, latest = remote log end (= HW = LSO), timestamps KIP-33.
+
+A timestamp later than every remote record answers offset -1 / timestamp -1 (Kafka's "no such
+record"); ``max timestamp`` (-3) is answered the same way: not supported here.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from fetcher.kafka.api_meta import ZERO
+from fetcher.kafka.codec import make, nested, response_class
+from fetcher.kafka.context import EndpointContext
+from fetcher.kafka.errors import error_code_for
+from fetcher.timestamps import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from rlm.errors import RlmError
+
+
+async def handle_list_offsets(ctx: EndpointContext, req: Any, version: int, header: Any) -> Any:
+    cls = response_class(2, version)
+    topic_cls = nested(cls, "ListOffsetsTopicResponse")
+    part_cls = nested(cls, "ListOffsetsPartitionResponse")
+    catalog = await ctx.topics()
+    topics = []
+    for t in req.topics:
+        entry = catalog.by_name.get(t.name)
+        parts = []
+        for p in t.partitions:
+            if entry is None or all(tp.partition != p.partition_index for tp in entry.partitions):
+                parts.append(
+                    make(
+                        part_cls,
+                        partition_index=p.partition_index,
+                        error_code=ErrorCode.unknown_topic_or_partition,
+                        timestamp=-1,
+                        offset=-1,
+                        leader_epoch=-1,
+                    )
+                )
+                continue
+            try:
+                offset, ts, epoch = await ctx.call(
+                    partial(_lookup, ctx, t.name, int(p.partition_index), int(p.timestamp),
+                            int(getattr(req, "isolation_level", 0) or 0) == 1)
+                )
+                code = ErrorCode.none
+            except RlmError as e:
+                offset, ts, epoch, code = -1, -1, -1, error_code_for(e)
+            parts.append(
+                make(
+                    part_cls,
+                    partition_index=p.partition_index,
+                    error_code=code,
+                    timestamp=ts,
+                    offset=offset,
+                    leader_epoch=epoch,
+                    old_style_offsets=(offset,),
+                )
+            )
+        topics.append(make(topic_cls, name=t.name, partitions=tuple(parts)))
+    return make(cls, throttle_time=ZERO, topics=tuple(topics))
+
+
+def _lookup(ctx: EndpointContext, topic: str, partition: int, timestamp: int,
+            read_committed: bool = False) -> tuple[int, int, int]:
+    plan = ctx.fetcher.plan(topic, partition)
+    if timestamp == LATEST_TIMESTAMP and read_committed and ctx.forwarder is None:
+        return ctx.fetcher.last_stable_offset(topic, partition), -1, max(plan.latest_epoch, -1)
+    if timestamp == EARLIEST_TIMESTAMP:
+        return plan.log_start, -1, plan.epoch_for_offset(plan.log_start)
+    if timestamp == LATEST_TIMESTAMP and ctx.forwarder is None:
+        return plan.log_end, -1, max(plan.latest_epoch, -1)  # the end of tiered history is the end
+    if timestamp < 0 and timestamp != LATEST_TIMESTAMP:
+        return -1, -1, -1
+    got = ctx.fetcher.offset_for_timestamp(topic, partition, timestamp)
+    if got is None:
+        return -1, -1, -1
+    return got.offset, got.timestamp, got.leader_epoch

@@ -1,0 +1,162 @@
+"""Frames <-> kio entities: request headers, response framing, version tables, error responses.
+
+kio (generated from Kafka's own message JSON) supplies one frozen dataclass per API, version
+and nested struct; this module only picks the right class for a frame and fills classes by field
+name, so the handlers can build one response for every version they support.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+import sys
+from dataclasses import MISSING, fields
+from typing import Any
+
+from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+from kio.static.protocol import Entity, RequestPayload, ResponsePayload
+
+API_VERSIONS_KEY = 18
+
+#: (api key) -> (min, max) version this endpoint answers; everything else is unsupported.
+SUPPORTED: dict[int, tuple[int, int]] = {
+    0: (3, 9),  # Produce: advertised for librdkafka's MsgVer2 feature, always refused
+    1: (4, 17),  # Fetch (topic ids from 13)
+    2: (1, 7),  # ListOffsets
+    3: (1, 12),  # Metadata
+    8: (2, 9),  # OffsetCommit
+    9: (1, 9),  # OffsetFetch (batched groups from 8)
+    10: (0, 4),  # FindCoordinator (batched keys from 4)
+    11: (2, 9),  # JoinGroup
+    12: (0, 4),  # Heartbeat
+    13: (0, 5),  # LeaveGroup (batched members from 3)
+    14: (0, 5),  # SyncGroup
+    18: (0, 3),  # ApiVersions
+}
+
+_HEAD = struct.Struct(">hhi")
+
+
+class FrameError(Exception):
+    """A request frame this endpoint cannot even answer (Kafka closes the connection then)."""
+
+
+def peek_header(frame: bytes) -> tuple[int, int, int]:
+    """(api key, api version, correlation id): the fixed start of every request header."""
+    if len(frame) < _HEAD.size:
+        raise FrameError(f"request of {len(frame)} bytes is shorter than a request header")
+    key, version, corr = _HEAD.unpack_from(frame)
+    return key, version, corr
+
+
+def request_class(key: int, version: int) -> type[RequestPayload] | None:
+    """kio's request class, or ``None`` when kio knows no such API/version."""
+    try:
+        return load_request_schema(key, version)
+    except (UnknownAPIKey, UnknownEntity):
+        return None
+
+
+def response_class(key: int, version: int) -> type[ResponsePayload]:
+    return load_response_schema(key, version)
+
+
+def decode_request(frame: bytes, cls: type[RequestPayload]) -> tuple[Any, RequestPayload]:
+    """(header, body) of a frame; raises :class:`FrameError` on bytes that do not parse."""
+    try:
+        header, n = entity_reader(cls.__header_schema__)(frame, 0)
+        body, m = entity_reader(cls)(frame, n)
+    except Exception as e:  # kio raises several types (struct, Unicode, its own) on bad bytes
+        raise FrameError(f"cannot decode {cls.__name__} v{cls.__version__}: {e}") from e
+    if n + m != len(frame):
+        raise FrameError(f"{cls.__name__} v{cls.__version__}: {len(frame) - n - m} trailing bytes")
+    return header, body
+
+
+def encode_response(correlation_id: int, resp: ResponsePayload) -> bytes:
+    """The whole response frame: size prefix, header (v0, or v1 with tagged fields), body."""
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    hcls = resp.__header_schema__
+    header: Any = hcls(correlation_id=correlation_id)  # type: ignore[arg-type]
+    entity_writer(hcls)(buf, header)
+    entity_writer(type(resp))(buf, resp)
+    out = buf.getbuffer()
+    struct.pack_into(">i", out, 0, len(out) - 4)
+    return bytes(out)
+
+
+def encode_request(req: RequestPayload, correlation_id: int, client_id: str) -> bytes:
+    """A request frame (size prefix, header v1/v2, body): the endpoint as a client of a broker."""
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    hcls: Any = req.__header_schema__
+    header = hcls(
+        request_api_key=req.__api_key__,
+        request_api_version=req.__version__,
+        correlation_id=correlation_id,
+        client_id=client_id,
+    )
+    entity_writer(hcls)(buf, header)
+    entity_writer(type(req))(buf, req)
+    out = buf.getbuffer()
+    struct.pack_into(">i", out, 0, len(out) - 4)
+    return bytes(out)
+
+
+def read_response(req_cls: type[RequestPayload], data: bytes) -> tuple[int, Any]:
+    """(correlation id, response) of a broker's response frame (without its size prefix)."""
+    cls = response_class(req_cls.__api_key__, req_cls.__version__)
+    header, n = entity_reader(cls.__header_schema__)(data, 0)
+    body, _ = entity_reader(cls)(data, n)
+    return int(header.correlation_id), body
+
+
+def nested(cls: type[Entity], name: str) -> type[Entity]:
+    """A nested struct class of the same API version as ``cls`` (kio defines them per module)."""
+    got = getattr(sys.modules[cls.__module__], name)
+    assert isinstance(got, type)
+    return got
+
+
+def has_field(cls: type[Entity], name: str) -> bool:
+    return name in cls.__dataclass_fields__
+
+
+def make(cls: type[Entity], **values: Any) -> Any:
+    """An instance of ``cls`` from the values it has fields for (other versions' fields dropped)."""
+    known = cls.__dataclass_fields__
+    return cls(**{k: v for k, v in values.items() if k in known})
+
+
+def error_response(cls: type[ResponsePayload], code: ErrorCode) -> ResponsePayload:
+    """A response of ``cls`` with every error field at top level set to ``code`` and every list
+    empty: what Kafka's ``getErrorResponse`` looks like for a request this endpoint refuses."""
+    values: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.default is not MISSING or f.default_factory is not MISSING:
+            if f.name == "error_code":
+                values[f.name] = code
+            continue
+        kind = f.metadata.get("kafka_type")
+        if f.name == "error_code" or kind == "error_code":
+            values[f.name] = code
+        elif kind in ("string",):
+            values[f.name] = None if "None" in str(f.type) else ""
+        elif kind in ("timedelta_i32", "timedelta_i64"):
+            import datetime
+
+            values[f.name] = datetime.timedelta(0)
+        elif kind in ("int8", "int16", "int32", "int64", "uint16", "uint32", "float64"):
+            values[f.name] = 0
+        elif kind == "bool":
+            values[f.name] = False
+        elif kind == "bytes" or kind == "records":
+            values[f.name] = None if "None" in str(f.type) else b""
+        elif kind == "uuid":
+            values[f.name] = None
+        else:  # arrays and structs: nothing to echo
+            values[f.name] = () if "tuple" in str(f.type) else None
+    return cls(**values)

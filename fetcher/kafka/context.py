@@ -1,0 +1,139 @@
+"""What every handler shares: settings, the read core, the catalog of tiered topics, offsets, groups.
+
+The read core is blocking (remote GETs on its reader pool), so handlers reach it through
+:meth:`EndpointContext.call`, which runs it on a small executor and keeps the event loop free
+for other connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from fetcher.core import RemoteFetcher
+from fetcher.kafka.forward import BrokerForwarder
+from fetcher.kafka.groups import GroupCoordinator
+from fetcher.kafka.offset_store import OffsetStore
+from fetcher.kafka.prefetch import Prefetcher
+from rlm.config import ReadConfig
+from rlm.errors import ConfigError
+from rlm.types import TopicIdPartition
+
+T = TypeVar("T")
+
+_CATALOG_TTL_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerSettings:
+    """Where the endpoint listens, what it advertises, and its limits."""
+
+    host: str = "127.0.0.1"
+    port: int = 9466
+    advertised_host: str | None = None
+    node_id: int = 0
+    max_connections: int = 256
+    max_request_bytes: int = 100 * 1024 * 1024
+    max_in_flight: int = 8
+    idle_timeout_ms: int = 600_000
+    cluster_id: str = "rlm-remote-tier"
+    merged: bool | None = (
+        None  # forward reads at/above the broker's local log start; None: when one is configured
+    )
+
+    @classmethod
+    def from_read_config(
+        cls, rc: ReadConfig, host: str | None = None, port: int | None = None
+    ) -> ListenerSettings:
+        return cls(
+            host=host or rc.kafka_host,
+            port=rc.kafka_port if port is None else port,
+            advertised_host=rc.kafka_advertised_host,
+            node_id=rc.kafka_node_id,
+            max_connections=rc.kafka_max_connections,
+            max_request_bytes=rc.kafka_max_request_bytes,
+            max_in_flight=rc.kafka_max_in_flight,
+            idle_timeout_ms=rc.kafka_idle_timeout_ms,
+            merged=None if rc.kafka_merged else False,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TopicEntry:
+    name: str
+    topic_id: uuid.UUID
+    partitions: tuple[TopicIdPartition, ...]
+
+
+class Catalog:
+    """Tiered topics by name and by id, refreshed at most once a second."""
+
+    def __init__(self, fetcher: RemoteFetcher) -> None:
+        self._fetcher = fetcher
+        self._at = -1.0
+        self.by_name: dict[str, TopicEntry] = {}
+        self.by_id: dict[uuid.UUID, TopicEntry] = {}
+
+    def refresh(self) -> Catalog:
+        """Blocking (reads metadata): call it through :meth:`EndpointContext.call`."""
+        now = time.monotonic()
+        if now - self._at < _CATALOG_TTL_S:
+            return self
+        by_name: dict[str, TopicEntry] = {}
+        for name, tps in self._fetcher.topics().items():
+            if tps:
+                by_name[name] = TopicEntry(name, uuid.UUID(bytes=tps[0].topic_id.raw), tuple(tps))
+        self.by_name = by_name
+        self.by_id = {e.topic_id: e for e in by_name.values()}
+        self._at = now
+        return self
+
+
+class EndpointContext:
+    """Shared state of one listener."""
+
+    def __init__(self, fetcher: RemoteFetcher, settings: ListenerSettings, state_dir: Path) -> None:
+        self.fetcher = fetcher
+        self.settings = settings
+        self.catalog = Catalog(fetcher)
+        self.offsets = OffsetStore(state_dir / "committed-offsets.json")
+        self.groups = GroupCoordinator()
+        self.advertised_port = settings.port
+        merged = settings.merged if settings.merged is not None else fetcher.broker is not None
+        if merged and fetcher.broker is None:
+            raise ConfigError("merged mode needs bootstrap_servers (the broker to forward the live tail to)")
+        self.forwarder = (
+            BrokerForwarder(fetcher.broker.bootstrap_servers) if merged and fetcher.broker else None
+        )
+        self._executor = ThreadPoolExecutor(
+            max_workers=max(2, fetcher.read_config.reader_threads), thread_name_prefix="kafka-endpoint"
+        )
+        # partition reads of one Fetch and read-ahead run here, never on the executor above that
+        # waits for them (no pool waits on itself)
+        self.reads = ThreadPoolExecutor(
+            max_workers=max(2, fetcher.read_config.reader_threads), thread_name_prefix="kafka-endpoint-read"
+        )
+        self.prefetch = Prefetcher(fetcher, self.reads, max(fetcher.read_config.chunk_cache_bytes, 16 << 20))
+
+    @property
+    def advertised_host(self) -> str:
+        host = self.settings.advertised_host or self.settings.host
+        return "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
+
+    async def call(self, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
+    async def topics(self) -> Catalog:
+        return await self.call(self.catalog.refresh)
+
+    def close(self) -> None:
+        if self.forwarder is not None:
+            self.forwarder.close()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        self.reads.shutdown(wait=False, cancel_futures=True)

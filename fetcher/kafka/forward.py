@@ -1,0 +1,221 @@
+"""Merged mode: Fetches at or above the broker's local log start go to the partition's leader.
+
+With ``bootstrap_servers`` configured, one bootstrap address gives the whole log: offsets below
+the broker's local log start come from the remote tier, the rest (and the live tail) from the
+leader, whose partition data (records, high watermark, LSO, aborted transactions) is passed
+through as is. The endpoint talks to brokers with the same kio codec: Metadata v12 to find
+leaders, Fetch v12 (topic names, no fetch session) to forward. Broker connections are pooled,
+one request in flight each, so a long-polling tail fetch never delays another client's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import struct
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12 import request as fetch_req
+from kio.schema.list_offsets.v7 import request as lo_req
+from kio.schema.metadata.v12 import request as md_req
+
+from fetcher.kafka.codec import encode_request, make, read_response
+
+log = structlog.get_logger(__name__)
+
+_LEADER_TTL_S = 30.0
+_LOCAL_START_TTL_S = 2.0
+
+
+@dataclass(slots=True)
+class Forwarded:
+    """One partition's answer from its leader."""
+
+    error: ErrorCode
+    high_watermark: int
+    last_stable_offset: int
+    log_start: int
+    records: bytes
+    aborted: tuple[tuple[int, int], ...] | None
+
+
+class _BrokerConn:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.corr = 0
+
+    async def call(self, req: Any, timeout_s: float) -> Any:
+        self.corr += 1
+        self.writer.write(encode_request(req, self.corr, "rlm-kafka-endpoint"))
+        await self.writer.drain()
+        head = await asyncio.wait_for(self.reader.readexactly(4), timeout_s)
+        (size,) = struct.unpack(">i", head)
+        data = await asyncio.wait_for(self.reader.readexactly(size), timeout_s)
+        corr, resp = read_response(type(req), data)
+        if corr != self.corr:
+            raise ConnectionError(f"broker answered correlation id {corr}, expected {self.corr}")
+        return resp
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class BrokerForwarder:
+    """Leaders, local log starts and forwarded fetches (used from the event loop only)."""
+
+    def __init__(self, bootstrap_servers: str, timeout_s: float = 30.0) -> None:
+        self.bootstrap = [_host_port(b) for b in bootstrap_servers.split(",") if b.strip()]
+        self.timeout_s = timeout_s
+        self._idle: dict[tuple[str, int], list[_BrokerConn]] = {}
+        self._leaders: dict[tuple[str, int], tuple[float, tuple[str, int]]] = {}
+        self._local_start: dict[tuple[str, int], tuple[float, int]] = {}
+
+    async def _conn(self, addr: tuple[str, int]) -> _BrokerConn:
+        idle = self._idle.get(addr)
+        if idle:
+            return idle.pop()
+        r, w = await asyncio.wait_for(asyncio.open_connection(*addr), self.timeout_s)
+        return _BrokerConn(r, w)
+
+    async def _call(self, addr: tuple[str, int], req: Any, timeout_s: float) -> Any:
+        conn = await self._conn(addr)
+        try:
+            resp = await conn.call(req, timeout_s)
+        except BaseException:
+            conn.close()
+            raise
+        self._idle.setdefault(addr, []).append(conn)
+        return resp
+
+    async def leader(self, topic: str, partition: int) -> tuple[str, int]:
+        hit = self._leaders.get((topic, partition))
+        if hit is not None and time.monotonic() - hit[0] < _LEADER_TTL_S:
+            return hit[1]
+        req = make(
+            md_req.MetadataRequest,
+            topics=(make(md_req.MetadataRequestTopic, topic_id=None, name=topic),),
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
+        last: Exception | None = None
+        for addr in self.bootstrap:
+            try:
+                md = await self._call(addr, req, self.timeout_s)
+                break
+            except (OSError, TimeoutError, asyncio.IncompleteReadError) as e:
+                last = e
+        else:
+            raise ConnectionError(f"no bootstrap broker of {self.bootstrap} answered Metadata: {last}")
+        brokers = {b.node_id: (b.host, int(b.port)) for b in md.brokers}
+        now = time.monotonic()
+        for t in md.topics:
+            for p in t.partitions:
+                if p.leader_id in brokers:
+                    self._leaders[(t.name, p.partition_index)] = (now, brokers[p.leader_id])
+        hit = self._leaders.get((topic, partition))
+        if hit is None:
+            raise ConnectionError(f"{topic}-{partition}: no leader in the broker's Metadata")
+        return hit[1]
+
+    async def local_log_start(self, topic: str, partition: int) -> int:
+        """The broker's log start offset (below it only the remote tier has records); cached
+        for a moment, refreshed from every forwarded fetch."""
+        hit = self._local_start.get((topic, partition))
+        if hit is not None and time.monotonic() - hit[0] < _LOCAL_START_TTL_S:
+            return hit[1]
+        addr = await self.leader(topic, partition)
+        req = make(
+            lo_req.ListOffsetsRequest,
+            replica_id=-1,
+            isolation_level=0,
+            topics=(
+                make(
+                    lo_req.ListOffsetsTopic,
+                    name=topic,
+                    partitions=(
+                        make(
+                            lo_req.ListOffsetsPartition,
+                            partition_index=partition,
+                            current_leader_epoch=-1,
+                            timestamp=-2,
+                        ),
+                    ),
+                ),
+            ),
+        )
+        resp = await self._call(addr, req, self.timeout_s)
+        p = resp.topics[0].partitions[0]
+        if p.error_code is not ErrorCode.none:
+            self._leaders.pop((topic, partition), None)
+            raise ConnectionError(f"broker ListOffsets for {topic}-{partition}: {p.error_code.name}")
+        self._local_start[(topic, partition)] = (time.monotonic(), int(p.offset))
+        return int(p.offset)
+
+    async def fetch(
+        self, topic: str, partition: int, offset: int, max_bytes: int, isolation: int, max_wait_ms: int
+    ) -> Forwarded:
+        """One partition's Fetch at its leader; a leader change is retried once."""
+        for attempt in (0, 1):
+            addr = await self.leader(topic, partition)
+            part = make(
+                fetch_req.FetchPartition,
+                partition=partition,
+                current_leader_epoch=-1,
+                fetch_offset=offset,
+                last_fetched_epoch=-1,
+                log_start_offset=-1,
+                partition_max_bytes=max_bytes,
+            )
+            req = make(
+                fetch_req.FetchRequest,
+                replica_id=-1,
+                max_wait=datetime.timedelta(milliseconds=max_wait_ms),
+                min_bytes=1,
+                max_bytes=max_bytes,
+                isolation_level=isolation,
+                session_id=0,
+                session_epoch=-1,
+                topics=(make(fetch_req.FetchTopic, topic=topic, partitions=(part,)),),
+                forgotten_topics_data=(),
+                rack_id="",
+            )
+            resp = await self._call(addr, req, self.timeout_s + max_wait_ms / 1000)
+            p = resp.responses[0].partitions[0]
+            if (
+                p.error_code in (ErrorCode.not_leader_or_follower, ErrorCode.unknown_topic_or_partition)
+                and attempt == 0
+            ):
+                self._leaders.pop((topic, partition), None)
+                continue
+            if p.error_code is ErrorCode.none:
+                self._local_start[(topic, partition)] = (time.monotonic(), int(p.log_start_offset))
+            aborted = (
+                None
+                if p.aborted_transactions is None
+                else tuple((int(a.producer_id), int(a.first_offset)) for a in p.aborted_transactions)
+            )
+            return Forwarded(
+                p.error_code,
+                int(p.high_watermark),
+                int(p.last_stable_offset),
+                int(p.log_start_offset),
+                bytes(p.records or b""),
+                aborted,
+            )
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        for conns in self._idle.values():
+            for c in conns:
+                c.close()
+        self._idle.clear()
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    host, _, port = text.strip().rpartition(":")
+    return host.strip("[]"), int(port)

@@ -1,0 +1,283 @@
+"""The listener: asyncio connections, Kafka framing, limits, ordered pipelined responses.
+
+One connection = one reader loop and one writer loop. The reader takes a frame (4-byte size,
+then the request), checks it against the limits and starts its handler; at most
+``max_in_flight`` handlers per connection run at once (further requests stay unread in the
+socket: back-pressure), and the writer sends responses strictly in request order, as Kafka does.
+
+What closes a connection, as on a broker: a size prefix below a request header or above
+``max_request_bytes``, a request that does not parse, an API key no Kafka version knows, a
+version of a known API that the codec cannot even frame an error for, a connection idle (or a
+request or response stalled) longer than ``idle_timeout_ms``, and connections beyond
+``max_connections`` (closed on accept). Everything else gets an answer: a supported API its
+response, any other API or version the UNSUPPORTED_VERSION error response, ApiVersions of an
+unknown version the KIP-511 v0 answer.
+
+TLS: pass an ``ssl.SSLContext`` (asyncio wraps the stream; nothing else changes). SASL would
+be two more handlers (SaslHandshake, SaslAuthenticate) plus a per-connection ``authenticated``
+flag checked in :meth:`Connection._answer` before dispatching anything but ApiVersions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+import struct
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import structlog
+from kio.schema.errors import ErrorCode
+
+from fetcher.core import RemoteFetcher
+from fetcher.kafka.api_coordinator import handle_find_coordinator, handle_offset_commit, handle_offset_fetch
+from fetcher.kafka.api_fetch import handle_fetch
+from fetcher.kafka.api_groups import (
+    handle_heartbeat,
+    handle_join_group,
+    handle_leave_group,
+    handle_sync_group,
+)
+from fetcher.kafka.api_list_offsets import handle_list_offsets
+from fetcher.kafka.api_meta import api_versions_response, handle_api_versions, handle_metadata
+from fetcher.kafka.api_produce import handle_produce
+from fetcher.kafka.codec import (
+    API_VERSIONS_KEY,
+    SUPPORTED,
+    FrameError,
+    decode_request,
+    encode_response,
+    error_response,
+    peek_header,
+    request_class,
+    response_class,
+)
+from fetcher.kafka.context import EndpointContext, ListenerSettings
+
+log = structlog.get_logger(__name__)
+
+Handler = Callable[[EndpointContext, Any, int, Any], Awaitable[Any]]
+
+HANDLERS: dict[int, Handler] = {
+    0: handle_produce,
+    1: handle_fetch,
+    2: handle_list_offsets,
+    3: handle_metadata,
+    8: handle_offset_commit,
+    9: handle_offset_fetch,
+    10: handle_find_coordinator,
+    11: handle_join_group,
+    12: handle_heartbeat,
+    13: handle_leave_group,
+    14: handle_sync_group,
+    18: handle_api_versions,
+}
+assert set(HANDLERS) == set(SUPPORTED)
+
+_SIZE = struct.Struct(">i")
+_MIN_REQUEST = 8  # api key, version, correlation id
+
+
+class KafkaEndpoint:
+    """A read-only Kafka broker over the remote tier. ``await start()``, ``await stop()``."""
+
+    def __init__(
+        self,
+        fetcher: RemoteFetcher,
+        settings: ListenerSettings,
+        state_dir: Path,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self.settings = settings
+        self.ctx = EndpointContext(fetcher, settings, state_dir)
+        self._ssl = ssl_context
+        self._server: asyncio.Server | None = None
+        self._conns: set[asyncio.Task[None]] = set()
+        self.port = settings.port
+
+    async def start(self) -> KafkaEndpoint:
+        self._server = await asyncio.start_server(
+            self._accept, self.settings.host, self.settings.port, ssl=self._ssl, limit=1 << 16
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        if self.settings.port == 0 or self.ctx.advertised_port == 0:
+            self.ctx.advertised_port = self.port
+        log.info(
+            "kafka_endpoint_started",
+            host=self.settings.host,
+            port=self.port,
+            advertised=f"{self.ctx.advertised_host}:{self.ctx.advertised_port}",
+        )
+        return self
+
+    @property
+    def connections(self) -> int:
+        return len(self._conns)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for t in list(self._conns):
+            t.cancel()
+        if self._conns:
+            await asyncio.gather(*self._conns, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+        self.ctx.close()
+        log.info("kafka_endpoint_stopped", port=self.port)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        if len(self._conns) >= self.settings.max_connections:
+            log.warning(
+                "kafka_connection_refused",
+                peer=str(peer),
+                reason="max_connections",
+                limit=self.settings.max_connections,
+            )
+            writer.close()
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        self._conns.add(task)
+        try:
+            await Connection(self.ctx, reader, writer, str(peer)).run()
+        except asyncio.CancelledError:
+            pass  # stop(): asyncio's stream callback would otherwise report the cancellation
+        finally:
+            self._conns.discard(task)
+
+
+class _Close(Exception):
+    """Close this connection (the reason is logged where raised)."""
+
+
+class Connection:
+    """One client connection: a reader loop feeding ordered handler tasks to a writer loop."""
+
+    def __init__(
+        self, ctx: EndpointContext, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str
+    ) -> None:
+        self.ctx = ctx
+        self.reader = reader
+        self.writer = writer
+        self.peer = peer
+        s = ctx.settings
+        self.idle_s = s.idle_timeout_ms / 1000
+        self.slots = asyncio.Semaphore(s.max_in_flight)
+        self.pending: asyncio.Queue[asyncio.Task[bytes] | None] = asyncio.Queue()
+
+    async def run(self) -> None:
+        writer_task = asyncio.create_task(self._write_loop())
+        try:
+            while not writer_task.done():
+                await self.slots.acquire()
+                frame = await self._read_frame()
+                if frame is None:
+                    break
+                await self.pending.put(asyncio.create_task(self._answer(frame)))
+        except (_Close, ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except TimeoutError:
+            log.info(
+                "kafka_connection_idle_closed", peer=self.peer, idle_ms=self.ctx.settings.idle_timeout_ms
+            )
+        finally:
+            await self.pending.put(None)
+            with contextlib.suppress(Exception):
+                await writer_task
+            self.writer.close()
+            with contextlib.suppress(Exception):
+                await self.writer.wait_closed()
+
+    async def _read_frame(self) -> bytes | None:
+        try:
+            head = await asyncio.wait_for(self.reader.readexactly(4), self.idle_s)
+        except asyncio.IncompleteReadError as e:
+            if e.partial:
+                log.warning("kafka_request_truncated", peer=self.peer, got=len(e.partial), expected=4)
+            return None
+        (size,) = _SIZE.unpack(head)
+        if size < _MIN_REQUEST or size > self.ctx.settings.max_request_bytes:
+            log.warning(
+                "kafka_request_size_refused",
+                peer=self.peer,
+                size=size,
+                max=self.ctx.settings.max_request_bytes,
+            )
+            raise _Close
+        try:
+            return await asyncio.wait_for(self.reader.readexactly(size), self.idle_s)
+        except asyncio.IncompleteReadError as e:
+            log.warning("kafka_request_truncated", peer=self.peer, got=len(e.partial), expected=size)
+            raise _Close from None
+
+    async def _write_loop(self) -> None:
+        while True:
+            task = await self.pending.get()
+            if task is None:
+                return
+            try:
+                data = await task
+            except _Close:
+                self._drain_pending()
+                self.writer.close()
+                self.slots.release()
+                return
+            self.writer.write(data)
+            try:
+                await asyncio.wait_for(self.writer.drain(), self.idle_s)
+            except (TimeoutError, ConnectionError) as e:
+                if isinstance(e, TimeoutError):
+                    log.warning("kafka_response_stalled", peer=self.peer, bytes=len(data))
+                self._drain_pending()
+                self.writer.transport.abort()
+                self.slots.release()
+                return
+            self.slots.release()
+
+    def _drain_pending(self) -> None:
+        while not self.pending.empty():
+            t = self.pending.get_nowait()
+            if t is not None:
+                t.cancel()
+        self.reader.feed_eof()
+
+    async def _answer(self, frame: bytes) -> bytes:
+        """The response frame for one request; raises :class:`_Close` when Kafka would close."""
+        try:
+            key, version, corr = peek_header(frame)
+        except FrameError as e:
+            log.warning("kafka_request_invalid", peer=self.peer, error=str(e))
+            raise _Close from None
+        lo_hi = SUPPORTED.get(key)
+        if key == API_VERSIONS_KEY and lo_hi is not None and not lo_hi[0] <= version <= lo_hi[1]:
+            return encode_response(corr, api_versions_response(0, ErrorCode.unsupported_version))
+        cls = request_class(key, version)
+        if cls is None:
+            log.warning("kafka_request_unknown", peer=self.peer, api_key=key, api_version=version)
+            raise _Close
+        if lo_hi is None or not lo_hi[0] <= version <= lo_hi[1]:
+            log.info("kafka_request_unsupported", peer=self.peer, api_key=key, api_version=version)
+            return encode_response(
+                corr, error_response(response_class(key, version), ErrorCode.unsupported_version)
+            )
+        try:
+            header, body = decode_request(frame, cls)
+        except FrameError as e:
+            log.warning(
+                "kafka_request_invalid", peer=self.peer, api_key=key, api_version=version, error=str(e)
+            )
+            raise _Close from None
+        try:
+            resp = await HANDLERS[key](self.ctx, body, version, header)
+            return encode_response(corr, resp)
+        except Exception as e:
+            log.exception(
+                "kafka_handler_failed", peer=self.peer, api_key=key, api_version=version, error=str(e)
+            )
+            return encode_response(
+                corr, error_response(response_class(key, version), ErrorCode.unknown_server_error)
+            )

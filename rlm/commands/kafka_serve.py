@@ -1,0 +1,86 @@
+"""``rlm kafka-serve --config FILE [--listener HOST:PORT]``: the read-only Kafka-protocol endpoint.
+
+Any Kafka client reads tiered history by setting ``bootstrap.servers`` to the listener
+(default ``read.kafka_host``:``read.kafka_port``, 127.0.0.1:9466). SIGTERM/SIGINT stop it
+(exit status 0). ``rlm serve --kafka-listener`` starts the same listener with
+:func:`start_kafka_listener` beside the HTTP API.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING
+
+import structlog
+
+from rlm.config import load_config
+from rlm.errors import ConfigError
+
+if TYPE_CHECKING:
+    from fetcher.core import RemoteFetcher
+    from fetcher.kafka.runner import EndpointThread
+
+log = structlog.get_logger(__name__)
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "kafka-serve",
+        help="serve tiered history over the Kafka protocol (read-only)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--config", "-c", type=Path, help="YAML or TOML configuration file (RLM_* env overrides)")
+    p.add_argument("--listener", metavar="HOST:PORT", help="bind address (default from read.kafka_host/port)")
+    p.set_defaults(func=run)
+
+
+def parse_listener(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` too) -> (host, port)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"--kafka-listener/--listener must be HOST:PORT, got {text!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def start_kafka_listener(fetcher: RemoteFetcher, host: str | None = None, port: int | None = None,
+                         state_dir: Path | None = None) -> EndpointThread:
+    """Start the listener on its own thread; the handle's ``close()`` stops it, ``port`` is bound.
+
+    Limits and the advertised address come from ``fetcher.read_config`` (``read.kafka_*``);
+    committed offsets go to ``state_dir`` (default: the fetcher's work dir, ``kafka-endpoint/``).
+    """
+    from fetcher.kafka import EndpointThread, ListenerSettings
+
+    settings = ListenerSettings.from_read_config(fetcher.read_config, host, port)
+    return EndpointThread(fetcher, settings, state_dir or fetcher.work_dir / "kafka-endpoint")
+
+
+def run(args: argparse.Namespace) -> int:
+    from fetcher.core import RemoteFetcher
+    from rlm.daemon.logs import configure_logging
+
+    config = load_config(args.config)
+    configure_logging(config.log_format, config.log_level)
+    host, port = parse_listener(args.listener) if args.listener else (None, None)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("shutdown_requested", signal=signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    with RemoteFetcher.from_config(config) as fetcher:
+        handle = start_kafka_listener(fetcher, host, port)
+        print(f"kafka endpoint listening on {handle.bootstrap}", flush=True)
+        try:
+            while not stop.wait(1.0):
+                pass
+        finally:
+            handle.close()
+    return 0

@@ -1,0 +1,156 @@
+"""The endpoint's own coordinator on the wire: single-member groups and offsets that outlive it."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode
+
+from fetcher.kafka import EndpointThread, ListenerSettings
+from tests.kafka_endpoint.conftest import TOPIC, Served
+from tests.kafka_endpoint.test_bad_input import _connect, _frame, _response
+
+
+def _call(s: Any, key: int, version: int, corr: int, **fields: Any) -> Any:
+    cls = load_request_schema(key, version)
+    mod = __import__(cls.__module__, fromlist=["x"])
+    s.sendall(_frame(key, version, corr, cls(**{k: v(mod) if callable(v) else v for k, v in fields.items()})))
+    got_corr, body = _response(s, key, version)
+    assert got_corr == corr
+    return body
+
+
+def _join(s: Any, corr: int, group: str, member: str = "") -> Any:
+    return _call(
+        s,
+        11,
+        5,
+        corr,
+        group_id=group,
+        session_timeout=datetime.timedelta(seconds=30),
+        rebalance_timeout=datetime.timedelta(seconds=30),
+        member_id=member,
+        group_instance_id=None,
+        protocol_type="consumer",
+        protocols=lambda m: (m.JoinGroupRequestProtocol(name="range", metadata=b"\x00\x01"),),
+    )
+
+
+def test_single_member_group_lifecycle(served: Served) -> None:
+    with _connect(served.endpoint.port) as a, _connect(served.endpoint.port) as b:
+        ja = _join(a, 1, "solo")
+        assert ja.error_code == ErrorCode.none and ja.leader == ja.member_id and ja.generation_id >= 1
+        assert [m.member_id for m in ja.members] == [ja.member_id]
+        jb = _join(b, 2, "solo")  # the first member is alive: no second member
+        assert jb.error_code == ErrorCode.group_max_size_reached
+        sync = _call(
+            a,
+            14,
+            3,
+            3,
+            group_id="solo",
+            generation_id=ja.generation_id,
+            member_id=ja.member_id,
+            group_instance_id=None,
+            assignments=lambda m: (m.SyncGroupRequestAssignment(member_id=ja.member_id, assignment=b"plan"),),
+        )
+        assert sync.error_code == ErrorCode.none and sync.assignment == b"plan"
+        hb = _call(
+            a,
+            12,
+            3,
+            4,
+            group_id="solo",
+            generation_id=ja.generation_id,
+            member_id=ja.member_id,
+            group_instance_id=None,
+        )
+        assert hb.error_code == ErrorCode.none
+        stale = _call(
+            a,
+            12,
+            3,
+            5,
+            group_id="solo",
+            generation_id=ja.generation_id - 1,
+            member_id=ja.member_id,
+            group_instance_id=None,
+        )
+        assert stale.error_code == ErrorCode.illegal_generation
+        left = _call(
+            a,
+            13,
+            3,
+            6,
+            group_id="solo",
+            members=lambda m: (m.MemberIdentity(member_id=ja.member_id, group_instance_id=None),),
+        )
+        assert [x.error_code for x in left.members] == [ErrorCode.none]
+        jb = _join(b, 7, "solo")  # now the group is free
+        assert jb.error_code == ErrorCode.none and jb.generation_id == ja.generation_id + 1
+
+
+def test_committed_offsets_survive_a_restart(served: Served) -> None:
+    state = served.work / "restart-state"
+    settings = ListenerSettings(port=0, merged=False)
+    with EndpointThread(served.fetcher, settings, state) as ep, _connect(ep.port) as s:
+        commit = _call(
+            s,
+            8,
+            8,
+            1,
+            group_id="keep",
+            generation_id_or_member_epoch=-1,
+            member_id="",
+            group_instance_id=None,
+            topics=lambda m: (
+                m.OffsetCommitRequestTopic(
+                    name=TOPIC,
+                    partitions=(
+                        m.OffsetCommitRequestPartition(
+                            partition_index=1,
+                            committed_offset=1234,
+                            committed_leader_epoch=0,
+                            committed_metadata="m",
+                        ),
+                    ),
+                ),
+            ),
+        )
+        assert [p.error_code for t in commit.topics for p in t.partitions] == [ErrorCode.none]
+    with EndpointThread(served.fetcher, settings, state) as ep, _connect(ep.port) as s:
+        got = _call(
+            s,
+            9,
+            8,
+            2,
+            require_stable=False,
+            groups=lambda m: (
+                m.OffsetFetchRequestGroup(
+                    group_id="keep",
+                    topics=(m.OffsetFetchRequestTopics(name=TOPIC, partition_indexes=(1, 0)),),
+                ),
+            ),
+        )
+        rows = {
+            p.partition_index: (p.committed_offset, p.metadata)
+            for g in got.groups
+            for t in g.topics
+            for p in t.partitions
+        }
+        assert rows == {1: (1234, "m"), 0: (-1, "")}
+        v1 = _call(
+            s,
+            9,
+            1,
+            3,
+            group_id="keep",
+            topics=lambda m: (m.OffsetFetchRequestTopic(name=TOPIC, partition_indexes=(1,)),),
+        )
+        assert [p.committed_offset for t in v1.topics for p in t.partitions] == [1234]
+        coord = _call(s, 10, 4, 4, key_type=0, coordinator_keys=("keep",))
+        assert [(c.node_id, c.port, c.error_code) for c in coord.coordinators] == [
+            (0, ep.port, ErrorCode.none)
+        ]
