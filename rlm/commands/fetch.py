@@ -173,7 +173,7 @@ def fetch(args: argparse.Namespace) -> int:
             print(f"rlm: {args.topic}-{args.partition}: the first record at or after that time is offset "
                   f"{start}, past the remote end {plan.log_end}: the broker serves it", file=sys.stderr)
             return 0
-        plan.index_of(start)  # outside the remote range → OffsetOutOfRangeError, exit 2
+        plan.index_of(start)  # outside the remote range → OffsetOutOfRangeError, exit 1
         writer = {"json": _json, "raw": _raw, "arrow": _arrow}[args.format]
         try:
             writer(f, args, start, end, progress)

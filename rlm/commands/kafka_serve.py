@@ -62,7 +62,7 @@ def start_kafka_listener(fetcher: RemoteFetcher, host: str | None = None, port: 
 
 def run(args: argparse.Namespace) -> int:
     from fetcher.core import RemoteFetcher
-    from rlm.daemon.logs import configure_logging
+    from rlm.daemon.logging_setup import configure_logging
 
     config = load_config(args.config)
     configure_logging(config.log_format, config.log_level)

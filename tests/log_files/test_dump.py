@@ -1,4 +1,4 @@
-"""``rlm dump``: one JSON object per record/entry for every file type; exit 2 with one stderr
+"""``rlm dump``: one JSON object per record/entry for every file type; exit 1 with one stderr
 line ``rlm: error: <path>: <byte position>: <what>`` on a corrupt or truncated file."""
 
 from __future__ import annotations
