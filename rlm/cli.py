@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "rlm.commands.run",
     "rlm.commands.status",
     "rlm.commands.demo",
+    "rlm.commands.backfill",
 )
 
 

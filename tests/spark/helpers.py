@@ -23,7 +23,7 @@ _TOPIC_IDS: dict[str, KafkaUuid] = {}
 
 
 def write_mixed(log_dir: Path, topic: str, partition: int, batches: int, *, seg_bytes: int = 64 * 1024,
-                epoch_change_at: int | None = None) -> TopicIdPartition:
+                epoch_change_at: int | None = None, step_ms: int = 10) -> TopicIdPartition:
     """Plain, zstd, headers, committed and aborted transactions, explicit (non-monotonic) timestamps."""
     tid = _TOPIC_IDS.setdefault(topic, KafkaUuid.random())
     w = PartitionWriter(log_dir / f"{topic}-{partition}", topic_id=tid,
@@ -31,7 +31,7 @@ def write_mixed(log_dir: Path, topic: str, partition: int, batches: int, *, seg_
     for b in range(batches):
         if epoch_change_at is not None and b == epoch_change_at:
             w.set_leader_epoch(3)
-        ts = T0 + 10 * b - (25 if b % 7 == 6 else 0)
+        ts = T0 + step_ms * b - (25 if b % 7 == 6 else 0)
         hdrs: tuple[tuple[str, bytes | None], ...] = ()
         if b % 3 == 0:
             hdrs = (("h", f"{b}".encode()), ("n", None))
