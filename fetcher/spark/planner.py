@@ -23,6 +23,7 @@ from fetcher.core import RemoteFetcher
 from fetcher.planning import PartitionPlan, PlannedSegment
 from fetcher.scan import ScanRange
 from fetcher.spark.options import EARLIEST, LATEST, SourceOptions
+from fetcher.timestamps import offset_for_timestamp
 from rlm.config import DaemonConfig, load_config
 from rlm.errors import ConfigError, OffsetOutOfRangeError
 from rlm.types import TopicIdPartition
@@ -122,7 +123,9 @@ def selected_partitions(fetcher: RemoteFetcher, opts: SourceOptions,
 
 
 def _ts_offset(fetcher: RemoteFetcher, tp: TopicIdPartition, ts: int) -> int | None:
-    ans = fetcher.offset_for_timestamp(tp.topic, tp.partition, ts)
+    """KIP-33 lookup in the remote log, on this thread: planning is bulk work, not a consumer's
+    request, so it does not go through the reader pool and its short wait budget."""
+    ans = offset_for_timestamp(fetcher.plan(tp), ts, fetcher.reader, fetcher.indexes)
     return None if ans is None else ans.offset
 
 

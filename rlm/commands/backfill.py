@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import datetime as dt
 import os
+import re
 import sys
 import threading
 import time
@@ -172,6 +173,13 @@ def _bytes(spark: Any, files: list[str]) -> int:
     return total
 
 
+def _cause(e: BaseException) -> str:
+    """The line that says what went wrong: the innermost Python error Spark relayed, if any."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    errors = [ln for ln in lines if re.match(r"^[\w.]+(Error|Exception): ", ln) and not ln.startswith("at ")]
+    return errors[-1] if errors else (lines[0] if lines else type(e).__name__)
+
+
 def backfill(args: argparse.Namespace, spark: Any = None) -> int:
     own = spark is None
     if own:
@@ -182,8 +190,7 @@ def backfill(args: argparse.Namespace, spark: Any = None) -> int:
         except ConfigError:
             raise
         except Exception as e:  # Spark/py4j errors: one line, exit 1
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            print(f"rlm backfill: failed: {first}", file=sys.stderr)
+            print(f"rlm backfill: failed: {_cause(e)}", file=sys.stderr)
             return 1
         print(f"rlm backfill: {args.topic} {s['from']}..{s['to']}: {s['rows']} rows, {s['bytes']} bytes "
               f"in {s['partitions']} partitions to {args.output} in {s['seconds']:.1f}s")
