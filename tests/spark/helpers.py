@@ -48,14 +48,16 @@ def write_mixed(log_dir: Path, topic: str, partition: int, batches: int, *, seg_
     return TopicIdPartition(tid, topic, partition)
 
 
-def tier(root: Path, parts: list[tuple[str, int, int]], **kw: Any) -> Path:
+def tier(root: Path, parts: list[tuple[str, int, int]], storage: dict[str, Any] | None = None,
+         **kw: Any) -> Path:
     """Write and tier the partitions; returns the path of an ``rlm run`` config file for them."""
     logs = root / "logs"
     for topic, p, n in parts:
         write_mixed(logs, topic, p, n, **kw)
-    run_once(cfg_for(logs, root / "work"))
+    extra = {"storage": storage} if storage else {}
+    run_once(cfg_for(logs, root / "work", **extra))
     cf = root / "rlm.yaml"
-    cf.write_text(yaml.safe_dump({"work_dir": str(root / "work")}))
+    cf.write_text(yaml.safe_dump({"work_dir": str(root / "work"), **extra}))
     return cf
 
 
