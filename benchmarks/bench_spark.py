@@ -134,7 +134,7 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=5_000_000)
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--split-mb", type=int, default=64)
+    ap.add_argument("--split-mb", type=int, default=128)
     ap.add_argument("--kafka-jars", help="glob of spark-sql-kafka and its dependency jars")
     ap.add_argument("--bootstrap", help="broker holding topics bench-none/bench-zstd (for --kafka-jars)")
     a = ap.parse_args()

@@ -63,7 +63,7 @@ class SourceOptions:
     work_dir: str | None = None
     storage: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)
-    split_bytes: int = 64 << 20
+    split_bytes: int = 128 << 20
     max_batch_rows: int = 65536
 
     def selects(self, topic: str) -> bool:
