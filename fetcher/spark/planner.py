@@ -204,6 +204,20 @@ def split_range(fetcher: RemoteFetcher, rng: ScanRange, split_bytes: int) -> lis
     return [ScanRange(rng.link, a, b) for a, b in itertools.pairwise(bounds) if a < b]
 
 
+def range_tasks(fetcher: RemoteFetcher, plan: PartitionPlan, start: int, end: int,
+                split_bytes: int) -> list[Task]:
+    """Tasks reading ``[start, end)`` of the partition (the core trims to the lineage's links)."""
+    if start >= end:
+        return []
+    tp = plan.tp
+    _, ranges = fetcher.plan_scan(tp.topic, tp.partition, start_offset=start, end_offset=end)
+    tasks: list[Task] = []
+    for rng in ranges:
+        nxt = plan.after(rng.link)
+        tasks.extend(Task(tp, piece, nxt) for piece in split_range(fetcher, rng, split_bytes))
+    return tasks
+
+
 def plan_tasks(opts: SourceOptions, pushed: PushedBounds) -> list[Task]:
     """The query's tasks, in topic/partition/offset order."""
     config = daemon_config(opts)
@@ -222,11 +236,6 @@ def plan_tasks(opts: SourceOptions, pushed: PushedBounds) -> list[Task]:
                 ms = -(-pushed.ts_lo_us // 1000)  # earlier records all have smaller timestamps
                 found = _ts_offset(fetcher, tp, ms)
                 start = max(start, plan.log_end if found is None else found)
-            if start >= end:
-                continue
-            _, ranges = fetcher.plan_scan(tp.topic, tp.partition, start_offset=start, end_offset=end)
-            for rng in ranges:
-                nxt = plan.after(rng.link)
-                tasks.extend(Task(tp, piece, nxt) for piece in split_range(fetcher, rng, opts.split_bytes))
+            tasks += range_tasks(fetcher, plan, start, end, opts.split_bytes)
         log.info("spark.planned", tasks=len(tasks), partitions=len({t.tp for t in tasks}))
         return tasks
