@@ -20,7 +20,13 @@ from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, Filter, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    Filter,
+    InputPartition,
+)
 
 from fetcher.spark import executor, planner
 from fetcher.spark.options import SourceOptions, parse_options
@@ -57,6 +63,14 @@ class KafkaTieredSource(DataSource):
         check_user_schema(schema)
         cls = PushdownReader if self.pushdown else TieredReader
         return cls(opts, schema)
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        """``spark.readStream.format("kafka-tiered")``: newly tiered segments as micro-batches."""
+        from fetcher.spark.stream import TieredStreamReader
+
+        opts = parse_options(self.options)
+        check_user_schema(schema)
+        return TieredStreamReader(opts, schema)
 
 
 class KafkaTieredPushdownSource(KafkaTieredSource):
