@@ -22,11 +22,15 @@ from fetcher.fetch import IsolationLevel
 from fetcher.spark.planner import PushedBounds, Task
 from fetcher.spark.schema import to_spark_batch
 from fetcher.task import RangeScanner
+from rlm.config import ReadConfig
 from rlm.errors import RemoteSegmentDeletedError
 
 log = structlog.get_logger(__name__)
 
 _scanners: dict[str, RangeScanner] = {}
+# A task reads its range once, in order: a small chunk cache with one chunk of read-ahead is enough,
+# and keeps each Python worker's memory low (Spark runs one per core).
+_EXECUTOR_READ = ReadConfig.model_validate({"chunk_cache_bytes": 32 << 20, "read_ahead_chunks": 1})
 _lock = threading.Lock()
 
 
@@ -39,7 +43,7 @@ def scanner_for(key: str, rsm: Any) -> RangeScanner:
     with _lock:
         sc = _scanners.get(key)
         if sc is None:
-            sc = _scanners[key] = RangeScanner(rsm)
+            sc = _scanners[key] = RangeScanner(rsm, read=_EXECUTOR_READ)
         return sc
 
 
