@@ -30,6 +30,7 @@ COMMAND_MODULES = (
     "rlm.commands.offsets",
     "rlm.commands.replay",
     "rlm.commands.kafka_serve",
+    "rlm.commands.backfill",
 )
 DISTRIBUTION = "kafka-rlm-sidecar"
 

@@ -1,0 +1,241 @@
+"""Driver-side planning: options -> per-partition offset ranges -> Spark input partitions.
+
+Everything about *which* bytes hold *which* offsets comes from the read core
+(:meth:`RemoteFetcher.plan`, :meth:`RemoteFetcher.plan_scan`, the remote index cache): only
+COPY_SEGMENT_FINISHED segments on the current epoch lineage, overlapping segments deduplicated,
+gaps known. Here the requested range is resolved with Spark's Kafka semantics, data loss is
+judged (``failOnDataLoss``), and each planned range is cut on offset-index entries into pieces of
+about ``rlm.splitBytes`` so a large segment becomes several tasks.
+"""
+
+from __future__ import annotations
+
+import itertools
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import structlog
+
+from fetcher.core import RemoteFetcher
+from fetcher.planning import PartitionPlan, PlannedSegment
+from fetcher.scan import ScanRange
+from fetcher.spark.options import EARLIEST, LATEST, SourceOptions
+from fetcher.timestamps import offset_for_timestamp
+from rlm.config import DaemonConfig, load_config
+from rlm.errors import ConfigError, OffsetOutOfRangeError
+from rlm.types import TopicIdPartition
+
+log = structlog.get_logger(__name__)
+
+
+class DataLossError(OffsetOutOfRangeError):
+    """Offsets the query asked for are not in remote storage (``failOnDataLoss=true``)."""
+
+
+@dataclass(frozen=True)
+class PushedBounds:
+    """Filters the reader took from Spark: exact offset bounds ``[lo, hi)``, timestamp bounds in
+    microseconds (inclusive), and topic/partition sets."""
+
+    offset_lo: int | None = None
+    offset_hi: int | None = None
+    ts_lo_us: int | None = None
+    ts_hi_us: int | None = None
+    topics: frozenset[str] | None = None
+    partitions: frozenset[int] | None = None
+
+
+@dataclass(frozen=True)
+class Task:
+    """One Spark task: a range of one planned link, and the next link for read-ahead."""
+
+    tp: TopicIdPartition
+    rng: ScanRange
+    next_link: PlannedSegment | None
+
+
+def daemon_config(opts: SourceOptions) -> DaemonConfig:
+    """The ``rlm run`` configuration named by ``rlm.config``, with the inline options on top."""
+    path = Path(opts.rlm_config) if opts.rlm_config else None
+    base = load_config(path)
+    over: dict[str, Any] = {}
+    if opts.storage:
+        storage = dict(opts.storage)
+        plugin = storage.pop("plugin", None)
+        same = plugin in (None, base.storage.plugin)
+        over["storage"] = {"plugin": plugin or base.storage.plugin,
+                           "config": {**(base.storage.config if same else {}), **storage}}
+    if opts.metadata:
+        md = dict(opts.metadata)
+        manager = md.pop("manager", None)
+        over["metadata"] = {"manager": manager or base.metadata.manager,
+                            "config": {**(base.metadata.config if manager in (None, base.metadata.manager)
+                                          else {}), **md}}
+    if opts.bootstrap_servers:
+        over["bootstrap_servers"] = opts.bootstrap_servers
+    if opts.work_dir:
+        over["work_dir"] = opts.work_dir
+    return base if not over else load_config(path, **over)
+
+
+def open_fetcher(config: DaemonConfig, scratch: Path) -> RemoteFetcher:
+    """A read-only core whose index cache lives in ``scratch`` (not in the daemon's work dir)."""
+    from rlm.plugin_setup import load_rlmm, load_rsm
+
+    rsm = load_rsm(config, -1)
+    try:
+        rlmm = load_rlmm(config, -1, read_only=True)
+    except BaseException:
+        rsm.close()
+        raise
+    return RemoteFetcher(rsm, rlmm, work_dir=scratch, read=config.read,
+                         index_cache_bytes=config.index_file_cache_total_size_bytes, owns_plugins=True)
+
+
+def load_storage(config: DaemonConfig) -> Any:
+    """The storage plugin executors read through (configured here, pickled to them)."""
+    from rlm.plugin_setup import load_rsm
+
+    return load_rsm(config, -1)
+
+
+def selected_partitions(fetcher: RemoteFetcher, opts: SourceOptions,
+                        pushed: PushedBounds) -> list[TopicIdPartition]:
+    topics = fetcher.topics()
+    if opts.assign:
+        out = []
+        for topic, p in opts.assign:
+            out.append(fetcher.partition(topic, p))  # UnknownTopicOrPartitionError names it
+    else:
+        if opts.subscribe:
+            missing = [t for t in opts.subscribe if t not in topics]
+            if missing:
+                log.warning("spark.topics_without_remote_data", topics=missing)
+        out = [tp for name, tps in topics.items() if opts.selects(name) for tp in tps]
+    if pushed.topics is not None:
+        out = [tp for tp in out if tp.topic in pushed.topics]
+    if pushed.partitions is not None:
+        out = [tp for tp in out if tp.partition in pushed.partitions]
+    return out
+
+
+def _ts_offset(fetcher: RemoteFetcher, tp: TopicIdPartition, ts: int) -> int | None:
+    """KIP-33 lookup in the remote log, on this thread: planning is bulk work, not a consumer's
+    request, so it does not go through the reader pool and its short wait budget."""
+    ans = offset_for_timestamp(fetcher.plan(tp), ts, fetcher.reader, fetcher.indexes)
+    return None if ans is None else ans.offset
+
+
+def resolve_range(fetcher: RemoteFetcher, plan: PartitionPlan, opts: SourceOptions) -> tuple[int, int]:
+    """``[start, end)`` requested for the partition, before clamping to the remote range."""
+    tp = plan.tp
+    key = (tp.topic, tp.partition)
+    start, end = plan.log_start, plan.log_end
+    start_ts = opts.starting_timestamp
+    if start_ts is None and opts.starting_by_timestamp is not None:
+        start_ts = opts.starting_by_timestamp.get(key)
+    if start_ts is not None:
+        found = _ts_offset(fetcher, tp, start_ts)
+        if found is None:
+            if opts.timestamp_strategy == "error":
+                raise ConfigError(f"kafka-tiered: no offset of {tp.topic}-{tp.partition} has a timestamp >= "
+                                  f"{start_ts} (startingOffsetsByTimestampStrategy=error)")
+            found = plan.log_end
+        start = found
+    elif opts.starting is not None and key in opts.starting:
+        off = opts.starting[key]
+        start = plan.log_start if off == EARLIEST else off
+    end_ts = opts.ending_timestamp
+    if end_ts is None and opts.ending_by_timestamp is not None:
+        end_ts = opts.ending_by_timestamp.get(key)
+    if end_ts is not None:
+        found = _ts_offset(fetcher, tp, end_ts)
+        end = plan.log_end if found is None else found
+    elif opts.ending is not None and key in opts.ending:
+        off = opts.ending[key]
+        end = plan.log_end if off == LATEST else off
+    return start, max(start, end)
+
+
+def check_data_loss(plan: PartitionPlan, start: int, end: int, fail: bool) -> None:
+    """Offsets in ``[start, end)`` that remote storage does not have: fail, or log and skip."""
+    missing = []
+    if start < plan.log_start:
+        missing.append((start, min(end, plan.log_start) - 1))
+    missing += [(max(lo, start), min(hi, end - 1)) for lo, hi in plan.gaps if lo < end and hi >= start]
+    if end > plan.log_end:
+        missing.append((max(start, plan.log_end), end - 1))
+    missing = [(lo, hi) for lo, hi in missing if lo <= hi]
+    if not missing:
+        return
+    text = ", ".join(f"{lo}..{hi}" for lo, hi in missing)
+    if fail:
+        raise DataLossError(
+            f"{plan.tp.topic}-{plan.tp.partition}: offsets {text} were requested but are not in remote "
+            f"storage (remote range {plan.log_start}..{plan.log_end - 1}); set failOnDataLoss=false "
+            f"to skip them", log_start=plan.log_start, log_end=plan.log_end)
+    log.warning("spark.data_loss_skipped", partition=str(plan.tp), offsets=text)
+
+
+def split_range(fetcher: RemoteFetcher, rng: ScanRange, split_bytes: int) -> list[ScanRange]:
+    """Cut ``rng`` on offset-index entries into pieces of about ``split_bytes`` of segment data."""
+    md = rng.link.metadata
+    if md.segment_size_in_bytes <= split_bytes:
+        return [rng]
+    idx = fetcher.indexes.get(md).offset
+    offsets, positions = idx.offsets, idx.positions
+    p0 = idx.lookup(rng.start).position
+    p1 = (idx.lookup(rng.end).position if rng.end <= md.end_offset else md.segment_size_in_bytes)
+    if p1 - p0 <= split_bytes or not len(offsets):
+        return [rng]
+    cuts = []
+    target = p0 + split_bytes
+    for i in range(int(np.searchsorted(positions, target)), len(offsets)):
+        off = int(offsets[i])
+        if off <= rng.start or off >= rng.end:
+            continue
+        if int(positions[i]) >= target:
+            cuts.append(off)
+            target = int(positions[i]) + split_bytes
+    bounds = [rng.start, *cuts, rng.end]
+    return [ScanRange(rng.link, a, b) for a, b in itertools.pairwise(bounds) if a < b]
+
+
+def range_tasks(fetcher: RemoteFetcher, plan: PartitionPlan, start: int, end: int,
+                split_bytes: int) -> list[Task]:
+    """Tasks reading ``[start, end)`` of the partition (the core trims to the lineage's links)."""
+    if start >= end:
+        return []
+    tp = plan.tp
+    _, ranges = fetcher.plan_scan(tp.topic, tp.partition, start_offset=start, end_offset=end)
+    tasks: list[Task] = []
+    for rng in ranges:
+        nxt = plan.after(rng.link)
+        tasks.extend(Task(tp, piece, nxt) for piece in split_range(fetcher, rng, split_bytes))
+    return tasks
+
+
+def plan_tasks(opts: SourceOptions, pushed: PushedBounds) -> list[Task]:
+    """The query's tasks, in topic/partition/offset order."""
+    config = daemon_config(opts)
+    with tempfile.TemporaryDirectory(prefix="rlm-spark-plan-") as scratch, \
+            open_fetcher(config, Path(scratch)) as fetcher:
+        tasks: list[Task] = []
+        for tp in selected_partitions(fetcher, opts, pushed):
+            plan = fetcher.plan(tp)
+            start, end = resolve_range(fetcher, plan, opts)
+            check_data_loss(plan, start, end, opts.fail_on_data_loss)
+            if pushed.offset_lo is not None:
+                start = max(start, pushed.offset_lo)
+            if pushed.offset_hi is not None:
+                end = min(end, pushed.offset_hi)
+            if pushed.ts_lo_us is not None and start < end:
+                ms = -(-pushed.ts_lo_us // 1000)  # earlier records all have smaller timestamps
+                found = _ts_offset(fetcher, tp, ms)
+                start = max(start, plan.log_end if found is None else found)
+            tasks += range_tasks(fetcher, plan, start, end, opts.split_bytes)
+        log.info("spark.planned", tasks=len(tasks), partitions=len({t.tp for t in tasks}))
+        return tasks
