@@ -206,7 +206,8 @@ class RemoteFetcher:
         def task() -> TimestampAnswer | None:
             return offset_for_timestamp(plan, timestamp, self.reader, self.indexes)
 
-        found = self.pool.run(task, timeout_ms, what=f"offset lookup {topic}-{partition}@ts {timestamp}")
+        wait = self.read_config.offsets_timeout_ms if timeout_ms is None else timeout_ms
+        found = self.pool.run(task, wait, what=f"offset lookup {topic}-{partition}@ts {timestamp}")
         if found is not None:
             return OffsetAnswer(found.offset, found.timestamp, found.leader_epoch, "remote")
         if self.broker is not None:

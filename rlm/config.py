@@ -213,6 +213,11 @@ class ReadConfig(_Strict):
         LONG_MAX, gt=0, json_schema_extra=_kafka("remote.log.manager.fetch.max.bytes.per.second"),
         description="Quota on bytes read from remote storage per second, over all readers.",
     )
+    offsets_timeout_ms: int = Field(
+        30000, ge=1,
+        description="Default timeout of a remote offset-by-timestamp lookup (it may read a time index and "
+        "scan batches of a cold segment, so it gets longer than one fetch).",
+    )
     chunk_bytes: int = Field(
         8 * 1024 * 1024, ge=4096,
         description="Size of one ranged GET and of one chunk-cache entry; larger reads are split into "
