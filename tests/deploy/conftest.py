@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import urllib.request
@@ -139,6 +140,81 @@ def live_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveDaemon
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
             text = r.read().decode()
         yield LiveDaemon(port, text)
+    finally:
+        proc.terminate()
+        try:
+            proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+
+
+@dataclass(frozen=True)
+class LiveServe:
+    """A running ``rlm serve`` over a standalone tiered log dir, scraped after one real record read."""
+
+    port: int
+    metrics_text: str
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def live_serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServe]:
+    """``rlm serve`` as a real process reading what ``rlm run --once`` tiered (local plugin, file store).
+
+    The request-latency histogram is labelled per route and status, so a record read (a remote GET
+    through the reader pool) is made before the scrape to give it samples.
+    """
+    from tests.daemon.test_standalone import cfg_for, run_once
+
+    tmp = tmp_path_factory.mktemp("live-serve")
+    logs = tmp / "logs"
+    _write_partition(logs, "scrape", 120)
+    run_once(cfg_for(logs, tmp / "tier"))
+    cfg = tmp / "serve.yaml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "work_dir": str(tmp / "work"),
+                "storage": {"plugin": "local", "config": {"root": str(tmp / "tier" / "remote")}},
+                "metadata": {"manager": "file", "config": {"dir": str(tmp / "tier" / "metadata")}},
+            }
+        )
+    )
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLM_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlm.cli", "serve", "--config", str(cfg), "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"rlm serve exited {proc.returncode}: {proc.stderr.read()[-2000:]}")  # type: ignore[union-attr]
+        try:
+            with urllib.request.urlopen(base + "/health", timeout=5) as r:
+                return bool(json.loads(r.read())["status"] == "ok")
+        except (urllib.error.URLError, ConnectionError):
+            return False
+
+    try:
+        wait_for("rlm serve healthy", healthy, timeout=60)
+        records = base + "/v1/topics/scrape/partitions/0/records?offset=3"
+        with urllib.request.urlopen(records, timeout=30) as r:
+            assert r.status == 200 and r.read().startswith(b'{"offset":3,')
+        with urllib.request.urlopen(base + "/metrics", timeout=5) as r:
+            text = r.read().decode()
+        yield LiveServe(port, text)
     finally:
         proc.terminate()
         try:

@@ -14,7 +14,8 @@ _KEYWORDS = frozenset(
      "inf", "nan"}
 )
 # Grafana's template variables, replaced by values promtool accepts.
-GRAFANA_VARS = {"$__rate_interval": "5m", "$__range": "1h", "$__interval": "1m", "$instance": ".*"}
+GRAFANA_VARS = {"$__rate_interval": "5m", "$__range": "1h", "$__interval": "1m", "$instance": ".*",
+                "$serve_instance": ".*"}
 
 
 def expand_grafana_vars(expr: str) -> str:

@@ -1,5 +1,5 @@
-"""deploy/prometheus: the alert rules pass promtool, fire on the series the daemon exports, and the
-PrometheusRule copy for Kubernetes is the same rules."""
+"""deploy/prometheus: the alert rules pass promtool, fire on the series the daemon (group rlm-tiering) or
+``rlm serve`` (group rlm-read) exports, and the PrometheusRule copy for Kubernetes is the same rules."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.deploy.conftest import DEPLOY, LiveDaemon, exported_names
+from tests.deploy.conftest import DEPLOY, LiveDaemon, LiveServe, exported_names
 from tests.deploy.promql import metric_names
 
 RULES = DEPLOY / "prometheus" / "rlm-alerts.yml"
@@ -17,8 +17,17 @@ RULES = DEPLOY / "prometheus" / "rlm-alerts.yml"
 PROMETHEUS_OWN = {"up"}
 
 
-def rules() -> list[dict[str, str]]:
-    return [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
+# The group of rules on the read side's series; the other groups are on the daemon's.
+READ_GROUP = "rlm-read"
+
+
+def rules(group: str | None = None) -> list[dict[str, str]]:
+    return [r for g in yaml.safe_load(RULES.read_text())["groups"] if group in (None, g["name"])
+            for r in g["rules"]]
+
+
+def daemon_rules() -> list[dict[str, str]]:
+    return [r for r in rules() if r not in rules(READ_GROUP)]
 
 
 def test_promtool_check_rules(promtool: str) -> None:
@@ -42,7 +51,8 @@ def test_promtool_unit_tests_fire_each_alert(promtool: str) -> None:
 def test_required_alerts_present() -> None:
     names = {r["alert"] for r in rules()}
     assert {"RlmDaemonDown", "RlmRemoteCopyGap", "RlmCopyLagNearLocalRetention", "RlmTaskErrors",
-            "RlmRemoteStorageUnreachable"} <= names
+            "RlmRemoteStorageUnreachable", "RlmReadApiErrors"} <= names
+    assert {r["alert"] for r in rules(READ_GROUP)} == {"RlmReadApiErrors"}
     for r in rules():
         assert r["labels"]["severity"] in {"warning", "critical"}
         assert r["annotations"]["summary"] and r["annotations"]["description"]
@@ -57,9 +67,22 @@ def test_prometheusrule_matches_rules_file() -> None:
 @pytest.mark.slow
 def test_rules_use_only_exported_metrics(live_daemon: LiveDaemon) -> None:
     exported = exported_names(live_daemon.metrics_text)
-    used = set().union(*(metric_names(r["expr"]) for r in rules()))
+    used = set().union(*(metric_names(r["expr"]) for r in daemon_rules()))
     assert used, "the lexer found no metric names"
     assert used - PROMETHEUS_OWN <= exported, sorted(used - PROMETHEUS_OWN - exported)
+
+
+@pytest.mark.slow
+def test_read_rules_use_only_metrics_rlm_serve_exports(live_serve: LiveServe) -> None:
+    exported = exported_names(live_serve.metrics_text)
+    read_rules = rules(READ_GROUP)
+    used = set().union(*(metric_names(r["expr"]) for r in read_rules))
+    assert used == {"rlm_http_request_duration_seconds_count"}
+    assert used <= exported, sorted(used - exported)
+    # the labels the rule filters on are the ones rlm serve puts on its samples
+    sample = next(line for line in live_serve.metrics_text.splitlines()
+                  if line.startswith("rlm_http_request_duration_seconds_count{"))
+    assert all(f'{label}="' in sample for label in ("route", "status", "method")), sample
 
 
 def test_metric_name_lexer() -> None:
