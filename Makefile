@@ -23,7 +23,7 @@ demo: install
 	$(VENV)/bin/rlm demo
 
 jars:
-	bash deploy/local/fetch-jars.sh kafka hdfs
+	bash deploy/local/fetch-jars.sh kafka hdfs spark-kafka
 
 lint: install
 	$(VENV)/bin/ruff check .
