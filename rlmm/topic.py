@@ -64,6 +64,8 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self._cache = RemoteLogMetadataCache()
         self._managed: set[TopicIdPartition] = set()
         self._follow_all = False
+        self._leaders: set[TopicIdPartition] = set()
+        self._catch_up: set[TopicIdPartition] = set()  # new leaders: re-read to the end before use
         self._write_locks: dict[int, threading.Lock] = {}
         self._closed = False
         self._consumer: MetadataConsumer | None = None
@@ -137,6 +139,11 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         _, consumer, partitioner, _ = self._started()
         with self._lock:
             self._managed |= set(leaders) | set(followers)
+            # A follower's metadata may lag what the previous leader wrote last; a new leader first
+            # catches up to the metadata partition's current end, so it resumes copying exactly
+            # after the old leader's last segment (Kafka waits for the same before copying).
+            self._catch_up |= set(leaders) - self._leaders
+            self._leaders = (self._leaders | set(leaders)) - set(followers)
             wanted = {partitioner.metadata_partition(tp) for tp in self._managed}
             if self._follow_all:
                 wanted = set(range(partitioner.num_metadata_partitions))
@@ -161,6 +168,8 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         _, consumer, partitioner, _ = self._started()
         with self._lock:
             self._managed -= set(partitions)
+            self._leaders -= set(partitions)
+            self._catch_up -= set(partitions)
             wanted = {partitioner.metadata_partition(tp) for tp in self._managed}
             if self._follow_all:
                 wanted = set(range(partitioner.num_metadata_partitions))
@@ -177,6 +186,11 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 "call on_partition_leadership_changes first")
         mp = partitioner.metadata_partition(tp)
         deadline = time.monotonic() + cfg.consume_wait_ms / 1000
+        with self._lock:
+            needs_catch_up = tp in self._catch_up
+            self._catch_up.discard(tp)
+        if needs_catch_up:
+            consumer.require_catch_up(mp)
         if not consumer.await_ready({mp}, deadline):
             self._started()
             raise MetadataUnavailableError(

@@ -119,6 +119,17 @@ class MetadataConsumer:
                 if not self._wait(deadline):
                     return False
 
+    def require_catch_up(self, mp: int) -> None:
+        """Make metadata partition ``mp`` not ready until the consumer thread has re-read its end
+        offset and applied everything up to it (records other writers appended meanwhile)."""
+        with self._cond:
+            st = self._states.get(mp)
+            if st is not None and st.ready:
+                st.ready = False
+                st.end_target = None
+                st.next_watermark_try = 0.0
+                self._cond.notify_all()
+
     def await_applied(self, mp: int, offset: int, deadline: float) -> bool:
         """Wait until the record at ``offset`` of metadata partition ``mp`` has been applied."""
         with self._cond:

@@ -347,7 +347,16 @@ def _start_hanging(tmp_path: Path, shutdown_timeout_s: float) -> tuple[subproces
         text=True,
     )
     wait_for("a copy under way", lambda: (remote / ".copy-started").exists(), timeout=60)
+    # signal only once the daemon reports itself running (a cold numba cache can delay it)
+    wait_for("daemon running", lambda: _status_state(tmp_path) == "running", timeout=180)
     return proc, cfg_file
+
+
+def _status_state(tmp_path: Path) -> str | None:
+    try:
+        return str(json.loads((tmp_path / "work" / "status.json").read_text())["state"])
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def test_second_sigterm_forces_exit(tmp_path: Path) -> None:
