@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+import rsm_plugins
 from rlm.cli import main
 from rlm.types import (
     KafkaUuid,
@@ -23,6 +24,8 @@ from rlm.types import (
     TopicIdPartition,
 )
 from rlmm.file import FileRemoteLogMetadataManager
+from rsm_plugins.api import RemoteStorageManager, StoredObject
+from rsm_plugins.local import LocalRemoteStorageManager
 from tests.daemon.helpers import finished, s3_storage
 from tests.daemon.test_standalone import cfg_for, run_once, write_partition
 from tests.services.s3 import S3Endpoint
@@ -259,3 +262,39 @@ def test_s3_listing_finds_orphan(seaweedfs: S3Endpoint, seaweedfs_bucket: str, t
     assert main(["verify", "--config", str(config), "--json"]) == 1
     out = json.loads(capsys.readouterr().out)
     assert [(p["kind"], p["key"]) for p in problems(out)] == [("orphan_object", key)]
+
+
+class UnlistedLocal(LocalRemoteStorageManager):
+    """A plugin without a listing (the base class's default)."""
+
+    def list_segment_objects(self, tp: TopicIdPartition) -> list[StoredObject] | None:
+        return RemoteStorageManager.list_segment_objects(self, tp)
+
+
+def test_plugin_that_cannot_list(site: Site, capsys: pytest.CaptureFixture[str]) -> None:
+    storage = {"plugin": f"{__name__}:UnlistedLocal", "config": {"root": str(site.work / "remote")}}
+    site.config.write_text(yaml.safe_dump(base_config(site.logs, site.work, storage=storage)))
+    copy_files(site, site.segments()[0], new_segment(site.tip, site.segments()[0]))  # not seen
+    rc, out = site.verify(capsys)
+    assert (rc, out["problems"], out["partitions"][0]["objects"]) == (0, 0, None)
+    assert main(["verify", "--config", str(site.config)]) == 0
+    assert "orphans not checked" in capsys.readouterr().out
+
+
+def test_fsspec_listing_matches_local(site: Site) -> None:
+    """The fsspec plugin lists the same Kafka-layout directory as the local plugin does."""
+    local = rsm_plugins.load("local", {"root": str(site.work / "remote")})
+    fs = rsm_plugins.load("fsspec", {"url": f"file://{site.work / 'remote'}"})
+    try:
+        def view(rsm: RemoteStorageManager) -> set[tuple[Any, ...]]:
+            listing = rsm.list_segment_objects(site.tip)
+            assert listing is not None
+            return {(o.segment_id, o.start_offset, o.file_type, o.size) for o in listing}
+
+        want = view(local)
+        assert len(want) == len(list(site.pdir.iterdir())) and None not in {w[0] for w in want}
+        assert view(fs) == want
+        assert fs.list_segment_objects(TopicIdPartition(KafkaUuid.random(), "none", 0)) == []
+    finally:
+        local.close()
+        fs.close()
