@@ -60,10 +60,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _orphan_groups(tp: TopicIdPartition, report: PartitionReport, cutoff_ms: int
                    ) -> list[tuple[str, int, list[StoredObject]]]:
     """(segment id, start offset, objects) of orphan segments whose objects are all older than
-    ``cutoff_ms``; objects that are not segment files are left alone (no plugin call deletes them)."""
+    ``cutoff_ms``. Only a segment's own files are deleted (the plugin's delete knows no others):
+    temporary files and names that are not segment files stay, and stay reported."""
     groups: dict[tuple[str, int], list[StoredObject]] = {}
     for obj in report.orphans:
-        if obj.segment_id is not None and obj.start_offset is not None:
+        if obj.segment_id is not None and obj.start_offset is not None and obj.file_type is not None:
             groups.setdefault((obj.segment_id, obj.start_offset), []).append(obj)
     return [(sid, start, objs) for (sid, start), objs in sorted(groups.items())
             if all(o.modified_ms < cutoff_ms for o in objs)]
@@ -89,6 +90,7 @@ def verify(args: argparse.Namespace) -> int:
     grace = config.stale_copy_grace_ms
     rsm = load_rsm(config, node_id)
     try:
+        metadata_read_ms = int(time.time() * 1000)
         rlmm = load_rlmm(config, node_id, read_only=True)
         try:
             rlmm.follow_all()
@@ -96,7 +98,8 @@ def verify(args: argparse.Namespace) -> int:
                          key=lambda tp: (tp.topic, tp.partition))
             now = int(time.time() * 1000)
             reports = [(tp, check_partition(rsm, tp, rlmm.list_remote_log_segments(tp), now_ms=now,
-                                            grace_ms=grace, deep=args.deep)) for tp in tps]
+                                            grace_ms=grace, metadata_read_ms=metadata_read_ms,
+                                            deep=args.deep)) for tp in tps]
         finally:
             rlmm.close()
         repairs: list[dict[str, Any]] = []
@@ -113,7 +116,8 @@ def verify(args: argparse.Namespace) -> int:
     if args.json:
         out = {"ok": not problems, "partitions": [
             {"partition": r.partition, "topic_id": tp.topic_id.text, "segments": r.segments,
-             "objects": r.objects, "problems": [asdict(p) for p in r.problems]} for tp, r in reports],
+             "objects": r.objects, "recent_objects": r.recent,
+             "problems": [asdict(p) for p in r.problems]} for tp, r in reports],
             "problems": len(problems), "repairs": repairs}
         json.dump(out, sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -128,6 +132,8 @@ def _print_text(source: object, plugin: str, reports: list[tuple[TopicIdPartitio
     for tp, r in reports:
         objects = f"{r.objects} objects" if r.objects is not None else \
             f"orphans not checked ({plugin} storage cannot list)"
+        if r.recent:
+            objects += f" ({r.recent} newer than the metadata read, not judged)"
         state = "ok" if not r.problems else f"{len(r.problems)} problem(s)"
         print(f"{name_of(tp)}: {r.segments} segments, {objects}: {state}")
         for p in r.problems:

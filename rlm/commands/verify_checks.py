@@ -46,6 +46,8 @@ class PartitionReport:
     """Objects listed, ``None`` when the plugin cannot list (orphans not checked)."""
     problems: list[Problem] = field(default_factory=list)
     orphans: list[StoredObject] = field(default_factory=list)
+    recent: int = 0
+    """Objects newer than the metadata read, not judged (see :func:`check_partition`)."""
 
 
 def name_of(tp: TopicIdPartition) -> str:
@@ -136,8 +138,12 @@ def check_files(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata, deep: b
 
 def check_partition(rsm: RemoteStorageManager, tp: TopicIdPartition,
                     segments: Iterable[RemoteLogSegmentMetadata], *, now_ms: int, grace_ms: int,
-                    deep: bool = False) -> PartitionReport:
-    """All checks of one partition; orphans are kept in the report for ``--repair``."""
+                    metadata_read_ms: int, deep: bool = False) -> PartitionReport:
+    """All checks of one partition; orphans are kept in the report for ``--repair``.
+
+    ``metadata_read_ms`` is when the metadata store was read: an object written after it may
+    belong to a copy whose COPY_SEGMENT_STARTED the read missed (a daemon running next to us), so
+    it is counted in ``recent`` and not judged."""
     segs = list(segments)
     report = PartitionReport(name_of(tp), segments=len(segs))
     part = report.partition
@@ -160,7 +166,9 @@ def check_partition(rsm: RemoteStorageManager, tp: TopicIdPartition,
         report.objects = len(listing)
         known = {md.remote_log_segment_id.id.text for md in segs if md.state is not S.DELETE_SEGMENT_FINISHED}
         for obj in listing:
-            if obj.segment_id not in known:
+            if obj.modified_ms >= metadata_read_ms:
+                report.recent += 1
+            elif obj.segment_id not in known:
                 report.orphans.append(obj)
                 what = (f"segment {obj.segment_id} (start offset {obj.start_offset})"
                         if obj.segment_id else "not a segment file")

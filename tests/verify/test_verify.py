@@ -298,3 +298,38 @@ def test_fsspec_listing_matches_local(site: Site) -> None:
     finally:
         local.close()
         fs.close()
+
+
+def test_temp_file_reported_not_repaired_and_recent_object_not_judged(
+    site: Site, capsys: pytest.CaptureFixture[str]
+) -> None:
+    md = site.segments()[0]
+    ghost = new_segment(site.tip, md)
+    tmp = site.pdir / (site.file(ghost, ".log").name + ".0123456789ab.tmp")
+    tmp.write_bytes(b"partial")
+    future = site.file(new_segment(site.tip, md), ".index")  # as if copied after the metadata read
+    future.write_bytes(b"new")
+    later = time.time() + 3600
+    os.utime(future, (later, later))
+    past = time.time() - 2 * 86_400
+    os.utime(tmp, (past, past))
+    rc, out = site.verify(capsys, "--repair", "--execute")
+    assert rc == 1 and [(p["kind"], p["key"], p["segment_id"]) for p in problems(out)] == [
+        ("orphan_object", str(tmp), ghost.remote_log_segment_id.id.text)]
+    assert out["partitions"][0]["recent_objects"] == 1 and out["repairs"] == []
+    assert tmp.exists() and future.exists()
+
+
+def test_deep_walk_in_small_chunks(site: Site) -> None:
+    """Batches split across chunk boundaries are reassembled (a 64 KiB segment fed 1000 bytes at a time)."""
+    from rlm.commands.verify_checks import _DeepWalk
+
+    for md in site.segments():
+        walk = _DeepWalk(md)
+        data = site.file(md, ".log").read_bytes()
+        for i in range(0, len(data), 1000):
+            walk.feed(data[i:i + 1000])
+        assert walk.problem() is None
+        short = _DeepWalk(md)
+        short.feed(data[:-10])
+        assert "bytes end with offset" in (short.problem() or "")
