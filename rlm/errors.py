@@ -58,6 +58,11 @@ class CompressionError(CorruptRecordError):
     """A compressed payload cannot be decoded with its declared codec."""
 
 
+class DecompressedSizeError(CompressionError):
+    """A compressed payload inflates beyond the decompression cap (a "bomb", or a batch far larger
+    than any broker accepts); decoding stops at the cap so memory stays bounded."""
+
+
 class IndexFormatError(LogFormatError):
     """An index file (.index, .timeindex, .txnindex) is malformed."""
 
