@@ -38,6 +38,7 @@ def source_name(source: object, path: str | os.PathLike[str] | None = None) -> s
 #: small enough that a streaming reader's memory stays bounded.
 WINDOW = 32 * 1024 * 1024
 _PAGE = mmap.PAGESIZE
+_HUGE_PAGE = 2 * 1024 * 1024
 
 
 class FileWindow:
@@ -161,6 +162,9 @@ def _file_window(f: IO[bytes], name: str | None) -> Iterator[FileWindow]:
         return
     # Private and anonymous: pages cost nothing until filled, and MADV_DONTNEED really frees them.
     mm = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if size >= 2 * _HUGE_PAGE and hasattr(mmap, "MADV_HUGEPAGE"):
+        # 2 MiB pages: ~500x fewer page faults while filling, which is most of the cost of the copy.
+        mm.madvise(mmap.MADV_HUGEPAGE)
     view = memoryview(mm)
     window = FileWindow(view, fd=f.fileno(), mm=mm, path=name)
     try:
