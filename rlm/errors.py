@@ -26,6 +26,12 @@ class ConfigError(RlmError):
     """Configuration is missing, unknown or invalid; the message names the key."""
 
 
+class InvalidNameError(ConfigError, ValueError):
+    """A topic name (from config, metadata or storage) is not a legal Kafka topic name, so it
+    must not become part of a path or key: ``../x``, ``a/b``, an absolute path or a NUL would
+    escape the storage root, the work dir or the cache. Also a ``ValueError`` for parsers."""
+
+
 class PluginLoadError(RlmError):
     """A plugin could not be found or imported; the message says what to install."""
 
@@ -56,6 +62,11 @@ class CrcMismatchError(CorruptRecordError):
 
 class CompressionError(CorruptRecordError):
     """A compressed payload cannot be decoded with its declared codec."""
+
+
+class DecompressedSizeError(CompressionError):
+    """A compressed payload inflates beyond the decompression cap (a "bomb", or a batch far larger
+    than any broker accepts); decoding stops at the cap so memory stays bounded."""
 
 
 class IndexFormatError(LogFormatError):

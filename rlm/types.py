@@ -10,9 +10,12 @@ from __future__ import annotations
 import base64
 import enum
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from rlm.errors import InvalidNameError
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -68,6 +71,21 @@ class KafkaUuid:
 
 
 ZERO_UUID = KafkaUuid(bytes(16))
+
+
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+
+
+def check_topic_name(topic: str) -> str:
+    """``topic`` unchanged if Kafka allows it (``Topic.validate``: ``[a-zA-Z0-9._-]``, at most 249
+    characters, not ``.`` or ``..``), else :class:`~rlm.errors.InvalidNameError`.
+
+    Called wherever a topic name becomes part of a file path or object key, because names read
+    from storage or metadata records are not trusted to have passed Kafka's own check.
+    """
+    if not isinstance(topic, str) or not _TOPIC_NAME.fullmatch(topic) or topic in (".", ".."):
+        raise InvalidNameError(f"illegal topic name {topic!r}: Kafka allows 1-249 of [a-zA-Z0-9._-]")
+    return topic
 
 
 @dataclass(frozen=True, slots=True, order=True)

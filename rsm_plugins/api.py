@@ -39,6 +39,7 @@ from rlm.types import (
 )
 
 from .config import PluginConfig, normalize_keys, parse_config
+from .listing import StoredObject
 from .streams import check_range
 
 __all__ = [
@@ -56,6 +57,7 @@ __all__ = [
     "RemoteStorageError",
     "RemoteStorageIntegrityError",
     "RemoteStorageManager",
+    "StoredObject",
     "TopicIdPartition",
     "TopicPartition",
     "check_range",
@@ -166,6 +168,12 @@ class RemoteStorageManager(ABC, Generic[C]):
     def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
         """Delete every file of the segment. Idempotent: deleting twice, or a segment that was
         never copied, is not an error."""
+
+    def list_segment_objects(self, tp: TopicIdPartition) -> list[StoredObject] | None:
+        """Every object stored under the partition's directory or prefix, or ``None`` when the
+        plugin cannot list (the default): ``rlm verify`` then says orphans were not checked.
+        Raises :class:`RemoteStorageError` when the store cannot be listed."""
+        return None
 
     def open_source(self, path: Path) -> BinaryIO:
         """Open one local file of a :class:`LogSegmentData` for reading.

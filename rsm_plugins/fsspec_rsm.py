@@ -31,10 +31,13 @@ from .api import (
     RemoteResourceNotFoundError,
     RemoteStorageError,
     RemoteStorageManager,
+    StoredObject,
+    TopicIdPartition,
     is_secret_key,
 )
 from .integrity import FileChecksum, LayoutCode, SegmentManifest
 from .layout import SegmentFileType, SourceFile
+from .listing import parse_name
 
 log = structlog.get_logger(__name__)
 
@@ -225,6 +228,23 @@ class FsspecRemoteStorageManager(RemoteStorageManager[FsspecConfig]):
             fs.rm_file(path)
 
     # ---- fetch ------------------------------------------------------------------------------
+    def list_segment_objects(self, tp: TopicIdPartition) -> list[StoredObject]:
+        pdir = f"{self._root.rstrip('/')}/{layout.kafka_partition_dir(tp)}"
+        try:
+            entries = self.fs.ls(pdir, detail=True)
+        except FileNotFoundError:
+            return []
+        except Exception as e:
+            raise _map(e, pdir, "list") from e
+        out = []
+        for info in entries:
+            if info.get("type") != "file":
+                continue
+            mtime = info.get("mtime") or info.get("LastModified") or info.get("last_modified") or 0
+            ms = int(mtime.timestamp() * 1000) if hasattr(mtime, "timestamp") else int(float(mtime) * 1000)
+            out.append(parse_name(str(info["name"]), int(info.get("size") or 0), ms))
+        return sorted(out, key=lambda o: o.key)
+
     def fetch_log_segment(
         self, metadata: RemoteLogSegmentMetadata, start_position: int, end_position: int | None = None
     ) -> BinaryIO:

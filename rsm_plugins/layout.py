@@ -21,7 +21,7 @@ import enum
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlm.types import IndexType, LogSegmentData, RemoteLogSegmentMetadata, TopicIdPartition
+from rlm.types import IndexType, LogSegmentData, RemoteLogSegmentMetadata, TopicIdPartition, check_topic_name
 
 
 class SegmentFileType(enum.Enum):
@@ -113,8 +113,13 @@ def segment_file_name(metadata: RemoteLogSegmentMetadata, file_type: SegmentFile
 
 
 def kafka_partition_dir(tp: TopicIdPartition) -> str:
-    """``<topic>-<partition>-<topicId>``, as ``RemoteTopicPartitionDirectory`` names it."""
-    return f"{tp.topic}-{tp.partition}-{tp.topic_id.text}"
+    """``<topic>-<partition>-<topicId>``, as ``RemoteTopicPartitionDirectory`` names it.
+
+    The topic is checked (:func:`~rlm.types.check_topic_name`): it comes from metadata and must
+    not lead the path out of the storage root. Ids are rendered from their 16 bytes (base64url),
+    offsets and partitions are integers, so nothing else can carry a separator.
+    """
+    return f"{check_topic_name(tp.topic)}-{tp.partition}-{tp.topic_id.text}"
 
 
 def kafka_relative_path(metadata: RemoteLogSegmentMetadata, file_type: SegmentFileType) -> str:
@@ -124,7 +129,8 @@ def kafka_relative_path(metadata: RemoteLogSegmentMetadata, file_type: SegmentFi
 def s3_key(prefix: str, metadata: RemoteLogSegmentMetadata, file_type: SegmentFileType) -> str:
     """``<prefix><topic>-<topicId>/<partition>/<20-digit start offset>-<segment id><suffix>``."""
     tp = metadata.topic_id_partition
-    return f"{prefix}{tp.topic}-{tp.topic_id.text}/{tp.partition}/{segment_file_name(metadata, file_type)}"
+    topic = check_topic_name(tp.topic)
+    return f"{prefix}{topic}-{tp.topic_id.text}/{tp.partition}/{segment_file_name(metadata, file_type)}"
 
 
 def describe(metadata: RemoteLogSegmentMetadata) -> dict[str, object]:

@@ -35,9 +35,12 @@ from .api import (
     RemoteResourceNotFoundError,
     RemoteStorageError,
     RemoteStorageManager,
+    StoredObject,
+    TopicIdPartition,
 )
 from .integrity import FileChecksum, LayoutCode, SegmentManifest
 from .layout import SegmentFileType, SourceFile
+from .listing import parse_name
 
 log = structlog.get_logger(__name__)
 
@@ -205,6 +208,23 @@ class LocalRemoteStorageManager(RemoteStorageManager[LocalConfig]):
             return None
         manifest = integrity.decode(metadata.custom_metadata)
         return manifest.checksum(file_type) if manifest else None
+
+    # ---- listing (rlm verify) -------------------------------------------------------------
+    def list_segment_objects(self, tp: TopicIdPartition) -> list[StoredObject]:
+        pdir = self.root / layout.kafka_partition_dir(tp)
+        out: list[StoredObject] = []
+        try:
+            entries = list(os.scandir(pdir))
+        except FileNotFoundError:
+            return out
+        except OSError as e:
+            raise RemoteStorageError(f"{pdir}: cannot list: {e}", retriable=True) from e
+        for entry in entries:
+            with contextlib.suppress(FileNotFoundError):  # deleted while listing
+                if entry.is_file(follow_symlinks=False):
+                    st = entry.stat(follow_symlinks=False)
+                    out.append(parse_name(entry.path, st.st_size, st.st_mtime_ns // 1_000_000))
+        return sorted(out, key=lambda o: o.key)
 
     # ---- delete -----------------------------------------------------------------------------
     def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:

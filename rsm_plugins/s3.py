@@ -29,9 +29,11 @@ from .api import (
     RemoteRangeError,
     RemoteStorageError,
     RemoteStorageManager,
+    TopicIdPartition,
 )
 from .integrity import FileChecksum, LayoutCode, SegmentManifest
 from .layout import SegmentFileType
+from .listing import StoredObject, parse_name
 from .s3_errors import client_error_code, map_error
 from .s3_transfer import ChunkedBody, Uploader
 
@@ -333,6 +335,19 @@ class S3RemoteStorageManager(RemoteStorageManager[S3Config]):
             return int(self.client.head_object(Bucket=bucket, Key=key)["ContentLength"])
         except Exception as e:
             raise map_error(e, bucket, key, "HeadObject") from e
+
+    def list_segment_objects(self, tp: TopicIdPartition) -> list[StoredObject]:
+        cfg = self.config
+        bucket, prefix = cfg.bucket, f"{cfg.prefix}{tp.topic}-{tp.topic_id.text}/{tp.partition}/"
+        out = []
+        try:
+            for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+                for o in page.get("Contents", []):
+                    ms = int(o["LastModified"].timestamp() * 1000)
+                    out.append(parse_name(str(o["Key"]), int(o["Size"]), ms))
+        except Exception as e:
+            raise map_error(e, bucket, prefix, "ListObjectsV2") from e
+        return out
 
     # ---- delete -----------------------------------------------------------------------------
     def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:

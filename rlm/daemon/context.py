@@ -23,7 +23,7 @@ from rlm.daemon.metrics import DaemonMetrics
 from rlm.daemon.quota import CopyQuota
 from rlm.daemon.status import StatusBoard
 from rlm.errors import MetadataTimeoutError
-from rlm.types import RemoteLogSegmentId, TopicIdPartition
+from rlm.types import RemoteLogSegmentId, TopicIdPartition, check_topic_name
 
 
 def now_ms() -> int:
@@ -73,7 +73,7 @@ class TaskContext:
 
     def staging_dir(self, tp: TopicIdPartition) -> Path:
         """Scratch space for one partition inside the daemon's own work dir (never the broker's)."""
-        d = self.work_dir / "staging" / f"{tp.topic}-{tp.partition}"
+        d = self.work_dir / "staging" / f"{check_topic_name(tp.topic)}-{tp.partition}"
         d.mkdir(parents=True, exist_ok=True)
         return d
 
@@ -86,7 +86,7 @@ class EpochHistory:
         self._lock = threading.Lock()
 
     def _path(self, tp: TopicIdPartition) -> Path:
-        return self.dir / f"{tp.topic}-{tp.partition}-{tp.topic_id.text}.json"
+        return self.dir / f"{check_topic_name(tp.topic)}-{tp.partition}-{tp.topic_id.text}.json"
 
     def merge(self, tp: TopicIdPartition, checkpoint: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
         """Stored prefix (epochs older than the checkpoint's first) + the checkpoint; saved if changed.

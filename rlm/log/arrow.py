@@ -31,7 +31,7 @@ from rlm.log._arrow_build import KAFKA_SCHEMA, Outputs, records_batch
 from rlm.log._crc import CRC32C_VALUE, bytes_address, crc32c
 from rlm.log.legacy import legacy_records
 from rlm.log.model import ATTR_CONTROL, ATTR_TIMESTAMP_TYPE, RECORD_BATCH_OVERHEAD, Compression
-from rlm.log.source import Source, open_source, source_name
+from rlm.log.source import FileWindow, Source, open_window, source_name
 
 __all__ = ["KAFKA_SCHEMA", "iter_arrow_batches", "read_arrow"]
 
@@ -82,16 +82,21 @@ class _Decoder:
         self.out: Outputs | None = None  # the RecordBatch being filled
         self.max_rows = 1
 
-    def groups(self, max_rows: int) -> Iterator[Arr]:
+    def groups(self, max_rows: int, window: FileWindow | None = None) -> Iterator[Arr]:
         """Entry tables (``meta`` rows) of consecutive groups of entries.
 
         A group holds at most ``max_rows`` records and about 1 MiB of compressed entries, so
         that its decompressed payloads stay in the CPU cache until the kernel has read them
         and their memory is reused by the next group (instead of page-faulting fresh memory).
+        With a file ``window``, a group ends where the bytes read so far end; an entry cut by
+        that end is read whole before the scan goes on, and decoded groups are released.
         """
         meta = np.zeros((max(1, min(max_rows, 65536)), _kernel.META_COLS), np.int64)
-        pos, end = 0, len(self.view)
+        pos, size = 0, len(self.view)
+        end = size if window is None else window.ensure(1)
         while True:
+            if window is not None:
+                window.release(pos)
             n, pos, status, detail = self.kern.scan_entries(
                 self.fbuf,
                 np.int64(pos),
@@ -104,6 +109,11 @@ class _Decoder:
             pos = int(pos)
             if n:
                 yield meta[:n].copy()
+            if status == _kernel.ST_DONE and window is not None and end < size:
+                end = window.ensure(max(pos + 12, end + 1))  # the next entry header, at least
+                entry = int.from_bytes(self.view[pos + 8 : pos + 12], "big", signed=True)
+                end = window.ensure(pos + 12 + entry)
+                continue
             if status == _kernel.ST_DONE:
                 return
             if status != _kernel.ST_MORE:
@@ -137,11 +147,11 @@ class _Decoder:
             position=pos,
         )
 
-    def decode(self, max_rows: int) -> Iterator[pa.RecordBatch]:
+    def decode(self, max_rows: int, window: FileWindow | None = None) -> Iterator[pa.RecordBatch]:
         """RecordBatches of at most ``max_rows`` rows (more only for one bigger Kafka batch)."""
         self.out = None
         self.max_rows = max_rows
-        for meta in self.groups(max_rows):
+        for meta in self.groups(max_rows, window):
             yield from self._group(meta)
         if self.out is not None and self.out.rows:
             yield self.out.to_batch(self.topic, self.partition)
@@ -301,9 +311,9 @@ def iter_arrow_batches(
     """
     kern = _kernels(pure_python)
     name = source_name(source, path)
-    with open_source(source, path=path) as view:
+    with open_window(source, path=path) as window:
         decoder = _Decoder(
-            view,
+            window.view,
             kern=kern,
             path=name,
             topic=topic,
@@ -313,7 +323,7 @@ def iter_arrow_batches(
             verify_crc=verify_crc,
         )
         try:
-            yield from decoder.decode(max(1, max_batch_rows))
+            yield from decoder.decode(max(1, max_batch_rows), window)
         finally:
             del decoder  # drop numpy views of the mapped file before it is unmapped
 

@@ -13,18 +13,24 @@ The compressed bytes need not match Java's bit for bit, but the framing must, or
 * zstd: a streaming frame without a content-size field; reading accepts several frames.
 
 Every decoding failure becomes :class:`~rlm.errors.CompressionError` naming path and position.
+
+Decompression is capped (:data:`MAX_DECOMPRESSED_BYTES` per batch unless a caller passes
+``max_size``): a few KiB of crafted zstd or gzip can inflate to gigabytes, and a reader of
+untrusted segments must fail with :class:`~rlm.errors.DecompressedSizeError` instead of
+exhausting memory. Every codec checks the cap *before* producing the bytes that would exceed it.
 """
 
 from __future__ import annotations
 
 import struct
 import threading
+import zlib
 
 import cramjam
 import xxhash
 import zstandard
 
-from rlm.errors import CompressionError
+from rlm.errors import CompressionError, DecompressedSizeError
 from rlm.log.model import Compression
 
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
@@ -39,6 +45,11 @@ _LZ4_BD = 0x40  # 64 KiB maximum block
 _LZ4_BLOCK = 64 * 1024
 _LZ4_BLOCK_SIZES = {4: 64 * 1024, 5: 256 * 1024, 6: 1024 * 1024, 7: 4 * 1024 * 1024}
 _LZ4_UNCOMPRESSED = 0x80000000
+
+#: Default cap on one batch's decompressed bytes. Kafka's own limits (message.max.bytes, 1 MiB by
+#: default; fetch.max.bytes) are far below it, so only corrupt or hostile input reaches it.
+#: Assign a new value to change the process-wide default; ``decompress(max_size=...)`` overrides it.
+MAX_DECOMPRESSED_BYTES = 256 * 1024 * 1024
 
 _ZSTD_LEVEL = 3
 _GZIP_LEVEL = 6
@@ -70,26 +81,32 @@ def decompress(
     magic: int = 2,
     path: str | None = None,
     position: int | None = None,
+    max_size: int | None = None,
 ) -> bytes:
-    """Decompress one batch payload; any failure raises :class:`CompressionError`."""
+    """Decompress one batch payload; any failure raises :class:`CompressionError`.
+
+    Output above ``max_size`` (default :data:`MAX_DECOMPRESSED_BYTES`) raises
+    :class:`DecompressedSizeError` without having allocated it.
+    """
+    limit = MAX_DECOMPRESSED_BYTES if max_size is None else max_size
     try:
         if codec == Compression.GZIP:
-            return bytes(cramjam.gzip.decompress(data))
+            return _gzip_decompress(data, limit)
         if codec == Compression.SNAPPY:
-            return _xerial_decompress(memoryview(data))
+            return _xerial_decompress(memoryview(data), limit)
         if codec == Compression.LZ4:
-            return _lz4_decompress(memoryview(data), magic=magic)
+            return _lz4_decompress(memoryview(data), magic=magic, limit=limit)
         if codec == Compression.ZSTD and magic >= 2:
-            return _zstd_decompress(data)
+            return _zstd_decompress(data, limit)
         if codec == Compression.NONE:
             return bytes(data)
     except CompressionError as e:
-        raise CompressionError(
-            f"{Compression(codec).name.lower()}: {e.reason}", path=path, position=position
-        ) from None
+        cls = DecompressedSizeError if isinstance(e, DecompressedSizeError) else CompressionError
+        raise cls(f"{Compression(codec).name.lower()}: {e.reason}", path=path, position=position) from None
     except (
         cramjam.DecompressionError,
         zstandard.ZstdError,
+        zlib.error,
         ValueError,
         OverflowError,
         MemoryError,
@@ -102,39 +119,130 @@ def decompress(
     )
 
 
-# ---- zstd ----------------------------------------------------------------------------------------
-_ZSTD = threading.local()
+def _too_big(limit: int) -> DecompressedSizeError:
+    return DecompressedSizeError(f"decompressed size exceeds the cap of {limit} bytes")
 
 
-def _zstd_decompress(data: bytes | memoryview) -> bytes:
-    """All frames of ``data`` (Kafka's have no content size), reusing a per-thread decoder context."""
-    decompressor = getattr(_ZSTD, "d", None)
-    if decompressor is None:
-        decompressor = _ZSTD.d = zstandard.ZstdDecompressor()
-    out = []
+# ---- gzip ----------------------------------------------------------------------------------------
+def _gzip_decompress(data: bytes | memoryview, limit: int) -> bytes:
+    """All gzip members of ``data`` (Java's GZIPInputStream reads concatenated members), capped."""
+    out: list[bytes] = []
+    total = 0
     rest: bytes | memoryview = data
     while True:
-        obj = decompressor.decompressobj()
-        out.append(obj.decompress(rest))
+        obj = zlib.decompressobj(31)
+        chunk = obj.decompress(rest, limit - total + 1)
+        total += len(chunk)
+        if total > limit or obj.unconsumed_tail:
+            raise _too_big(limit)
+        out.append(chunk)
         if not obj.eof:
-            raise CompressionError("truncated zstd frame")
+            raise CompressionError("truncated gzip member")
         rest = obj.unused_data
         if not rest:
             return out[0] if len(out) == 1 else b"".join(out)
 
 
+# ---- zstd ----------------------------------------------------------------------------------------
+_ZSTD = threading.local()
+
+
+_ZSTD_MAGIC = 0xFD2FB528
+_ZSTD_BLOCK_MAX = 128 * 1024  # a block never regenerates more (RFC 8878 Block_Maximum_Size)
+_ZSTD_FEED = 1024  # input per step when the bound is too loose: <= 1 KiB * 32768 = 32 MiB over
+
+
+def zstd_output_bound(data: bytes | memoryview) -> int | None:
+    """Upper bound of what the zstd frames of ``data`` decompress to, from block headers alone.
+
+    Walks frame and block headers (a few per 128 KiB of output, so cheap) without decoding;
+    raw and RLE blocks give their exact size, compressed blocks at most 128 KiB. ``None`` when the
+    headers do not parse (the decoder then reports the corruption, or the bounded path is taken).
+    """
+    view = memoryview(data)
+    end, pos, bound = len(view), 0, 0
+    while pos < end:
+        if pos + 6 > end:
+            return None
+        (magic,) = struct.unpack_from("<I", view, pos)
+        if magic & 0xFFFFFFF0 == 0x184D2A50:  # skippable frame
+            (size,) = struct.unpack_from("<I", view, pos + 4)
+            pos += 8 + size
+            continue
+        if magic != _ZSTD_MAGIC:
+            return None
+        fhd = view[pos + 4]
+        single, fcs_flag = (fhd >> 5) & 1, fhd >> 6
+        pos += 5 + (0 if single else 1) + (0, 1, 2, 4)[fhd & 3]
+        pos += (1 if single else 0, 2, 4, 8)[fcs_flag]
+        while True:
+            if pos + 3 > end:
+                return None
+            header = view[pos] | view[pos + 1] << 8 | view[pos + 2] << 16
+            kind, size = (header >> 1) & 3, header >> 3
+            pos += 3
+            if kind == 0:  # raw
+                bound, pos = bound + size, pos + size
+            elif kind == 1:  # RLE: one byte repeated ``size`` times
+                bound, pos = bound + size, pos + 1
+            elif kind == 2:
+                bound, pos = bound + _ZSTD_BLOCK_MAX, pos + size
+            else:
+                return None
+            if header & 1:
+                break
+        pos += 4 if fhd & 0x04 else 0
+    return bound if pos == end else None
+
+
+def _zstd_decompress(data: bytes | memoryview, limit: int) -> bytes:
+    """All frames of ``data`` (Kafka's have no content size), reusing a per-thread decoder context.
+
+    When the block headers prove the output fits the cap, each frame is decoded in one call;
+    otherwise input is fed 1 KiB at a time and decoding stops as soon as the cap is passed.
+    """
+    decompressor = getattr(_ZSTD, "d", None)
+    if decompressor is None:
+        decompressor = _ZSTD.d = zstandard.ZstdDecompressor()
+    bound = zstd_output_bound(data)
+    feed = len(data) + 1 if bound is not None and bound <= limit else _ZSTD_FEED
+    out = []
+    total = 0
+    view = memoryview(data)
+    start = 0
+    obj = decompressor.decompressobj()
+    while True:
+        chunk = obj.decompress(view[start : start + feed])
+        start += feed
+        total += len(chunk)
+        if total > limit:
+            raise _too_big(limit)
+        out.append(chunk)
+        if obj.eof:
+            view, start = memoryview(obj.unused_data + bytes(view[start:])), 0
+            if not view:
+                return out[0] if len(out) == 1 else b"".join(out)
+            obj = decompressor.decompressobj()
+        elif start >= len(view):
+            raise CompressionError("truncated zstd frame")
+
+
 class ZstdFastPath:
     """One-call zstd decoding for the common case (a single complete frame), for hot loops.
 
-    Returns ``None`` for anything else (several frames, truncation, corruption) so the caller can
-    fall back to :func:`decompress`, which handles those and raises the typed errors. Not
-    thread-safe: use one instance per thread.
+    Returns ``None`` for anything else (several frames, truncation, corruption, output that may
+    exceed the cap) so the caller can fall back to :func:`decompress`, which handles those and
+    raises the typed errors. Not thread-safe: use one instance per thread.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_size: int | None = None) -> None:
         self._new = zstandard.ZstdDecompressor().decompressobj
+        self._limit = MAX_DECOMPRESSED_BYTES if max_size is None else max_size
 
     def __call__(self, data: bytes | memoryview) -> bytes | None:
+        bound = zstd_output_bound(data)
+        if bound is None or bound > self._limit:
+            return None
         try:
             obj = self._new()
             out: bytes = obj.decompress(data)
@@ -154,16 +262,20 @@ def _xerial_compress(data: bytes | memoryview) -> bytes:
     return b"".join(out)
 
 
-def _snappy_raw(block: memoryview) -> bytes:
+def _snappy_raw(block: memoryview, room: int, limit: int) -> bytes:
+    """One raw snappy block; its declared length is checked against ``room`` before decoding."""
     declared = cramjam.snappy.decompress_raw_len(block)
     if declared > _SNAPPY_MAX_RATIO * len(block) + 64:
         raise CompressionError(f"raw block claims {declared} bytes from {len(block)}")
+    if declared > room:
+        raise _too_big(limit)
     return bytes(cramjam.snappy.decompress_raw(block))
 
 
-def _xerial_decompress(view: memoryview) -> bytes:
+def _xerial_decompress(view: memoryview, limit: int) -> bytes:
     if len(view) < 16 or view[:8] != _XERIAL_MAGIC:
-        return _snappy_raw(view)
+        return _snappy_raw(view, limit, limit)
+    total = 0
     out: list[bytes] = []
     pos = 16
     end = len(view)
@@ -177,7 +289,8 @@ def _xerial_decompress(view: memoryview) -> bytes:
         pos += 4
         if length < 0 or pos + length > end:
             raise CompressionError(f"invalid block length {length} at {pos - 4}")
-        out.append(_snappy_raw(view[pos : pos + length]))
+        out.append(_snappy_raw(view[pos : pos + length], limit - total, limit))
+        total += len(out[-1])
         pos += length
     return b"".join(out)
 
@@ -207,7 +320,7 @@ def _lz4_compress(data: bytes | memoryview, *, magic: int) -> bytes:
     return b"".join(out)
 
 
-def _lz4_decompress(view: memoryview, *, magic: int) -> bytes:
+def _lz4_decompress(view: memoryview, *, magic: int, limit: int) -> bytes:
     end = len(view)
     if end < 7 or view[:4] != _LZ4_MAGIC:
         raise CompressionError("missing lz4 frame magic")
@@ -233,6 +346,7 @@ def _lz4_decompress(view: memoryview, *, magic: int) -> bytes:
     if max_block is None:
         raise CompressionError(f"unsupported lz4 block size id {(bd >> 4) & 0x07}")
     out: list[bytes] = []
+    total = 0
     scratch = bytearray(max_block)
     while True:
         if pos + 4 > end:
@@ -256,3 +370,6 @@ def _lz4_decompress(view: memoryview, *, magic: int) -> bytes:
         else:
             n = cramjam.lz4.decompress_block_into(block, scratch, output_len=max_block)
             out.append(bytes(scratch[:n]))
+        total += len(out[-1])  # each block adds at most max_block (<= 4 MiB) before this check
+        if total > limit:
+            raise _too_big(limit)

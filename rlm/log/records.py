@@ -30,7 +30,7 @@ from rlm.log.model import (
     Record,
     TimestampType,
 )
-from rlm.log.source import Source, open_source, source_name
+from rlm.log.source import FileWindow, Source, open_window, source_name
 
 __all__ = [
     "BatchHeader",
@@ -87,11 +87,24 @@ def parse_v2_header(buf: memoryview, position: int, *, path: str | None, verify_
 
 
 def _walk(
-    buf: memoryview, *, path: str | None, start: int, end: int | None, verify_crc: bool
+    buf: memoryview,
+    *,
+    path: str | None,
+    start: int,
+    end: int | None,
+    verify_crc: bool,
+    window: FileWindow | None = None,
 ) -> Iterator[BatchHeader]:
+    """Entry headers from ``start``; with a file ``window``, bytes are read (and released) as it goes."""
     limit = len(buf) if end is None else min(end, len(buf))
     pos = start
+    if window is not None:
+        window.start_at(start)
     while pos + HEADER_SIZE_UP_TO_MAGIC < limit:
+        if window is not None:
+            window.release(pos)
+            window.ensure(pos + HEADER_SIZE_UP_TO_MAGIC + 1)
+            window.ensure(pos + LOG_OVERHEAD + struct.unpack_from(">i", buf, pos + 8)[0])
         offset, size = struct.unpack_from(">qi", buf, pos)
         if size < MIN_ENTRY_SIZE:
             raise CorruptRecordError(
@@ -123,13 +136,18 @@ def iter_batches(
     memory-mapped, so a big segment is never read into memory as a whole.
     """
     name = source_name(source, path)
-    with open_source(source, path=path) as buf:
-        yield from _walk(buf, path=name, start=start_position, end=end_position, verify_crc=verify_crc)
+    with open_window(source, path=path) as w:
+        yield from _walk(
+            w.view, path=name, start=start_position, end=end_position, verify_crc=verify_crc, window=w
+        )
 
 
 def read_batch_bytes(source: Source, header: BatchHeader, *, path: _PathArg = None) -> bytes:
     """The whole entry ``header`` describes (log overhead included), copied out of ``source``."""
-    with open_source(source, path=path) as buf:
+    with open_window(source, path=path) as w:
+        w.start_at(header.position)
+        w.ensure(header.end_position)
+        buf = w.view
         if header.end_position > len(buf):
             raise CorruptRecordError(
                 f"entry of {header.size} bytes runs past the end ({len(buf)})",
@@ -258,8 +276,9 @@ def iter_records(
     The convenient slow path (one Python object per record); use :func:`rlm.log.read_arrow` for bulk.
     """
     name = source_name(source, path)
-    with open_source(source, path=path) as buf:
-        for header in _walk(buf, path=name, start=start_position, end=None, verify_crc=verify_crc):
+    with open_window(source, path=path) as w:
+        buf = w.view
+        for header in _walk(buf, path=name, start=start_position, end=None, verify_crc=verify_crc, window=w):
             view = buf[header.position : header.end_position]
             if header.magic < 2:
                 for r in legacy_records(view, path=name, position=header.position, verify_crc=False):

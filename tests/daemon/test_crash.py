@@ -7,6 +7,7 @@ exactly once, nothing else is listed, and remote storage holds no object of any 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from rlm.cli import main as cli_main
 from rlm.config import load_config
 from rlm.daemon.crash import STEPS
 from rlm.log.partition import PartitionDir
@@ -48,7 +50,9 @@ def remote_segment_ids(root: Path) -> set[str]:
 
 
 @pytest.mark.parametrize("step", STEPS)
-def test_kill_9_then_restart_converges(kafka: Any, unique_topic: str, tmp_path: Path, step: str) -> None:
+def test_kill_9_then_restart_converges(
+    kafka: Any, unique_topic: str, tmp_path: Path, step: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     bs = kafka.bootstrap
     create_topic(bs, unique_topic)
     produce(bs, unique_topic, 16000)
@@ -93,3 +97,9 @@ def test_kill_9_then_restart_converges(kafka: Any, unique_topic: str, tmp_path: 
     assert [m.start_offset for m in done] == want, "every eligible segment FINISHED exactly once"
     assert all(m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED for m in listed)
     assert remote_segment_ids(tmp_path / "remote") == {m.remote_log_segment_id.id.text for m in done}
+    # and the fsck agrees: every file whole, no orphan, no gap, no STARTED left
+    capsys.readouterr()
+    assert cli_main(["verify", "--config", str(cfg_file), "--topic", unique_topic, "--deep", "--json"]) == 0
+    [part] = json.loads(capsys.readouterr().out)["partitions"]
+    objects = [f for f in (tmp_path / "remote").rglob("*") if f.is_file()]
+    assert part["segments"] == len(listed) and part["objects"] == len(objects)

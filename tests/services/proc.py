@@ -1,13 +1,17 @@
 """Process helpers shared by the service launchers: free ports, waiting, and clean stops.
 
 Every service a test starts runs in its own process group so that stopping it (or the
-interpreter exiting) leaves no stray JVM or server behind.
+interpreter exiting) leaves no stray JVM or server behind. ``atexit`` does not run when the test
+process is SIGKILLed (a CI timeout, an OOM kill), so on Linux each child also asks the kernel for
+``PR_SET_PDEATHSIG``: it gets SIGKILL the moment the process that spawned it dies.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
+import ctypes.util
 import os
 import shutil
 import signal
@@ -79,6 +83,31 @@ def ensure_jars(name: str) -> Path:
     return CACHE_DIR / name / "lib"
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _pdeathsig_preexec() -> Callable[[], None] | None:
+    """A ``preexec_fn`` tying the child's life to this process (Linux only, else ``None``).
+
+    Prepared before the fork (library loaded, function resolved) so the child only makes two
+    system calls. The signal survives ``execve``; it is tied to the spawning *thread*, so services
+    must be spawned from the main thread (they are: session fixtures). If this process already
+    died between fork and ``prctl``, the child exits at once.
+    """
+    if os.uname().sysname != "Linux":
+        return None
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    prctl = libc.prctl
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return preexec
+
+
 def spawn(
     cmd: Sequence[str], *, log: Path, env: dict[str, str] | None = None, cwd: Path | None = None
 ) -> subprocess.Popen[bytes]:
@@ -93,6 +122,7 @@ def spawn(
         env=env,
         cwd=cwd,
         start_new_session=True,
+        preexec_fn=_pdeathsig_preexec(),  # two syscalls in the child, no locks taken
     )
     fh.close()
     _LIVE.add(proc)

@@ -1,0 +1,148 @@
+"""``rlm verify --config FILE [--topic T] [--deep] [--json] [--repair [--execute]]``: fsck of tiered storage.
+
+Per partition of the remote metadata store (read-only, as the read side opens it):
+
+* every COPY_SEGMENT_FINISHED segment has all its files, with the sizes and CRC-32C checksums its
+  custom metadata recorded (``missing_object``, ``corrupt_object``, ``size_mismatch``,
+  ``checksum_mismatch``);
+* no object without metadata (``orphan_object``: e.g. index files a crash mid-copy left before
+  any metadata named them), when the storage plugin can list a partition;
+* the finished segments on the current leader-epoch lineage cover one contiguous offset range
+  (``offset_gap``);
+* no COPY_SEGMENT_STARTED / DELETE_SEGMENT_STARTED older than ``stale_copy_grace_ms``
+  (``stale_copy``, ``stale_delete``; ``rlm run`` cleans those up);
+* with ``--deep``, every ``.log`` decodes (batch CRCs) to its recorded end offset and size
+  (``incomplete_segment``, ``undecodable_segment``). Files are streamed, never held whole.
+
+``--repair`` shows what is safe to fix, deleting orphan segments whose objects are all older
+than the grace period (so an upload in progress is never touched); nothing changes unless
+``--execute`` is given too. Nothing else is ever repaired.
+
+Exit status: 0 when clean, 1 when problems were found (printed, with a summary), 3 for an
+invalid configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from rlm.config import load_config
+from rlm.exit_codes import ExitCode
+from rlm.types import KafkaUuid, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
+from rsm_plugins.api import RemoteStorageManager, StoredObject
+
+from .verify_checks import PartitionReport, check_partition, name_of
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "verify",
+        help="check remote segments against remote metadata (fsck of tiered storage)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--config", "-c", type=Path, required=True, help="the daemon's configuration file")
+    p.add_argument("--topic", help="only this topic")
+    p.add_argument("--deep", action="store_true", help="also decode every segment to its end offset")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--repair", action="store_true",
+                   help="show the safe repairs (orphans past the grace period); dry run")
+    p.add_argument("--execute", action="store_true", help="with --repair: carry the repairs out")
+    p.set_defaults(func=verify)
+
+
+def _orphan_groups(tp: TopicIdPartition, report: PartitionReport, cutoff_ms: int
+                   ) -> list[tuple[str, int, list[StoredObject]]]:
+    """(segment id, start offset, objects) of orphan segments whose objects are all older than
+    ``cutoff_ms``. Only a segment's own files are deleted (the plugin's delete knows no others):
+    temporary files and names that are not segment files stay, and stay reported."""
+    groups: dict[tuple[str, int], list[StoredObject]] = {}
+    for obj in report.orphans:
+        if obj.segment_id is not None and obj.start_offset is not None and obj.file_type is not None:
+            groups.setdefault((obj.segment_id, obj.start_offset), []).append(obj)
+    return [(sid, start, objs) for (sid, start), objs in sorted(groups.items())
+            if all(o.modified_ms < cutoff_ms for o in objs)]
+
+
+def _delete_orphan(rsm: RemoteStorageManager, tp: TopicIdPartition, sid: str, start: int) -> None:
+    """Delete through the plugin's own ``delete_log_segment_data``, with metadata naming only the
+    segment id and start offset (all the plugins' layouts need), so no key is guessed here."""
+    md = RemoteLogSegmentMetadata(
+        RemoteLogSegmentId(tp, KafkaUuid.from_text(sid)), start_offset=start, end_offset=start,
+        max_timestamp_ms=-1, broker_id=-1, event_timestamp_ms=int(time.time() * 1000),
+        segment_size_in_bytes=0, segment_leader_epochs=((0, start),))
+    rsm.delete_log_segment_data(md)
+
+
+def verify(args: argparse.Namespace) -> int:
+    from rlm.daemon.logging_setup import configure_logging
+    from rlm.plugin_setup import load_rlmm, load_rsm
+
+    config = load_config(args.config)
+    configure_logging("console", "critical")  # the printed lines say it all
+    node_id = config.node_id if config.node_id is not None else -1
+    grace = config.stale_copy_grace_ms
+    rsm = load_rsm(config, node_id)
+    try:
+        metadata_read_ms = int(time.time() * 1000)
+        rlmm = load_rlmm(config, node_id, read_only=True)
+        try:
+            rlmm.follow_all()
+            tps = sorted((tp for tp in rlmm.known_partitions() if args.topic in (None, tp.topic)),
+                         key=lambda tp: (tp.topic, tp.partition))
+            now = int(time.time() * 1000)
+            reports = [(tp, check_partition(rsm, tp, rlmm.list_remote_log_segments(tp), now_ms=now,
+                                            grace_ms=grace, metadata_read_ms=metadata_read_ms,
+                                            deep=args.deep)) for tp in tps]
+        finally:
+            rlmm.close()
+        repairs: list[dict[str, Any]] = []
+        if args.repair:
+            for tp, report in reports:
+                for sid, start, objs in _orphan_groups(tp, report, now - grace):
+                    if args.execute:
+                        _delete_orphan(rsm, tp, sid, start)
+                    repairs.append({"partition": report.partition, "segment_id": sid, "start_offset": start,
+                                    "keys": [o.key for o in objs], "deleted": bool(args.execute)})
+    finally:
+        rsm.close()
+    problems = [p for _, r in reports for p in r.problems]
+    if args.json:
+        out = {"ok": not problems, "partitions": [
+            {"partition": r.partition, "topic_id": tp.topic_id.text, "segments": r.segments,
+             "objects": r.objects, "recent_objects": r.recent,
+             "problems": [asdict(p) for p in r.problems]} for tp, r in reports],
+            "problems": len(problems), "repairs": repairs}
+        json.dump(out, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        _print_text(config.source, rsm.display_name, reports, repairs, args)
+    return ExitCode.FAILURE if problems else ExitCode.OK
+
+
+def _print_text(source: object, plugin: str, reports: list[tuple[TopicIdPartition, PartitionReport]],
+                repairs: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    print(f"rlm verify {source}")
+    for tp, r in reports:
+        objects = f"{r.objects} objects" if r.objects is not None else \
+            f"orphans not checked ({plugin} storage cannot list)"
+        if r.recent:
+            objects += f" ({r.recent} newer than the metadata read, not judged)"
+        state = "ok" if not r.problems else f"{len(r.problems)} problem(s)"
+        print(f"{name_of(tp)}: {r.segments} segments, {objects}: {state}")
+        for p in r.problems:
+            print(f"  {p.kind}: {p.message}")
+    for rep in repairs:
+        verb = "deleted" if rep["deleted"] else "would delete"
+        print(f"repair: {verb} orphan segment {rep['segment_id']} of {rep['partition']} "
+              f"({len(rep['keys'])} objects)")
+    if args.repair and not args.execute and repairs:
+        print("dry run: nothing changed (add --execute to repair)")
+    n = sum(len(r.problems) for _, r in reports)
+    print(f"{len(reports)} partitions checked, {n} problems" + ("" if n == 0 else " (exit status 1)"))
