@@ -11,6 +11,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
+import structlog
 
 pytest_plugins = [
     "tests.fixtures.kafka",
@@ -39,3 +40,12 @@ def _no_caller_rlm_environment() -> Iterator[None]:
         for name in caller_rlm_variables():
             mp.delenv(name)
         yield
+
+
+@pytest.fixture(autouse=True)
+def _restore_structlog() -> Iterator[None]:
+    """A command run in-process (``cli_main([...])``) configures structlog for itself (stderr,
+    warning level); restore the configuration so later tests still see their log events."""
+    saved = structlog.get_config()
+    yield
+    structlog.configure(**saved)
