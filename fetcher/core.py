@@ -133,7 +133,12 @@ class RemoteFetcher:
             by_name.setdefault(tp.topic, {}).setdefault(tp.topic_id, []).append(tp)
         out: dict[str, list[TopicIdPartition]] = {}
         for name, ids in sorted(by_name.items()):
-            best = max(ids.values(), key=lambda tps: sum(self._segment_count(tp) for tp in tps))
+            # Counting segments costs a metadata object per segment, and every read calls this:
+            # count only when a name really has two topic ids (it was deleted and re-created).
+            if len(ids) == 1:
+                best = next(iter(ids.values()))
+            else:
+                best = max(ids.values(), key=lambda tps: sum(self._segment_count(tp) for tp in tps))
             out[name] = sorted(best, key=lambda tp: tp.partition)
         return out
 
