@@ -44,6 +44,7 @@ pytestmark = pytest.mark.kafka
 
 S = RemoteLogSegmentState
 _WAIT_S = 60.0  # bounds every wait on a condition; reached only when the test fails
+SHORT_WAIT_MS = 4000
 
 
 class ConsumerGate:
@@ -194,7 +195,7 @@ def test_write_read_back_late_times_out_then_retry_is_idempotent(
     gets a retriable MetadataTimeoutError, the record is applied once released, and the caller's retry
     neither fails nor duplicates the segment (here and in a fresh replay)."""
     tp = TopicIdPartition(KafkaUuid.random(), "late", 0)
-    cfg = _config(kafka.bootstrap, metadata_topic, tmp_path / "a", 1, wait_ms=1500)
+    cfg = _config(kafka.bootstrap, metadata_topic, tmp_path / "a", 1)
     a = TopicBasedRemoteLogMetadataManager(cfg)
     gate = ConsumerGate(a)
     try:
@@ -204,8 +205,16 @@ def test_write_read_back_late_times_out_then_retry_is_idempotent(
         finish = _update(seg, S.COPY_SEGMENT_FINISHED, 1)
 
         gate.close()
-        with pytest.raises(MetadataTimeoutError, match="written but not read back") as e:
-            a.update_remote_log_segment_metadata(finish)
+        # Only this write gets a short wait (long enough for the broker's acknowledgement on a busy
+        # machine; the read-back cannot happen while the gate is closed), the rest 30 s.
+        long_wait = a._cfg
+        assert long_wait is not None
+        a._cfg = long_wait.model_copy(update={"consume_wait_ms": SHORT_WAIT_MS})
+        try:
+            with pytest.raises(MetadataTimeoutError, match="written but not read back") as e:
+                a.update_remote_log_segment_metadata(finish)
+        finally:
+            a._cfg = long_wait
         assert e.value.retriable
         assert gate.holding.wait(_WAIT_S)  # the record is in the topic, held before A's cache
         assert _states(a, tp) == [(seg.remote_log_segment_id, S.COPY_SEGMENT_STARTED)]
