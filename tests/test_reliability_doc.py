@@ -106,6 +106,7 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 """
 
 
+@pytest.mark.slow  # a pytest subprocess collects the fake modules
 def test_generator_on_fake_modules(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     gen = _gen()
     faults, fuzz, data = tmp_path / "faults", tmp_path / "fuzz", tmp_path / "data"
