@@ -375,9 +375,7 @@ def test_no_output_of_any_command_holds_a_secret(
     check = rlm("check", "--config", str(broken_file), timeout=120)
     failed = [line.split()[1] for line in check.stdout.splitlines() if line.startswith("FAIL")]
     assert check.returncode == 1 and {"storage", "kafka"} <= set(failed), check.stdout + check.stderr[-2000:]
-    run = rlm("run", "--once", "--config", str(broken_file), timeout=120)
-    assert run.returncode == 3, run.stderr[-2000:]
-    outputs += [check.stdout, check.stderr, run.stdout, run.stderr]
+    outputs += [check.stdout, check.stderr]  # (`rlm run` with a wrong password: the SASL test)
 
     outputs += [daemon_log.read_text(errors="replace"), serve_log.read_text(errors="replace")]
     outputs += [
