@@ -124,5 +124,6 @@ def read_only_bind_mount(src: Path, dst: Path) -> Iterator[Path | str]:
             return
         yield dst
     finally:
-        subprocess.run(["umount", str(dst)], capture_output=True, check=False)
+        if subprocess.run(["umount", str(dst)], capture_output=True, check=False).returncode != 0:
+            subprocess.run(["umount", "--lazy", str(dst)], capture_output=True, check=False)  # still busy
 

@@ -23,6 +23,8 @@ import yaml
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from fetcher import RemoteFetcher
+from fetcher.kafka import EndpointThread, ListenerSettings
 from rlm.config import DaemonConfig, load_config
 from rlm.log.partition import PartitionDir
 from rlm.plugin_setup import load_rlmm, load_rsm
@@ -229,27 +231,21 @@ def test_sasl_settings_reach_every_kafka_connection(
     last = pdir.inactive_segments()[-1]
     assert part["remote_end"] == pdir.next_segment(last).base_offset - 1  # type: ignore[union-attr]
 
-    latest = rlm("offsets", "--config", str(cfg_file), "--topic", topic, "--timestamp", "latest", "--json")
-    assert latest.returncode == 0, latest.stderr
-    answer = json.loads(latest.stdout.splitlines()[0])
-    assert answer["source"] == "broker" and answer["offset"] == 12000, answer
-    fetched = rlm("fetch", "--config", str(cfg_file), "--topic", topic, "--offset", "10", "--count", "3")
-    assert fetched.returncode == 0, fetched.stderr
-    rows = [json.loads(line) for line in fetched.stdout.splitlines() if line.strip()]
-    assert [r["offset"] for r in rows] == [10, 11, 12]
-
-    # the Kafka endpoint in merged mode forwards the live tail (not in remote storage) over SASL
-    endpoint_log = tmp_path / "kafka-serve.log"
-    endpoint = spawn_rlm("kafka-serve", "--config", str(cfg_file), log=endpoint_log)
-    try:
-        (_, port), *_ = wait_listening(endpoint, 1, endpoint_log)
-        tail = consume(f"127.0.0.1:{port}", topic, 11995, 12000)
-    finally:
-        stop_process(endpoint)
+    # the read side in one process (as `rlm serve` builds it): broker offsets past the remote end,
+    # remote reads through the topic metadata store, and the Kafka endpoint in merged mode, which
+    # forwards the live tail (not in remote storage) to the broker over its own SASL connections
     assert part["remote_end"] < 11995
-    assert tail == [(o, f"k{o}".encode(), bytes([65 + o % 26]) * 200) for o in range(11995, 12000)], (
-        endpoint_log.read_text()[-3000:]
-    )
+    with RemoteFetcher.from_config(load_config(cfg_file)) as fetcher:
+        latest = fetcher.offset_for_timestamp(topic, 0, -1)
+        assert latest is not None and (latest.source, latest.offset) == ("broker", 12000), latest
+        scanned = [
+            o for b in fetcher.scan(topic, 0, start_offset=10, end_offset=13) for o in b["offset"].to_pylist()
+        ]
+        assert scanned == [10, 11, 12]
+        settings = ListenerSettings(port=0, merged=True)
+        with EndpointThread(fetcher, settings, tmp_path / "endpoint") as endpoint:
+            tail = consume(endpoint.bootstrap, topic, 11995, 12000)
+    assert tail == [(o, f"k{o}".encode(), bytes([65 + o % 26]) * 200) for o in range(11995, 12000)]
 
     # a wrong password: a typed, readable failure within the request timeouts, password never shown
     bad_file = write_yaml(
@@ -263,7 +259,7 @@ def test_sasl_settings_reach_every_kafka_connection(
         refused = [line for line in said if "the broker refused the login" in line]
         assert refused and "SASL authentication" in refused[0], res.stdout + res.stderr[-3000:]
         assert "Traceback" not in res.stderr
-    printed = "".join(r.stdout + r.stderr for r in (ran, check, status, latest, fetched, bad_check, bad_run))
+    printed = "".join(r.stdout + r.stderr for r in (ran, check, status, bad_check, bad_run))
     assert not [s for s in SECRETS if s in printed]
 
 
