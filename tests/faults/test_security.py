@@ -8,6 +8,7 @@ the security settings could not reach it at all.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import time
@@ -25,6 +26,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from fetcher import RemoteFetcher
 from fetcher.kafka import EndpointThread, ListenerSettings
+from fetcher.kafka.broker_login import BrokerLogin, LoginRefusedError
+from fetcher.kafka.forward import BrokerForwarder
 from rlm.config import DaemonConfig, load_config
 from rlm.log.partition import PartitionDir
 from rlm.plugin_setup import load_rlmm, load_rsm
@@ -246,6 +249,12 @@ def test_sasl_settings_reach_every_kafka_connection(
         with EndpointThread(fetcher, settings, tmp_path / "endpoint") as endpoint:
             tail = consume(endpoint.bootstrap, topic, 11995, 12000)
     assert tail == [(o, f"k{o}".encode(), bytes([65 + o % 26]) * 200) for o in range(11995, 12000)]
+    wrong = BrokerLogin.from_client_config(sasl_client(sasl_kafka, WRONG_PASSWORD))
+    with pytest.raises(LoginRefusedError) as refused_endpoint:  # the endpoint's own login, refused
+        asyncio.run(BrokerForwarder(sasl_kafka.bootstrap, timeout_s=10, login=wrong).leader(topic, 0))
+    assert "refused the login" in str(refused_endpoint.value) and WRONG_PASSWORD not in str(
+        refused_endpoint.value
+    )
 
     # a wrong password: a typed, readable failure within the request timeouts, password never shown
     bad_file = write_yaml(
