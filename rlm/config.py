@@ -309,8 +309,11 @@ class DaemonConfig(BaseSettings):
     )
     kafka_client: ClientSettings = Field(
         default_factory=dict,
-        description="Extra librdkafka settings for the admin client. Credential-like keys "
-        "(sasl.password, ssl.key.password, ...) are kept secret: never logged or shown.",
+        description="Extra librdkafka settings (security.protocol, sasl.*, ssl.*, ...) for every "
+        "connection to the cluster at bootstrap_servers: leadership and LSO admin client, preflight, "
+        "broker offsets of the read side, the Kafka endpoint's merged mode, and the topic metadata "
+        "store unless it has a bootstrap of its own. Credential-like keys (sasl.password, "
+        "ssl.key.password, ...) are kept secret: never logged or shown.",
     )
     storage: StorageConfig = Field(default_factory=StorageConfig)  # type: ignore[arg-type]
     metadata: MetadataConfig = Field(default_factory=MetadataConfig)  # type: ignore[arg-type]

@@ -203,6 +203,14 @@ class DependencyUnavailableError(RlmError):
     retriable = True
 
 
+class KafkaAuthenticationError(DependencyUnavailableError):
+    """The Kafka cluster refused the configured login (SASL or TLS): trying again with the same
+    ``kafka_client`` settings cannot help, so it is not retriable. The message carries the
+    client library's reason, never the credentials."""
+
+    retriable = False
+
+
 class ProbeTimeoutError(DependencyUnavailableError):
     """A bounded call did not return within its timeout; the call itself may still be running."""
 

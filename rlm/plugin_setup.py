@@ -17,6 +17,7 @@ import rlmm.loading
 import rsm_plugins
 from rlm.config import DaemonConfig
 from rlmm.api import RemoteLogMetadataManager
+from rlmm.topic_config import BROKER_PREFIX, COMMON_CLIENT_PREFIX
 from rsm_plugins.api import RemoteStorageManager
 
 
@@ -41,7 +42,9 @@ def load_rsm(config: DaemonConfig, node_id: int) -> RemoteStorageManager:
 def rlmm_settings(config: DaemonConfig, node_id: int, *, read_only: bool = False) -> dict[str, Any]:
     """The metadata manager's configuration with the daemon's defaults filled in; ``read_only`` for
     the read side: the embedded file store is followed without its writer lock, the topic store
-    keeps its snapshots apart from the daemon's."""
+    keeps its snapshots apart from the daemon's. A topic store without a bootstrap of its own uses
+    ``bootstrap_servers`` and, as defaults of its common client settings, ``kafka_client`` (TLS or
+    SASL settings are given once)."""
     cfg: dict[str, Any] = dict(config.metadata.config)
     kind = rlmm.loading.builtin_name(config.metadata.manager)
     if kind == "file":
@@ -50,7 +53,12 @@ def rlmm_settings(config: DaemonConfig, node_id: int, *, read_only: bool = False
             cfg["read.only"] = True
     if kind == "topic":
         if config.bootstrap_servers and not any(k.endswith("bootstrap.servers") for k in cfg):
+            # The metadata topic lives on the daemon's own cluster: it needs the same login
             cfg["bootstrap.servers"] = config.bootstrap_servers
+            given = {k.removeprefix(BROKER_PREFIX) for k in cfg}
+            for key, value in config.kafka_client.items():
+                if COMMON_CLIENT_PREFIX + key not in given:
+                    cfg[COMMON_CLIENT_PREFIX + key] = value
         cfg.setdefault("log.dir", str(config.work_dir / ("rlmm-reader" if read_only else "rlmm")))
         cfg.setdefault("remote.log.metadata.consume.wait.ms", config.metadata_request_timeout_ms)
     cfg.setdefault("broker.id", node_id)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from fetcher.core import RemoteFetcher
+from fetcher.kafka.broker_login import BrokerLogin
 from fetcher.kafka.forward import BrokerForwarder
 from fetcher.kafka.groups import GroupCoordinator
 from fetcher.kafka.offset_store import OffsetStore
@@ -109,7 +110,12 @@ class EndpointContext:
         if merged and fetcher.broker is None:
             raise ConfigError("merged mode needs bootstrap_servers (the broker to forward the live tail to)")
         self.forwarder = (
-            BrokerForwarder(fetcher.broker.bootstrap_servers) if merged and fetcher.broker else None
+            BrokerForwarder(
+                fetcher.broker.bootstrap_servers,
+                login=BrokerLogin.from_client_config(fetcher.broker.client_config),
+            )
+            if merged and fetcher.broker
+            else None
         )
         self._executor = ThreadPoolExecutor(
             max_workers=max(2, fetcher.read_config.reader_threads), thread_name_prefix="kafka-endpoint"

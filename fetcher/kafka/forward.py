@@ -5,7 +5,8 @@ the broker's local log start come from the remote tier, the rest (and the live t
 leader, whose partition data (records, high watermark, LSO, aborted transactions) is passed
 through as is. The endpoint talks to brokers with the same kio codec: Metadata v12 to find
 leaders, Fetch v12 (topic names, no fetch session) to forward. Broker connections are pooled,
-one request in flight each, so a long-polling tail fetch never delays another client's.
+one request in flight each, so a long-polling tail fetch never delays another client's. Each new
+connection logs in with the ``kafka_client`` security settings (:mod:`fetcher.kafka.broker_login`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from kio.schema.fetch.v12 import request as fetch_req
 from kio.schema.list_offsets.v7 import request as lo_req
 from kio.schema.metadata.v12 import request as md_req
 
+from fetcher.kafka.broker_login import BrokerLogin
 from fetcher.kafka.codec import encode_request, make, read_response
 
 log = structlog.get_logger(__name__)
@@ -68,9 +70,12 @@ class _BrokerConn:
 class BrokerForwarder:
     """Leaders, local log starts and forwarded fetches (used from the event loop only)."""
 
-    def __init__(self, bootstrap_servers: str, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, bootstrap_servers: str, timeout_s: float = 30.0, login: BrokerLogin | None = None
+    ) -> None:
         self.bootstrap = [_host_port(b) for b in bootstrap_servers.split(",") if b.strip()]
         self.timeout_s = timeout_s
+        self.login = login or BrokerLogin()
         self._idle: dict[tuple[str, int], list[_BrokerConn]] = {}
         self._leaders: dict[tuple[str, int], tuple[float, tuple[str, int]]] = {}
         self._local_start: dict[tuple[str, int], tuple[float, int]] = {}
@@ -79,8 +84,18 @@ class BrokerForwarder:
         idle = self._idle.get(addr)
         if idle:
             return idle.pop()
-        r, w = await asyncio.wait_for(asyncio.open_connection(*addr), self.timeout_s)
-        return _BrokerConn(r, w)
+        tls = self.login.tls
+        r, w = await asyncio.wait_for(
+            asyncio.open_connection(*addr, ssl=tls, server_hostname=addr[0] if tls is not None else None),
+            self.timeout_s,
+        )
+        conn = _BrokerConn(r, w)
+        try:  # the login every other Kafka connection of the sidecar uses (kafka_client)
+            await self.login.authenticate(lambda req: conn.call(req, self.timeout_s), f"{addr[0]}:{addr[1]}")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     async def _call(self, addr: tuple[str, int], req: Any, timeout_s: float) -> Any:
         conn = await self._conn(addr)

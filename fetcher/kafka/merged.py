@@ -56,7 +56,7 @@ async def forward(
                 int(isolation),
                 max_wait_ms,
             )
-        except (OSError, TimeoutError, asyncio.IncompleteReadError) as e:
+        except (RlmError, OSError, TimeoutError, asyncio.IncompleteReadError) as e:
             log.warning("kafka_merged_forward_failed", topic=p.topic, partition=p.partition, error=str(e))
             p.error = ErrorCode.not_leader_or_follower  # retriable: the client refreshes and retries
             return

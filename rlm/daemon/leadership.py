@@ -53,11 +53,12 @@ class Cluster:
     def __init__(
         self, bootstrap_servers: str, client_config: Mapping[str, Any], timeout_s: float = 10.0
     ) -> None:
-        from rlm.daemon.probes import admin_client
+        from rlm.daemon.probes import LoginFailures, admin_client
 
         conf: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "client.id": "rlm-sidecar"}
         conf.update(reveal_all(client_config))  # secrets in clear for librdkafka only
-        self._admin = admin_client(conf, "cluster")
+        self._login = LoginFailures()
+        self._admin = admin_client(conf, "cluster", self._login)
         self._timeout = timeout_s
         self._lock = threading.Lock()
 
@@ -99,10 +100,16 @@ class Cluster:
                         continue
                     configs[r.name] = {k: str(v.value) for k, v in entries.items() if v.value is not None}
         except KafkaException as e:
-            raise ClusterUnavailableError(f"cluster metadata refresh failed: {e}") from e
+            raise ClusterUnavailableError(f"cluster metadata refresh failed: {self._reason(e)}") from e
         finally:
             self._admin.poll(0)  # hands librdkafka's queued log lines to the (rate-limited) logger
         return ClusterView(leaders, frozenset(names), ids, configs, complete=True)
+
+    def _reason(self, e: Exception) -> str:
+        """The client's error, or the refused login behind it (a transport failure says nothing)."""
+        self._admin.poll(0)  # runs the error callback
+        failed, self._login.last = self._login.last, None
+        return f"authentication failed: {failed}" if failed else str(e)
 
     def last_stable_offset(self, tp: TopicPartition) -> int:
         """ListOffsets LATEST under ``read_committed``: the partition's LSO."""
@@ -119,5 +126,6 @@ class Cluster:
             for fut in futs.values():
                 return int(fut.result().offset)
         except KafkaException as e:
-            raise ClusterUnavailableError(f"{tp}: ListOffsets(read_committed) failed: {e}") from e
+            reason = self._reason(e)
+            raise ClusterUnavailableError(f"{tp}: ListOffsets(read_committed) failed: {reason}") from e
         raise ClusterUnavailableError(f"{tp}: ListOffsets returned nothing")

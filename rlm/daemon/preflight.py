@@ -29,6 +29,7 @@ from rlm.config import DaemonConfig
 from rlm.daemon.local_log import read_node_id
 from rlm.daemon.probes import (
     BoundedCall,
+    LoginFailures,
     admin_client,
     broker_check,
     metadata_topic_check,
@@ -177,8 +178,10 @@ class Preflight:
 
     def _broker(self, setting: str, bootstrap: str, client: dict[str, Any], timeout: float) -> bool:
         try:
-            admin = admin_client({"bootstrap.servers": bootstrap, **reveal_all(client)}, "preflight")
-            n = broker_check(admin, timeout)
+            failures = LoginFailures()
+            conf = {"bootstrap.servers": bootstrap, **reveal_all(client)}
+            admin = admin_client(conf, "preflight", failures)
+            n = broker_check(admin, timeout, failures)
         except Exception as e:
             return self._add("kafka", f"{setting} = {bootstrap!r}", False, str(e))
         return self._add("kafka", f"{setting} = {bootstrap!r}", True, f"{n} broker(s) answered")
@@ -202,8 +205,9 @@ class Preflight:
             ):
                 return
         try:
-            admin = admin_client(tcfg.admin_config(), "preflight")
-            state = metadata_topic_check(admin, tcfg.topic_name, tcfg.num_partitions, timeout)
+            failures = LoginFailures()
+            admin = admin_client(tcfg.admin_config(), "preflight", failures)
+            state = metadata_topic_check(admin, tcfg.topic_name, tcfg.num_partitions, timeout, failures)
         except Exception as e:
             self._add("metadata topic", setting, False, str(e))
             return

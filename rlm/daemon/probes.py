@@ -22,6 +22,7 @@ from typing import Any
 
 from rlm.errors import (
     DependencyUnavailableError,
+    KafkaAuthenticationError,
     PreflightError,
     ProbeTimeoutError,
     RemoteResourceNotFoundError,
@@ -137,26 +138,64 @@ def kafka_logger(name: str) -> Any:
     return logging.getLogger(f"rlm.kafka.{name}")
 
 
-def admin_client(conf: dict[str, Any], name: str) -> Any:
+class LoginFailures:
+    """librdkafka's ``error_cb``: remembers the last refused login (SASL or TLS handshake).
+
+    A refused login shows up in a request only as "broker transport failure" or a timeout; the
+    reason comes through this callback, so the checks can say *authentication failed* instead of
+    *no broker answered*. librdkafka's texts name the mechanism, never the password.
+    """
+
+    def __init__(self) -> None:
+        self.last: str | None = None
+
+    def __call__(self, err: Any) -> None:
+        from confluent_kafka import KafkaError
+
+        codes = {KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL}
+        if err.code() in codes:
+            self.last = str(err.str())
+
+    def raise_if_refused(self, what: str) -> None:
+        """Raise :class:`KafkaAuthenticationError` when a login was refused."""
+        if self.last is not None:
+            raise KafkaAuthenticationError(
+                f"{what} refused the login ({self.last}); check the security.protocol, sasl.* and "
+                "ssl.* client settings"
+            )
+
+
+def admin_client(conf: dict[str, Any], name: str, failures: LoginFailures | None = None) -> Any:
+    """An AdminClient whose log lines go to structlog and, with ``failures``, whose refused logins
+    are remembered there."""
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient({**conf, "logger": kafka_logger(name)})
+    extra: dict[str, Any] = {"logger": kafka_logger(name)}
+    if failures is not None:
+        extra["error_cb"] = failures
+    return AdminClient({**conf, **extra})
 
 
-def broker_check(admin: Any, timeout_s: float) -> int:
-    """Number of brokers in the cluster's metadata; raises when no broker answers in time."""
+def broker_check(admin: Any, timeout_s: float, failures: LoginFailures | None = None) -> int:
+    """Number of brokers in the cluster's metadata; raises when no broker answers in time
+    (:class:`KafkaAuthenticationError` when one answered but refused the login)."""
     from confluent_kafka import KafkaException
 
     try:
         md = admin.list_topics(timeout=timeout_s)
     except KafkaException as e:
+        admin.poll(0)  # runs the error callback
+        if failures is not None:
+            failures.raise_if_refused("the broker")
         raise DependencyUnavailableError(f"no broker answered within {timeout_s:g}s ({e.args[0]})") from e
     finally:
         admin.poll(0)  # hands librdkafka's queued log lines to the logger
     return len(md.brokers)
 
 
-def metadata_topic_check(admin: Any, topic: str, partitions: int, timeout_s: float) -> str:
+def metadata_topic_check(
+    admin: Any, topic: str, partitions: int, timeout_s: float, failures: LoginFailures | None = None
+) -> str:
     """``present (N partitions)`` or ``creatable`` (a validate-only CreateTopics succeeds); raises else."""
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.cimpl import NewTopic
@@ -179,6 +218,9 @@ def metadata_topic_check(admin: Any, topic: str, partitions: int, timeout_s: flo
         fut.result(timeout=timeout_s + 1)
         return "absent, creatable"
     except KafkaException as e:
+        admin.poll(0)
+        if failures is not None:
+            failures.raise_if_refused(f"metadata topic {topic!r}")
         raise DependencyUnavailableError(f"metadata topic {topic!r}: {e.args[0]}") from e
     finally:
         admin.poll(0)

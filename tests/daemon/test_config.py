@@ -218,3 +218,26 @@ def test_generated_docs_up_to_date() -> None:
 
     for name in DaemonConfig.model_fields:
         assert f"`{name}`" in text
+
+
+def test_topic_store_inherits_the_cluster_login_unless_it_has_its_own() -> None:
+    """The metadata topic on the daemon's own cluster needs the same TLS/SASL settings: given once in
+    ``kafka_client``, they become the topic store's common client defaults; its own keys win, and a
+    store on another cluster (its own bootstrap) gets none of them."""
+    from rlm.plugin_setup import rlmm_settings
+    from rlmm.topic_config import TopicRlmmConfig
+
+    client = {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.password": "pw-1"}
+    cfg = load_config(None, log_dirs=["/d"], bootstrap_servers="b:9092", kafka_client=client,
+                      metadata={"manager": "topic", "config": {
+                          "remote.log.metadata.common.client.sasl.mechanism": "SCRAM-SHA-512"}})
+    tcfg = TopicRlmmConfig.from_mapping(rlmm_settings(cfg, 1))
+    admin = tcfg.admin_config()
+    assert admin["bootstrap.servers"] == "b:9092" and admin["security.protocol"] == "SASL_SSL"
+    assert admin["sasl.password"] == "pw-1" and admin["sasl.mechanism"] == "SCRAM-SHA-512"
+    assert tcfg.consumer_config()["sasl.password"] == "pw-1"
+    assert "pw-1" not in repr(tcfg)
+
+    other = cfg.model_copy(update={"metadata": cfg.metadata.model_copy(
+        update={"config": {"bootstrap.servers": "other:9092"}})})
+    assert "security.protocol" not in TopicRlmmConfig.from_mapping(rlmm_settings(other, 1)).admin_config()

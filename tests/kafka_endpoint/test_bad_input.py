@@ -287,3 +287,21 @@ def test_client_that_stops_reading(served: Served, strict: EndpointThread) -> No
     finally:
         s.close()
     _still_serves(strict.port)
+
+
+@pytest.mark.parametrize(
+    ("conf", "named"),
+    [({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "GSSAPI"}, "sasl.mechanism"),
+     ({"security.protocol": "SASL_PLAINTEXT"}, "sasl.mechanism"),  # librdkafka's default: GSSAPI
+     ({"security.protocol": "SASL_PLAIN"}, "security.protocol")],
+)
+def test_merged_mode_refuses_a_login_it_cannot_do(conf: dict[str, str], named: str) -> None:
+    """The endpoint's own broker connections cannot use Kerberos: refusing at start beats connecting
+    without the login every other connection uses."""
+    from fetcher.kafka.broker_login import BrokerLogin
+    from rlm.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=named):
+        BrokerLogin.from_client_config(conf)
+    ok = BrokerLogin.from_client_config({"security.protocol": "sasl_plaintext", "sasl.mechanisms": "PLAIN"})
+    assert ok.sasl and ok.mechanism == "PLAIN" and ok.tls is None

@@ -59,12 +59,39 @@ class KafkaNode:
     proc: subprocess.Popen[bytes] | None = None
 
 
+@dataclass(frozen=True)
+class SaslScram:
+    """A SASL_PLAINTEXT client listener with SCRAM: the only listener clients can reach.
+
+    The credentials are written into the cluster metadata at format time (``kafka-storage format
+    --add-scram``, KIP-900), so the broker authenticates its own inter-broker connections with the
+    first user and no PLAINTEXT listener is needed.
+    """
+
+    users: tuple[tuple[str, str], ...] = (("admin", "admin-secret"),)
+    mechanism: str = "SCRAM-SHA-512"
+
+    def client_config(self, user: str | None = None, password: str | None = None) -> dict[str, str]:
+        """librdkafka settings of a client logging in as ``user`` (default: the first user)."""
+        name, pw = self.users[0]
+        if user is not None:
+            name, pw = user, dict(self.users).get(user, "")
+        return {
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": self.mechanism,
+            "sasl.username": name,
+            "sasl.password": pw if password is None else password,
+        }
+
+
 @dataclass
 class KafkaCluster:
-    """One or three KRaft nodes. ``extra`` server properties apply to every node."""
+    """One or three KRaft nodes. ``extra`` server properties apply to every node; with ``sasl``
+    the client listener is SASL_PLAINTEXT (no PLAINTEXT listener at all)."""
 
     nodes: int = 1
     extra: dict[str, str] = field(default_factory=dict)
+    sasl: SaslScram | None = None
     name: str = "kafka"
     heap: str = "512m"
     _nodes: list[KafkaNode] = field(default_factory=list)
@@ -86,6 +113,11 @@ class KafkaCluster:
     @property
     def bootstrap(self) -> str:
         return ",".join(f"127.0.0.1:{n.broker_port}" for n in self._nodes)
+
+    @property
+    def client_config(self) -> dict[str, str]:
+        """librdkafka settings every client of this cluster needs (SASL login or nothing)."""
+        return self.sasl.client_config() if self.sasl is not None else {}
 
     @property
     def log_dir(self) -> Path:
@@ -121,6 +153,10 @@ class KafkaCluster:
         for n in self._nodes:
             n.config.parent.mkdir(parents=True)
             n.config.write_text(self._properties(n))
+            scram: list[str] = []
+            if self.sasl is not None:
+                for user, password in self.sasl.users:
+                    scram += ["--add-scram", f"{self.sasl.mechanism}=[name={user},password={password}]"]
             self.run_class(
                 "kafka.tools.StorageTool",
                 "format",
@@ -129,6 +165,7 @@ class KafkaCluster:
                 "-c",
                 str(n.config),
                 "--ignore-formatted",
+                *scram,
                 check=True,
                 heap="256m",
             )
@@ -168,6 +205,25 @@ class KafkaCluster:
             "log.segment.delete.delay.ms": "1000",
             "auto.create.topics.enable": "false",
         }
+        if self.sasl is not None:
+            user, password = self.sasl.users[0]
+            mech = self.sasl.mechanism
+            jaas = (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                f'username="{user}" password="{password}";'
+            )
+            props.update(
+                {
+                    "listeners": f"SASL_PLAINTEXT://127.0.0.1:{n.broker_port},"
+                    f"CONTROLLER://127.0.0.1:{n.controller_port}",
+                    "advertised.listeners": f"SASL_PLAINTEXT://127.0.0.1:{n.broker_port}",
+                    "inter.broker.listener.name": "SASL_PLAINTEXT",
+                    "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+                    "sasl.enabled.mechanisms": mech,
+                    "sasl.mechanism.inter.broker.protocol": mech,
+                    f"listener.name.sasl_plaintext.{mech.lower()}.sasl.jaas.config": jaas,
+                }
+            )
         props.update({k: v.replace("{node_id}", str(n.node_id)) for k, v in self.extra.items()})
         return "".join(f"{k}={v}\n" for k, v in props.items())
 
@@ -203,7 +259,7 @@ class KafkaCluster:
         def ready() -> bool:
             if not tcp_open(n.broker_port):
                 return False
-            admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{n.broker_port}"})
+            admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{n.broker_port}", **self.client_config})
             md = admin.list_topics(timeout=5)
             return n.node_id in md.brokers and len(md.brokers) >= 1
 
