@@ -9,7 +9,8 @@ is switched at runtime, from any thread, with :meth:`FaultProxy.set` / :meth:`Fa
 * pass-through (no fault);
 * ``latency_s``: every chunk of bytes, both ways, is delivered that much later (pipelined, like
   Toxiproxy's latency toxic: a round trip gets slower, throughput does not collapse);
-* ``bandwidth``: at most this many bytes per second, per connection and direction;
+* ``bandwidth``: at most this many bytes per second, per connection and direction (paced where
+  the proxy reads, so the sender's writes block as on a slow link);
 * ``reset_new``: a new connection is accepted and at once reset (RST: ``SO_LINGER`` 0, close);
   ``reset_after_bytes``: a connection is reset once it has carried that many bytes (both ways,
   counted from when the fault was set): an upload or a download cut in the middle;
@@ -179,10 +180,20 @@ class _Conn:
         self.close()
 
     # ---- readers --------------------------------------------------------------------------------
+    async def _take(self, r: asyncio.StreamReader, n: int = CHUNK) -> bytes:
+        """Read up to ``n`` bytes, paced by the bandwidth cap: the sender feels the cap as TCP
+        backpressure (its writes block) rather than as a proxy buffering behind its back."""
+        bw = self.proxy.faults.bandwidth
+        if not bw:
+            return await r.read(n)
+        data = await r.read(min(n, max(1024, bw // 20)))
+        await asyncio.sleep(len(data) / bw)
+        return data
+
     async def _read_raw(self, r: asyncio.StreamReader, q: asyncio.Queue[Any]) -> None:
         try:
             while True:
-                data = await r.read(CHUNK)
+                data = await self._take(r)
                 if not data:
                     break
                 await q.put((time.monotonic(), data))
@@ -215,7 +226,7 @@ class _Conn:
                     return
                 left = length
                 while left > 0:
-                    data = await r.read(min(CHUNK, left))
+                    data = await self._take(r, min(CHUNK, left))
                     if not data:
                         break
                     left -= len(data)
@@ -262,16 +273,10 @@ class _Conn:
         return not self.closed
 
     async def _deliver(self, w: asyncio.StreamWriter, data: bytes, arrived: float) -> bool:
-        bw = self.proxy.faults.bandwidth
-        step = max(1, bw // 20) if bw else len(data)  # paced in pieces of ~1/20 s worth of bytes
-        for i in range(0, len(data), step):
-            piece = data[i : i + step]
-            if not await self._gate(len(piece), arrived):
-                return False
-            w.write(piece)
-            await w.drain()
-            if bw:
-                await asyncio.sleep(len(piece) / bw)
+        if not await self._gate(len(data), arrived):
+            return False
+        w.write(data)
+        await w.drain()
         return True
 
     async def _answer_slowdown(self, method: str) -> None:

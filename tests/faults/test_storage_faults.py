@@ -1,0 +1,99 @@
+"""Storage faults between the daemon and S3, injected by a TCP fault proxy in front of SeaweedFS.
+
+Each test tiers a real broker topic (1 MiB segments) with an in-process daemon whose S3 endpoint is
+the proxy, holds one fault while segments become eligible, clears it, and ends with the same checks
+(:meth:`tests.faults.storage.FaultRun.check`): every eligible segment COPY_SEGMENT_FINISHED exactly
+once, no object of a failed attempt left in the bucket, ``rlm verify --deep`` exit 0, and every
+record read back through the fetcher equal to what was produced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.faults.proxy import FaultProxy
+from tests.faults.storage import FaultRun, error_kinds
+from tests.services.s3 import SeaweedFS
+
+pytestmark = [pytest.mark.faults, pytest.mark.kafka, pytest.mark.s3, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def proxy(seaweedfs: SeaweedFS) -> Iterator[FaultProxy]:
+    with FaultProxy.in_front_of(seaweedfs.endpoint_url) as p:
+        yield p
+
+
+@pytest.fixture
+def run(
+    kafka: Any, seaweedfs: SeaweedFS, proxy: FaultProxy, unique_topic: str, tmp_path: Path
+) -> Iterator[FaultRun]:
+    proxy.clear()
+    r = FaultRun(kafka, seaweedfs, proxy, unique_topic, tmp_path)
+    try:
+        yield r
+    finally:
+        proxy.clear()
+        r.stop()
+
+
+def test_latency(run: FaultRun, proxy: FaultProxy, capsys: pytest.CaptureFixture[str]) -> None:
+    """100 ms added to every chunk both ways: everything is tiered during the fault, no attempt fails."""
+    with proxy.fault(latency_s=0.1):
+        run.produce_segments()
+        run.wait_converged()
+    assert run.errors() == 0, error_kinds(run.daemon)
+    run.check(capsys)
+
+
+def test_slow_bandwidth(run: FaultRun, proxy: FaultProxy, capsys: pytest.CaptureFixture[str]) -> None:
+    """Storage capped at 1 MiB/s per connection: uploads trickle but finish and no attempt fails."""
+    with proxy.fault(bandwidth=1 << 20):
+        run.produce_segments()
+        run.wait_converged()
+    assert run.errors() == 0, error_kinds(run.daemon)
+    run.check(capsys)
+
+
+def test_connection_resets(run: FaultRun, proxy: FaultProxy, capsys: pytest.CaptureFixture[str]) -> None:
+    """Connections reset (RST) at open, then mid-upload: typed retriable errors, then tiered once."""
+    with proxy.fault(reset_new=True):
+        proxy.reset_in_flight()
+        run.produce_segments()
+        run.wait_errors(2, "resets of new connections")
+    failed = run.errors()
+    with proxy.fault(reset_after_bytes=256 * 1024):  # every 1 MiB segment upload is cut
+        proxy.reset_in_flight()
+        run.wait_errors(failed + 2, "uploads reset in the middle")
+    assert proxy.stats.resets >= 4
+    assert "RemoteStorageError" in error_kinds(run.daemon)
+    run.wait_converged()
+    run.check(capsys)
+
+
+def test_blackhole(run: FaultRun, proxy: FaultProxy, capsys: pytest.CaptureFixture[str]) -> None:
+    """Storage accepts, never answers: a copy attempt times out (typed, no hang), then all is tiered."""
+    with proxy.fault(blackhole=True):
+        run.produce_segments()
+        run.wait_errors(1, "a copy attempt timed out in the blackhole and returned")
+        assert not run.converged()
+    assert proxy.stats.blackholed >= 1
+    assert "RemoteStorageError" in error_kinds(run.daemon)
+    run.wait_converged()
+    run.check(capsys)
+
+
+def test_slowdown_503(run: FaultRun, proxy: FaultProxy, capsys: pytest.CaptureFixture[str]) -> None:
+    """503 SlowDown to every request, then to 30 %: retries and backoff tier everything exactly once."""
+    with proxy.fault(slowdown_fraction=1.0):
+        run.produce_segments()
+        run.wait_errors(2, "copies refused with SlowDown")
+        assert not run.converged()
+    with proxy.fault(slowdown_fraction=0.3):  # botocore's retries and the daemon's backoff get through
+        run.wait_converged()
+    assert proxy.stats.slowdowns >= 4
+    run.check(capsys)
