@@ -79,7 +79,9 @@ def read_back(cfg: DaemonConfig, topic: str) -> tuple[list[tuple[int, bytes, byt
 class FaultRun:
     """A real broker topic tiered to SeaweedFS by an in-process daemon *through the fault proxy*."""
 
-    def __init__(self, kafka: Any, seaweedfs: SeaweedFS, proxy: FaultProxy, topic: str, tmp: Path) -> None:
+    def __init__(
+        self, kafka: Any, seaweedfs: SeaweedFS, proxy: FaultProxy, topic: str, tmp: Path, **s3: Any
+    ) -> None:
         self.kafka, self.seaweedfs, self.proxy, self.topic, self.tmp = kafka, seaweedfs, proxy, topic, tmp
         self.bs = kafka.bootstrap
         create_topic(self.bs, topic)
@@ -89,7 +91,7 @@ class FaultRun:
         self.tip = TopicIdPartition(PartitionDir(self.pdir_path).topic_id, topic, 0)
         self.bucket = seaweedfs.create_bucket("faults")
         storage = s3_storage(seaweedfs, self.bucket)
-        storage["config"].update(TIGHT_S3, endpoint_url=proxy.endpoint_url)
+        storage["config"].update(TIGHT_S3, endpoint_url=proxy.endpoint_url, **s3)
         work = tmp / "work"
         self.sidecar: dict[str, Any] = {
             "log_dirs": [str(kafka.log_dir)],

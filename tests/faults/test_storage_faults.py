@@ -9,7 +9,7 @@ record read back through the fetcher equal to what was produced.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,16 +29,28 @@ def proxy(seaweedfs: SeaweedFS) -> Iterator[FaultProxy]:
 
 
 @pytest.fixture
-def run(
+def make_run(
     kafka: Any, seaweedfs: SeaweedFS, proxy: FaultProxy, unique_topic: str, tmp_path: Path
-) -> Iterator[FaultRun]:
+) -> Iterator[Callable[..., FaultRun]]:
+    """Starts the test's tiering run (keyword arguments override the tight S3 settings)."""
+    runs: list[FaultRun] = []
+
+    def make(**s3: Any) -> FaultRun:
+        runs.append(FaultRun(kafka, seaweedfs, proxy, unique_topic, tmp_path, **s3))
+        return runs[-1]
+
     proxy.clear()
-    r = FaultRun(kafka, seaweedfs, proxy, unique_topic, tmp_path)
     try:
-        yield r
+        yield make
     finally:
         proxy.clear()
-        r.stop()
+        for r in runs:
+            r.stop()
+
+
+@pytest.fixture
+def run(make_run: Callable[..., FaultRun]) -> FaultRun:
+    return make_run()
 
 
 def test_latency(run: FaultRun, proxy: FaultProxy, capsys: pytest.CaptureFixture[str]) -> None:
@@ -50,8 +62,12 @@ def test_latency(run: FaultRun, proxy: FaultProxy, capsys: pytest.CaptureFixture
     run.check(capsys)
 
 
-def test_slow_bandwidth(run: FaultRun, proxy: FaultProxy, capsys: pytest.CaptureFixture[str]) -> None:
+def test_slow_bandwidth(
+    make_run: Callable[..., FaultRun], proxy: FaultProxy, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Storage capped at 1 MiB/s per connection: uploads trickle but finish and no attempt fails."""
+    # the read timeout must outlast the upload bytes buffered in sockets (~1 s of them at this cap)
+    run = make_run(read_timeout=4.0)
     with proxy.fault(bandwidth=1 << 20):
         run.produce_segments()
         run.wait_converged()
@@ -61,6 +77,7 @@ def test_slow_bandwidth(run: FaultRun, proxy: FaultProxy, capsys: pytest.Capture
 
 def test_connection_resets(run: FaultRun, proxy: FaultProxy, capsys: pytest.CaptureFixture[str]) -> None:
     """Connections reset (RST) at open, then mid-upload: typed retriable errors, then tiered once."""
+    resets = proxy.stats.resets
     with proxy.fault(reset_new=True):
         proxy.reset_in_flight()
         run.produce_segments()
@@ -69,7 +86,7 @@ def test_connection_resets(run: FaultRun, proxy: FaultProxy, capsys: pytest.Capt
     with proxy.fault(reset_after_bytes=256 * 1024):  # every 1 MiB segment upload is cut
         proxy.reset_in_flight()
         run.wait_errors(failed + 2, "uploads reset in the middle")
-    assert proxy.stats.resets >= 4
+    assert proxy.stats.resets - resets >= 4
     assert "RemoteStorageError" in error_kinds(run.daemon)
     run.wait_converged()
     run.check(capsys)
