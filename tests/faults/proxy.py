@@ -100,8 +100,9 @@ class _Conn:
     """One client connection and (unless reset or blackholed at accept) its upstream connection.
 
     Each direction is a reader stage and a writer stage joined by a bounded queue of
-    ``(arrival time, bytes)``: the writer applies the fault in force to every chunk, so latency is
-    added to each chunk's arrival time (pipelined) rather than once per chunk in sequence.
+    ``(arrival time, bytes)``. The reader paces itself by the bandwidth cap; the writer applies
+    latency, resets and the blackhole to every chunk, latency counted from the chunk's arrival
+    (pipelined) rather than added once per chunk in sequence.
     """
 
     def __init__(self, proxy: FaultProxy, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter):
@@ -329,7 +330,6 @@ class FaultProxy:
         self._server: asyncio.Server | None = None
         self._changed: asyncio.Event | None = None
         self._conns: set[_Conn] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
 
     @classmethod
     def in_front_of(cls, endpoint_url: str) -> FaultProxy:
@@ -388,13 +388,18 @@ class FaultProxy:
             for c in list(self._conns):
                 c.close()
             self._notify()
-            await asyncio.sleep(0.05)
+            others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in others:
+                t.cancel()
+            await asyncio.gather(*others, return_exceptions=True)
 
         with contextlib.suppress(Exception):
             asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         if self._thread is not None:
             self._thread.join(10)
+            if not self._thread.is_alive():
+                self._loop.close()
 
     def __enter__(self) -> FaultProxy:
         return self

@@ -51,7 +51,7 @@ def _samples(d: Daemon) -> list[Any]:
 
 def errors_total(d: Daemon) -> float:
     """Failed partition task runs (copy attempts) so far."""
-    return sum(s.value for s in _samples(d))
+    return float(sum(s.value for s in _samples(d)))
 
 
 def error_kinds(d: Daemon) -> set[str]:

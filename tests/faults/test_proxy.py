@@ -19,7 +19,7 @@ from botocore.exceptions import (
 from tests.faults.proxy import FaultProxy
 from tests.services.s3 import ACCESS_KEY, REGION, SECRET_KEY, SeaweedFS
 
-pytestmark = [pytest.mark.s3]
+pytestmark = [pytest.mark.faults, pytest.mark.s3]
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +51,7 @@ def through(proxy: FaultProxy) -> Any:
 
 
 def test_each_mode_then_pass_through(proxy: FaultProxy, client: Any, seaweedfs_bucket: str) -> None:
+    """The proxy's own check: each mode reaches boto3 as that fault (503, RST, timeout), data intact after."""
     b, body = seaweedfs_bucket, bytes(range(256)) * 2048  # 512 KiB
     client.put_object(Bucket=b, Key="k", Body=body)
     assert client.get_object(Bucket=b, Key="k")["Body"].read() == body
@@ -84,6 +85,7 @@ def test_each_mode_then_pass_through(proxy: FaultProxy, client: Any, seaweedfs_b
 
 
 def test_reset_in_flight_and_fraction(proxy: FaultProxy, client: Any, seaweedfs_bucket: str) -> None:
+    """The proxy's own check: open connections reset on demand, a fraction of requests answered 503."""
     b = seaweedfs_bucket
     client.put_object(Bucket=b, Key="k", Body=b"x")
     assert proxy.reset_in_flight() >= 1  # the client's kept-alive connection
