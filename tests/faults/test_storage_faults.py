@@ -92,8 +92,11 @@ def test_connection_resets(run: FaultRun, proxy: FaultProxy, capsys: pytest.Capt
     run.check(capsys)
 
 
-def test_blackhole(run: FaultRun, proxy: FaultProxy, capsys: pytest.CaptureFixture[str]) -> None:
+def test_blackhole(
+    make_run: Callable[..., FaultRun], proxy: FaultProxy, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Storage accepts, never answers: a copy attempt times out (typed, no hang), then all is tiered."""
+    run = make_run(max_attempts=1)  # each request waits out one read timeout, not two
     with proxy.fault(blackhole=True):
         run.produce_segments()
         run.wait_errors(1, "a copy attempt timed out in the blackhole and returned")
