@@ -155,7 +155,8 @@ class FaultRun:
         return raw, load_config(None, **raw)
 
     def check(self, capsys: pytest.CaptureFixture[str]) -> None:
-        """Exactly once in metadata, ``rlm verify --deep`` clean, records read back equal."""
+        """Exactly once in metadata, no object or open multipart upload of a failed attempt left,
+        ``rlm verify --deep`` clean, records read back equal."""
         self.stop()
         want = self.want()
         _, cfg = self.reader_config("reader")
@@ -185,6 +186,8 @@ class FaultRun:
         ]
         assert keys and all(any(i in k for i in ids) for k in keys), f"objects of failed attempts: {keys}"
         assert part["objects"] == len(keys)
+        pending = self.seaweedfs.boto3_client().list_multipart_uploads(Bucket=self.bucket).get("Uploads", [])
+        assert not pending, f"multipart uploads of failed attempts left open: {pending}"
 
         _, rcfg = self.reader_config("fetch")
         got, end = read_back(rcfg, self.topic)

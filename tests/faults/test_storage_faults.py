@@ -75,8 +75,11 @@ def test_slow_bandwidth(
     run.check(capsys)
 
 
-def test_connection_resets(run: FaultRun, proxy: FaultProxy, capsys: pytest.CaptureFixture[str]) -> None:
+def test_connection_resets(
+    make_run: Callable[..., FaultRun], proxy: FaultProxy, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Connections reset (RST) at open, then mid-upload: typed retriable errors, then tiered once."""
+    run = make_run(multipart_threshold=256 * 1024)  # segments go up as multipart uploads
     resets = proxy.stats.resets
     with proxy.fault(reset_new=True):
         proxy.reset_in_flight()
@@ -107,8 +110,11 @@ def test_blackhole(
     run.check(capsys)
 
 
-def test_slowdown_503(run: FaultRun, proxy: FaultProxy, capsys: pytest.CaptureFixture[str]) -> None:
+def test_slowdown_503(
+    make_run: Callable[..., FaultRun], proxy: FaultProxy, capsys: pytest.CaptureFixture[str]
+) -> None:
     """503 SlowDown to every request, then to 30 %: retries and backoff tier everything exactly once."""
+    run = make_run(multipart_threshold=256 * 1024)  # aborts of multipart uploads get 503s too
     with proxy.fault(slowdown_fraction=1.0):
         run.produce_segments()
         run.wait_errors(2, "copies refused with SlowDown")
