@@ -123,7 +123,8 @@ class S3RemoteStorageManager(RemoteStorageManager[S3Config]):
         )
         bc = Config(
             s3={"addressing_style": "path" if cfg.path_style else "auto"},
-            retries={"max_attempts": cfg.max_attempts, "mode": cfg.retry_mode},
+            # botocore's ``max_attempts`` counts retries after the first try; ours counts attempts
+            retries={"total_max_attempts": cfg.max_attempts, "mode": cfg.retry_mode},
             connect_timeout=cfg.connect_timeout,
             read_timeout=cfg.read_timeout,
             max_pool_connections=cfg.max_pool_connections,
