@@ -51,6 +51,7 @@ E_OK, E_VARINT, E_RECORD_SIZE, E_EOF, E_REMAINING, E_HEADER_COUNT, E_HEADER_KEY,
     range(9)
 )
 E_COUNT = 9  # decode_batches: more records than payload bytes (detail = payload length)
+E_CRC = 10  # decode_batches: the batch's CRC-32C does not match
 # decode_batches: Python must act on batch i (see its docstring)
 F_FULL, F_GROW, F_PYTHON = 100, 101, 102
 RECORDS_AT = 61  # v2 batch header size: records (or the compressed payload) start here
@@ -551,6 +552,7 @@ def decode_batches(
     start: Any,
     zstd_fn: Any,
     dctx: Any,
+    crc_fn: Any,
     scratch_address: Any,
     scratch_size: Any,
     max_decompressed: Any,
@@ -569,6 +571,8 @@ def decode_batches(
 ) -> Any:
     """Decode v2 batches ``meta[start:]`` (all wanted, none control) into the output buffers.
 
+    With ``crc_fn`` (the address of ``crc32c_value``; 0 = no check) each batch's CRC-32C is
+    verified first, which also brings its bytes into the cache for what follows (``E_CRC``).
     Uncompressed batches are read in place in ``buf`` (whose data is at ``base_address``); zstd
     batches are decompressed by libzstd (``ZSTD_decompressDCtx`` at address ``zstd_fn``, context
     ``dctx``; 0 = no library) into the scratch buffer and decoded from it while still in cache.
@@ -590,6 +594,8 @@ def decode_batches(
         size = meta[i, SIZE]
         codec = meta[i, ATTR] & 7
         count = meta[i, COUNT]
+        if crc_fn != 0 and _crc_call(crc_fn, base_address + pos + 21, size - 21) != meta[i, CRC]:
+            return E_CRC, i, 0
         if codec == 0:
             addr = base_address + pos + RECORDS_AT
             length = size - RECORDS_AT

@@ -92,6 +92,7 @@ class _Decoder:
         self.zstd_fn = self.pool.lib.decompress_dctx if self.pool is not None else 0
         self.dctx = 0
         self.scratch: Arr = np.zeros(0, np.uint8)
+        self.crc_fn = _CRC_ADDRESS if verify_crc else 0  # CRC-32C checked inside the compiled loop
 
     def close(self) -> None:
         """Give the decompression context back (the decoder is not used afterwards)."""
@@ -183,11 +184,13 @@ class _Decoder:
 
     def _group(self, meta: Arr) -> Iterator[pa.RecordBatch]:
         """Decode one group: runs of v2 batches through the kernel, legacy entries the slow way."""
-        if self.verify_crc:
-            self.check_crcs(meta)
         last = meta[:, _kernel.BASE_OFFSET] + meta[:, _kernel.LAST_DELTA]
         wanted = (meta[:, _kernel.COUNT] > 0) & (last >= self.lo) & (meta[:, _kernel.BASE_OFFSET] < self.hi)
         wanted &= (meta[:, _kernel.MAGIC] < 2) | ((meta[:, _kernel.ATTR] & ATTR_CONTROL) == 0)
+        if self.verify_crc:
+            # The batches decoded by the compiled loop are checked there, one by one, right before
+            # they are decompressed or decoded (their bytes then come from the cache); the others now.
+            self.check_crcs(meta if not self.crc_fn else meta[~wanted])
         meta = meta[wanted]
         legacy = meta[:, _kernel.MAGIC] < 2
         start = 0
@@ -238,6 +241,7 @@ class _Decoder:
                 np.int64(i),
                 np.int64(self.zstd_fn),
                 np.int64(self.dctx),
+                np.int64(self.crc_fn),
                 np.int64(self.scratch.ctypes.data),
                 np.int64(len(self.scratch)),
                 np.int64(self.max_decompressed),
@@ -258,8 +262,13 @@ class _Decoder:
                 stop = j + 1
                 while stop < n and not self._fusable(run[stop]):
                     stop += 1
+                if self.crc_fn:
+                    self.check_crcs(run[j:stop])
                 yield from self._v2(run[j:stop])
                 j = stop
+            elif status == _kernel.E_CRC:
+                row = run[j]
+                self._crc_error(int(row[_kernel.POS]), int(row[_kernel.SIZE]), int(row[_kernel.CRC]))
             elif status == _kernel.E_COUNT:
                 raise CorruptRecordError(
                     f"record count {int(run[j, _kernel.COUNT])} cannot fit in {detail} bytes",

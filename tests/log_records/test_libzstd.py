@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 import zstandard
 
-from rlm.errors import CompressionError, CorruptRecordError, DecompressedSizeError
+from rlm.errors import CompressionError, CorruptRecordError, CrcMismatchError, DecompressedSizeError
 from rlm.log import Compression, _zstd, arrow, codecs, encode_batch, iter_arrow_batches, read_arrow
 from rlm.log.encode import _assemble
 from rlm.log.model import RECORD_BATCH_OVERHEAD
@@ -281,3 +281,27 @@ def test_mixed_log_is_the_same_on_every_path(libzstd: str, monkeypatch: pytest.M
         assert jit.equals(read_arrow(data, topic="t", partition=0, pure_python=True, **kw))  # type: ignore[arg-type]
         if lo is None:
             assert jit.equals(expected)
+
+
+@pytest.mark.parametrize("batch", [0, 1, 4], ids=["uncompressed", "zstd", "zstd-later"])
+def test_crc_mismatch_is_reported_at_its_batch(batch: int, libzstd: str) -> None:
+    data = _segment(FRAMINGS["ours"], batches=6)
+    pos = sum(12 + struct.unpack_from(">i", data, p + 8)[0] for p in _positions(data)[:batch])
+    bad = bytearray(data)
+    bad[pos + RECORD_BATCH_OVERHEAD + 3] ^= 0x40
+    for pure in (False, True):
+        with pytest.raises(CrcMismatchError) as info:
+            read_arrow(bytes(bad), topic="t", partition=0, path="p.log", pure_python=pure)
+        assert (info.value.path, info.value.position) == ("p.log", pos)
+    # outside the offset range or not: every batch of the group is checked, as before
+    with pytest.raises(CrcMismatchError):
+        read_arrow(bytes(bad), topic="t", partition=0, start_offset=10**6)
+    assert read_arrow(bytes(bad), topic="t", partition=0, start_offset=10**6, verify_crc=False).num_rows == 0
+
+
+def _positions(data: bytes) -> list[int]:
+    out, pos = [], 0
+    while pos < len(data):
+        out.append(pos)
+        pos += 12 + struct.unpack_from(">i", data, pos + 8)[0]
+    return out
