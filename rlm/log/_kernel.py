@@ -39,6 +39,15 @@ def _jit(fn: F) -> F:
     return cast(F, njit(cache=True, nogil=True)(fn))
 
 
+def _jit_inline(fn: F) -> F:
+    """Like :func:`_jit`, for small helpers: inlined by numba into their callers (no call per use)."""
+    if PURE:
+        return fn
+    from numba import njit
+
+    return cast(F, njit(cache=True, nogil=True, inline="always")(fn))
+
+
 # Columns of the entry table filled by scan_entries.
 POS, SIZE, MAGIC, ATTR, BASE_OFFSET, LAST_DELTA, BASE_TS, MAX_TS, COUNT, CRC = range(10)
 META_COLS = 10
@@ -80,12 +89,12 @@ else:
     from rlm.log._intrinsics import jit_zstd_call as _zstd_call
 
 
-@_jit
+@_jit_inline
 def _u8(buf: Any, p: Any) -> Any:
     return np.int64(buf[p])
 
 
-@_jit
+@_jit_inline
 def _be32(buf: Any, p: Any) -> Any:
     v = (_u8(buf, p) << 24) | (_u8(buf, p + 1) << 16) | (_u8(buf, p + 2) << 8) | _u8(buf, p + 3)
     if v >= 2147483648:
@@ -93,7 +102,7 @@ def _be32(buf: Any, p: Any) -> Any:
     return v
 
 
-@_jit
+@_jit_inline
 def _be64(buf: Any, p: Any) -> Any:
     low = _be32(buf, p + 4)
     if low < 0:
@@ -101,7 +110,7 @@ def _be64(buf: Any, p: Any) -> Any:
     return _be32(buf, p) * 4294967296 + low
 
 
-@_jit
+@_jit_inline
 def _be16(buf: Any, p: Any) -> Any:
     v = (_u8(buf, p) << 8) | _u8(buf, p + 1)
     if v >= 32768:
@@ -182,7 +191,7 @@ def scan_entries(
         pos += 12 + size
 
 
-@_jit
+@_jit_inline
 def _varint(buf: Any, pos: Any, end: Any) -> Any:
     """Zig-zag varint (Java ``readVarint``: at most 5 bytes); returns (value, next pos, ok)."""
     if pos < end:
@@ -206,7 +215,7 @@ def _varint(buf: Any, pos: Any, end: Any) -> Any:
     return (raw >> 1) ^ -(raw & 1), pos, True
 
 
-@_jit
+@_jit_inline
 def _varlong(buf: Any, pos: Any, end: Any) -> Any:
     """Zig-zag varlong (Java ``readVarlong``: at most 10 bytes), wrapping like Java's ``long``."""
     if pos < end:
@@ -454,7 +463,7 @@ def decode_v2(
     return E_OK, 0, 0
 
 
-@_jit
+@_jit_inline
 def _le32(buf: Any, p: Any) -> Any:
     return _u8(buf, p) | (_u8(buf, p + 1) << 8) | (_u8(buf, p + 2) << 16) | (_u8(buf, p + 3) << 24)
 
