@@ -1,8 +1,10 @@
-"""Low-level helpers for :mod:`rlm.log._kernel`: raw-address views and memcpy, compiled and pure.
+"""Low-level helpers for :mod:`rlm.log._kernel`: raw-address views, memcpy and C calls, compiled and pure.
 
-The compiled versions are numba intrinsics emitting plain LLVM IR (``inttoptr``, ``llvm.memcpy``),
-so kernels using them stay cacheable (``cache=True``); ctypes function pointers would not be.
-The pure-Python versions do the same through ctypes and slicing, for the un-jitted kernels.
+The compiled versions are numba intrinsics emitting plain LLVM IR (``inttoptr``, ``llvm.memcpy``,
+an indirect ``call``), so kernels using them stay cacheable (``cache=True``): C functions are
+passed in as *addresses at run time*, whereas ctypes function objects would be baked into the
+compiled code and defeat the cache. The pure-Python versions do the same through ctypes and
+slicing, for the un-jitted kernels.
 """
 
 from __future__ import annotations
@@ -22,8 +24,41 @@ def pure_view(addr: Any, n: Any) -> Any:
     return memoryview((ctypes.c_ubyte * int(n)).from_address(int(addr))).cast("B")
 
 
+_ZSTD_TYPE = ctypes.CFUNCTYPE(
+    ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t
+)
+_CRC_TYPE = ctypes.CFUNCTYPE(ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t)
+_PURE_FUNCTIONS: dict[tuple[int, Any], Any] = {}
+
+
+def _function(addr: Any, kind: Any) -> Any:
+    key = (int(addr), kind)
+    fn = _PURE_FUNCTIONS.get(key)
+    if fn is None:
+        fn = _PURE_FUNCTIONS[key] = kind(int(addr))
+    return fn
+
+
+def pure_zstd_call(fn: Any, dctx: Any, dst: Any, capacity: Any, src: Any, n: Any) -> Any:
+    """``ZSTD_decompressDCtx`` at address ``fn``; the ``size_t`` result as a signed int64
+    (libzstd's error codes are the small negative values)."""
+    import numpy as np
+
+    r = int(_function(fn, _ZSTD_TYPE)(int(dctx), int(dst), int(capacity), int(src), int(n)))
+    return np.int64(r - (1 << 64) if r >= 1 << 63 else r)
+
+
+def pure_crc_call(fn: Any, addr: Any, n: Any) -> Any:
+    """``uint32 crc32c_value(const uint8_t *, size_t)`` at address ``fn``."""
+    import numpy as np
+
+    return np.int64(_function(fn, _CRC_TYPE)(int(addr), int(n)))
+
+
 jit_copy: Any = pure_copy
 jit_view: Any = pure_view
+jit_zstd_call: Any = pure_zstd_call
+jit_crc_call: Any = pure_crc_call
 
 if os.environ.get("RLM_DISABLE_JIT") != "1":
     from numba import njit, types
@@ -66,5 +101,51 @@ if os.environ.get("RLM_DISABLE_JIT") != "1":
 
         return sig, codegen
 
+    def _indirect_call(builder: Any, addr: Any, ret: Any, args: list[Any]) -> Any:
+        """``((ret (*)(args...)) addr)(args...)`` in LLVM IR."""
+        from llvmlite import ir
+
+        fnty = ir.FunctionType(ret, [a.type for a in args])
+        return builder.call(builder.inttoptr(addr, fnty.as_pointer()), args)
+
+    @intrinsic
+    def _jit_zstd_call(typingctx: Any, fn: Any, dctx: Any, dst: Any, capacity: Any, src: Any, n: Any) -> Any:
+        """``ZSTD_decompressDCtx(dctx, dst, capacity, src, n)`` called at address ``fn`` (all int64);
+        the ``size_t`` result comes back as int64, errors being small negative values."""
+        sig = types.int64(types.int64, types.int64, types.int64, types.int64, types.int64, types.int64)
+
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            from llvmlite import ir
+
+            i64, ptr = ir.IntType(64), ir.IntType(8).as_pointer()
+            fn_v, dctx_v, dst_v, cap_v, src_v, n_v = args
+            call_args = [
+                builder.inttoptr(dctx_v, ptr),
+                builder.inttoptr(dst_v, ptr),
+                cap_v,
+                builder.inttoptr(src_v, ptr),
+                n_v,
+            ]
+            return _indirect_call(builder, fn_v, i64, call_args)
+
+        return sig, codegen
+
+    @intrinsic
+    def _jit_crc_call(typingctx: Any, fn: Any, addr: Any, n: Any) -> Any:
+        """``crc32c_value(addr, n)`` called at address ``fn``, zero-extended to int64."""
+        sig = types.int64(types.int64, types.int64, types.int64)
+
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            from llvmlite import ir
+
+            fn_v, addr_v, n_v = args
+            data = builder.inttoptr(addr_v, ir.IntType(8).as_pointer())
+            crc = _indirect_call(builder, fn_v, ir.IntType(32), [data, n_v])
+            return builder.zext(crc, ir.IntType(64))
+
+        return sig, codegen
+
     jit_copy = _jit_copy
     jit_view = _jit_view
+    jit_zstd_call = _jit_zstd_call
+    jit_crc_call = _jit_crc_call

@@ -39,6 +39,15 @@ def _jit(fn: F) -> F:
     return cast(F, njit(cache=True, nogil=True)(fn))
 
 
+def _jit_inline(fn: F) -> F:
+    """Like :func:`_jit`, for small helpers: inlined by numba into their callers (no call per use)."""
+    if PURE:
+        return fn
+    from numba import njit
+
+    return cast(F, njit(cache=True, nogil=True, inline="always")(fn))
+
+
 # Columns of the entry table filled by scan_entries.
 POS, SIZE, MAGIC, ATTR, BASE_OFFSET, LAST_DELTA, BASE_TS, MAX_TS, COUNT, CRC = range(10)
 META_COLS = 10
@@ -50,6 +59,13 @@ ST_DONE, ST_MORE, ST_SMALL_ENTRY, ST_BAD_MAGIC, ST_SMALL_BATCH, ST_BAD_COUNT = r
 E_OK, E_VARINT, E_RECORD_SIZE, E_EOF, E_REMAINING, E_HEADER_COUNT, E_HEADER_KEY, E_FIELD, E_SIZE_MISMATCH = (
     range(9)
 )
+E_COUNT = 9  # decode_batches: more records than payload bytes (detail = payload length)
+E_CRC = 10  # decode_batches: the batch's CRC-32C does not match
+# decode_batches: Python must act on batch i (see its docstring)
+F_FULL, F_GROW, F_PYTHON = 100, 101, 102
+RECORDS_AT = 61  # v2 batch header size: records (or the compressed payload) start here
+ZSTD_BLOCK_MAX = 128 * 1024  # a zstd block never regenerates more (RFC 8878 Block_Maximum_Size)
+ZSTD_WINDOW_MAX = 1 << 27  # the streaming decoder's default window limit (ZSTD_WINDOWLOG_LIMIT_DEFAULT)
 ERRORS = {
     E_VARINT: "malformed varint (too long or past the end of the record)",
     E_RECORD_SIZE: "invalid record size",
@@ -63,18 +79,22 @@ ERRORS = {
 
 if PURE:
     from rlm.log._intrinsics import pure_copy as _copy
+    from rlm.log._intrinsics import pure_crc_call as _crc_call
     from rlm.log._intrinsics import pure_view as _view
+    from rlm.log._intrinsics import pure_zstd_call as _zstd_call
 else:
     from rlm.log._intrinsics import jit_copy as _copy
+    from rlm.log._intrinsics import jit_crc_call as _crc_call
     from rlm.log._intrinsics import jit_view as _view
+    from rlm.log._intrinsics import jit_zstd_call as _zstd_call
 
 
-@_jit
+@_jit_inline
 def _u8(buf: Any, p: Any) -> Any:
     return np.int64(buf[p])
 
 
-@_jit
+@_jit_inline
 def _be32(buf: Any, p: Any) -> Any:
     v = (_u8(buf, p) << 24) | (_u8(buf, p + 1) << 16) | (_u8(buf, p + 2) << 8) | _u8(buf, p + 3)
     if v >= 2147483648:
@@ -82,7 +102,7 @@ def _be32(buf: Any, p: Any) -> Any:
     return v
 
 
-@_jit
+@_jit_inline
 def _be64(buf: Any, p: Any) -> Any:
     low = _be32(buf, p + 4)
     if low < 0:
@@ -90,7 +110,7 @@ def _be64(buf: Any, p: Any) -> Any:
     return _be32(buf, p) * 4294967296 + low
 
 
-@_jit
+@_jit_inline
 def _be16(buf: Any, p: Any) -> Any:
     v = (_u8(buf, p) << 8) | _u8(buf, p + 1)
     if v >= 32768:
@@ -100,14 +120,16 @@ def _be16(buf: Any, p: Any) -> Any:
 
 @_jit
 def scan_entries(
-    buf: Any, pos: Any, end: Any, meta: Any, max_rows: Any, max_bytes: Any, max_zbytes: Any
+    buf: Any, pos: Any, end: Any, meta: Any, max_rows: Any, max_bytes: Any, max_zbytes: Any, zstd_fused: Any
 ) -> Any:
     """Walk entry headers from ``pos`` like ``FileLogInputStream.nextBatch``; fill ``meta`` rows.
 
     Stops before an entry that would take the group past ``max_rows`` records, ``max_bytes``
     entry bytes or ``max_zbytes`` compressed entry bytes (a group has at least one entry) with
     ``ST_MORE``, at the end or a partial tail with ``ST_DONE``, or on a malformed header with an
-    error status. Returns ``(entries, next position, status, detail)``.
+    error status. Returns ``(entries, next position, status, detail)``. With ``zstd_fused`` set,
+    v2 zstd entries do not count as compressed bytes: :func:`decode_batches` decompresses them
+    one at a time into its scratch buffer, so they need no small groups.
     """
     n = 0
     rows = np.int64(0)
@@ -134,7 +156,8 @@ def scan_entries(
             count = _be32(buf, pos + 57)
             if count < 0:
                 return n, pos, ST_BAD_COUNT, count
-            zsize = size + 12 if _u8(buf, pos + 22) & 7 else 0
+            codec = _u8(buf, pos + 22) & 7
+            zsize = size + 12 if codec != 0 and not (zstd_fused and codec == 4) else 0
         else:
             zsize = size + 12 if _u8(buf, pos + 17) & 7 else 0
         if n > 0 and (
@@ -168,7 +191,7 @@ def scan_entries(
         pos += 12 + size
 
 
-@_jit
+@_jit_inline
 def _varint(buf: Any, pos: Any, end: Any) -> Any:
     """Zig-zag varint (Java ``readVarint``: at most 5 bytes); returns (value, next pos, ok)."""
     if pos < end:
@@ -192,7 +215,7 @@ def _varint(buf: Any, pos: Any, end: Any) -> Any:
     return (raw >> 1) ^ -(raw & 1), pos, True
 
 
-@_jit
+@_jit_inline
 def _varlong(buf: Any, pos: Any, end: Any) -> Any:
     """Zig-zag varlong (Java ``readVarlong``: at most 10 bytes), wrapping like Java's ``long``."""
     if pos < end:
@@ -218,6 +241,165 @@ def _varlong(buf: Any, pos: Any, end: Any) -> Any:
             return lo, pos, False
     u = (lo >> 1) | (hi << 62)
     return u ^ -(lo & 1), pos, True
+
+
+@_jit
+def _records(
+    buf: Any,
+    end: Any,
+    base_offset: Any,
+    base_ts: Any,
+    count: Any,
+    log_append: Any,
+    max_ts: Any,
+    min_offset: Any,
+    max_offset: Any,
+    out_i64: Any,
+    out_i32: Any,
+    key_data: Any,
+    val_data: Any,
+    hk_offsets: Any,
+    hk_data: Any,
+    hv_offsets: Any,
+    hv_data: Any,
+    hv_valid: Any,
+    counters: Any,
+) -> Any:
+    """Decode the ``count`` records of one batch (its ``end`` payload bytes in ``buf``).
+
+    Appends kept rows to the output buffers and, on success only, advances ``counters`` (see
+    :func:`decode_v2`). The caller has made sure the buffers have room. Returns
+    ``(error code, byte position in the payload)``.
+    """
+    rows = counters[0]
+    nh_total = counters[1]
+    kd = counters[2]
+    vd = counters[3]
+    hkd = counters[4]
+    hvd = counters[5]
+    key_nulls = counters[6]
+    val_nulls = counters[7]
+    hv_nulls = counters[8]
+    non_ascii = counters[9]
+    if rows == 0:
+        out_i32[0, 0] = 0
+        out_i32[1, 0] = 0
+        out_i32[2, 0] = 0
+    if nh_total == 0:
+        hk_offsets[0] = 0
+        hv_offsets[0] = 0
+    pos = end - end  # 0, typed like ``end``
+    ts_type = 1 if log_append else 0
+    for _r in range(count):
+        if pos >= end:
+            return E_EOF, pos
+        body, pos, ok = _varint(buf, pos, end)
+        if not ok:
+            return E_VARINT, pos
+        if body < 1 or pos + body > end:
+            return E_RECORD_SIZE, pos
+        rend = pos + body
+        pos += 1  # attributes, unused
+        ts_delta, pos, ok = _varlong(buf, pos, rend)
+        if not ok:
+            return E_VARINT, pos
+        offset_delta, pos, ok = _varint(buf, pos, rend)
+        if not ok:
+            return E_VARINT, pos
+        klen, pos, ok = _varint(buf, pos, rend)
+        if not ok:
+            return E_VARINT, pos
+        kpos = pos
+        if klen > 0:
+            if pos + klen > rend:
+                return E_FIELD, pos
+            pos += klen
+        vlen, pos, ok = _varint(buf, pos, rend)
+        if not ok:
+            return E_VARINT, pos
+        vpos = pos
+        if vlen > 0:
+            if pos + vlen > rend:
+                return E_FIELD, pos
+            pos += vlen
+        nh, pos, ok = _varint(buf, pos, rend)
+        if not ok:
+            return E_VARINT, pos
+        if nh < 0 or nh > rend - pos:
+            return E_HEADER_COUNT, pos
+        offset = base_offset + offset_delta
+        keep = offset >= min_offset and offset < max_offset
+        for _h in range(nh):
+            hklen, pos, ok = _varint(buf, pos, rend)
+            if not ok:
+                return E_VARINT, pos
+            if hklen < 0 or pos + hklen > rend:
+                return E_HEADER_KEY, pos
+            hkpos = pos
+            pos += hklen
+            hvlen, pos, ok = _varint(buf, pos, rend)
+            if not ok:
+                return E_VARINT, pos
+            hvpos = pos
+            if hvlen > 0:
+                if pos + hvlen > rend:
+                    return E_FIELD, pos
+                pos += hvlen
+            if keep:
+                for j in range(hklen):
+                    c = buf[hkpos + j]
+                    hk_data[hkd + j] = c
+                    if c >= 0x80:
+                        non_ascii = 1
+                hkd += hklen
+                hk_offsets[nh_total + 1] = hkd
+                if hvlen >= 0:
+                    _copy(hv_data, hvd, buf, hvpos, hvlen)
+                    hvd += hvlen
+                    hv_valid[nh_total] = 1
+                else:
+                    hv_valid[nh_total] = 0
+                    hv_nulls += 1
+                hv_offsets[nh_total + 1] = hvd
+                nh_total += 1
+        if pos != rend:
+            return E_SIZE_MISMATCH, pos
+        if not keep:
+            continue
+        out_i64[0, rows] = offset
+        out_i64[1, rows] = max_ts if log_append else base_ts + ts_delta
+        if klen >= 0:
+            _copy(key_data, kd, buf, kpos, klen)
+            kd += klen
+            out_i32[3, rows] = 1
+        else:
+            out_i32[3, rows] = 0
+            key_nulls += 1
+        if vlen >= 0:
+            _copy(val_data, vd, buf, vpos, vlen)
+            vd += vlen
+            out_i32[4, rows] = 1
+        else:
+            out_i32[4, rows] = 0
+            val_nulls += 1
+        out_i32[5, rows] = ts_type
+        rows += 1
+        out_i32[0, rows] = kd
+        out_i32[1, rows] = vd
+        out_i32[2, rows] = nh_total
+    if pos != end:
+        return E_REMAINING, pos
+    counters[0] = rows
+    counters[1] = nh_total
+    counters[2] = kd
+    counters[3] = vd
+    counters[4] = hkd
+    counters[5] = hvd
+    counters[6] = key_nulls
+    counters[7] = val_nulls
+    counters[8] = hv_nulls
+    counters[9] = non_ascii
+    return E_OK, pos
 
 
 @_jit
@@ -253,142 +435,226 @@ def decode_v2(
     and a non-ASCII flag for header keys; it also holds them on entry, so successive calls append to
     the same buffers. Returns ``(error code, batch index, byte position)``.
     """
-    rows = counters[0]
-    nh_total = counters[1]
-    kd = counters[2]
-    vd = counters[3]
-    hkd = counters[4]
-    hvd = counters[5]
-    key_nulls = counters[6]
-    val_nulls = counters[7]
-    hv_nulls = counters[8]
-    non_ascii = counters[9]
-    if rows == 0:
-        out_i32[0, 0] = 0
-        out_i32[1, 0] = 0
-        out_i32[2, 0] = 0
-    if nh_total == 0:
-        hk_offsets[0] = 0
-        hv_offsets[0] = 0
     for i in range(b_addr.shape[0]):
         end = b_len[i]
-        buf = _view(b_addr[i], end)
-        pos = end - end  # 0, typed like ``end``
-        base_offset = b_base_offset[i]
-        base_ts = b_base_ts[i]
-        log_append = b_log_append[i] != 0
-        max_ts = b_max_ts[i]
-        ts_type = 1 if log_append else 0
-        for _r in range(b_count[i]):
-            if pos >= end:
-                return E_EOF, i, pos
-            body, pos, ok = _varint(buf, pos, end)
-            if not ok:
-                return E_VARINT, i, pos
-            if body < 1 or pos + body > end:
-                return E_RECORD_SIZE, i, pos
-            rend = pos + body
-            pos += 1  # attributes, unused
-            ts_delta, pos, ok = _varlong(buf, pos, rend)
-            if not ok:
-                return E_VARINT, i, pos
-            offset_delta, pos, ok = _varint(buf, pos, rend)
-            if not ok:
-                return E_VARINT, i, pos
-            klen, pos, ok = _varint(buf, pos, rend)
-            if not ok:
-                return E_VARINT, i, pos
-            kpos = pos
-            if klen > 0:
-                if pos + klen > rend:
-                    return E_FIELD, i, pos
-                pos += klen
-            vlen, pos, ok = _varint(buf, pos, rend)
-            if not ok:
-                return E_VARINT, i, pos
-            vpos = pos
-            if vlen > 0:
-                if pos + vlen > rend:
-                    return E_FIELD, i, pos
-                pos += vlen
-            nh, pos, ok = _varint(buf, pos, rend)
-            if not ok:
-                return E_VARINT, i, pos
-            if nh < 0 or nh > rend - pos:
-                return E_HEADER_COUNT, i, pos
-            offset = base_offset + offset_delta
-            keep = offset >= min_offset and offset < max_offset
-            for _h in range(nh):
-                hklen, pos, ok = _varint(buf, pos, rend)
-                if not ok:
-                    return E_VARINT, i, pos
-                if hklen < 0 or pos + hklen > rend:
-                    return E_HEADER_KEY, i, pos
-                hkpos = pos
-                pos += hklen
-                hvlen, pos, ok = _varint(buf, pos, rend)
-                if not ok:
-                    return E_VARINT, i, pos
-                hvpos = pos
-                if hvlen > 0:
-                    if pos + hvlen > rend:
-                        return E_FIELD, i, pos
-                    pos += hvlen
-                if keep:
-                    for j in range(hklen):
-                        c = buf[hkpos + j]
-                        hk_data[hkd + j] = c
-                        if c >= 0x80:
-                            non_ascii = 1
-                    hkd += hklen
-                    hk_offsets[nh_total + 1] = hkd
-                    if hvlen >= 0:
-                        _copy(hv_data, hvd, buf, hvpos, hvlen)
-                        hvd += hvlen
-                        hv_valid[nh_total] = 1
-                    else:
-                        hv_valid[nh_total] = 0
-                        hv_nulls += 1
-                    hv_offsets[nh_total + 1] = hvd
-                    nh_total += 1
-            if pos != rend:
-                return E_SIZE_MISMATCH, i, pos
-            if not keep:
-                continue
-            out_i64[0, rows] = offset
-            out_i64[1, rows] = max_ts if log_append else base_ts + ts_delta
-            if klen >= 0:
-                _copy(key_data, kd, buf, kpos, klen)
-                kd += klen
-                out_i32[3, rows] = 1
-            else:
-                out_i32[3, rows] = 0
-                key_nulls += 1
-            if vlen >= 0:
-                _copy(val_data, vd, buf, vpos, vlen)
-                vd += vlen
-                out_i32[4, rows] = 1
-            else:
-                out_i32[4, rows] = 0
-                val_nulls += 1
-            out_i32[5, rows] = ts_type
-            rows += 1
-            out_i32[0, rows] = kd
-            out_i32[1, rows] = vd
-            out_i32[2, rows] = nh_total
-        if pos != end:
-            return E_REMAINING, i, pos
-    counters[0] = rows
-    counters[1] = nh_total
-    counters[2] = kd
-    counters[3] = vd
-    counters[4] = hkd
-    counters[5] = hvd
-    counters[6] = key_nulls
-    counters[7] = val_nulls
-    counters[8] = hv_nulls
-    counters[9] = non_ascii
+        err, pos = _records(
+            _view(b_addr[i], end),
+            end,
+            b_base_offset[i],
+            b_base_ts[i],
+            b_count[i],
+            b_log_append[i] != 0,
+            b_max_ts[i],
+            min_offset,
+            max_offset,
+            out_i64,
+            out_i32,
+            key_data,
+            val_data,
+            hk_offsets,
+            hk_data,
+            hv_offsets,
+            hv_data,
+            hv_valid,
+            counters,
+        )
+        if err != E_OK:
+            return err, i, pos
     return E_OK, 0, 0
+
+
+@_jit_inline
+def _le32(buf: Any, p: Any) -> Any:
+    return _u8(buf, p) | (_u8(buf, p + 1) << 8) | (_u8(buf, p + 2) << 16) | (_u8(buf, p + 3) << 24)
+
+
+@_jit
+def _zstd_bound(buf: Any, pos: Any, end: Any) -> Any:
+    """Upper bound of what the zstd frames in ``buf[pos:end]`` decompress to, or -1.
+
+    The compiled twin of :func:`rlm.log.codecs.zstd_output_bound` (frame and block headers only:
+    raw/RLE blocks count their size, compressed blocks 128 KiB). -1 also for a frame whose window
+    exceeds :data:`ZSTD_WINDOW_MAX`, which the streaming decoder of the Python path refuses, so
+    that both paths accept the same frames.
+    """
+    bound = np.int64(0)
+    while pos < end:
+        if pos + 6 > end:
+            return -1
+        magic = _le32(buf, pos)
+        if (magic & 0xFFFFFFF0) == 0x184D2A50:  # skippable frame
+            pos += 8 + _le32(buf, pos + 4)
+            continue
+        if magic != 0xFD2FB528:
+            return -1
+        fhd = _u8(buf, pos + 4)
+        single = (fhd >> 5) & 1
+        fcs_flag = fhd >> 6
+        did = fhd & 3
+        window = np.int64(0)
+        p = pos + 5
+        if not single:
+            wd = _u8(buf, p)
+            base = np.int64(1) << (10 + (wd >> 3))
+            window = base + (base >> 3) * (wd & 7)
+            p += 1
+        p += 4 if did == 3 else did
+        fcs_bytes = 8 if fcs_flag == 3 else (4 if fcs_flag == 2 else (2 if fcs_flag == 1 else single))
+        if single:
+            if p + fcs_bytes > end:
+                return -1
+            fcs = np.int64(0)
+            for k in range(fcs_bytes):
+                fcs |= _u8(buf, p + k) << (8 * k)
+            if fcs_bytes == 2:
+                fcs += 256
+            window = fcs
+        if window > ZSTD_WINDOW_MAX or window < 0:
+            return -1
+        pos = p + fcs_bytes
+        while True:
+            if pos + 3 > end:
+                return -1
+            header = _u8(buf, pos) | (_u8(buf, pos + 1) << 8) | (_u8(buf, pos + 2) << 16)
+            kind = (header >> 1) & 3
+            size = header >> 3
+            pos += 3
+            if kind == 0:
+                bound += size
+                pos += size
+            elif kind == 1:
+                bound += size
+                pos += 1
+            elif kind == 2:
+                bound += ZSTD_BLOCK_MAX
+                pos += size
+            else:
+                return -1
+            if header & 1:
+                break
+        if fhd & 0x04:
+            pos += 4
+    return bound if pos == end else -1
+
+
+@_jit
+def check_crcs(meta: Any, base_address: Any, crc_fn: Any) -> Any:
+    """Index of the first v2 entry of ``meta`` whose CRC-32C does not match, or -1.
+
+    ``crc_fn`` is the address of ``crc32c_value(ptr, len)``; entries are read in the source
+    (at ``base_address`` + position), bytes from the attributes to the end of the batch.
+    """
+    for i in range(meta.shape[0]):
+        if meta[i, MAGIC] != 2:
+            continue
+        crc = _crc_call(crc_fn, base_address + meta[i, POS] + 21, meta[i, SIZE] - 21)
+        if crc != meta[i, CRC]:
+            return i
+    return -1
+
+
+@_jit
+def decode_batches(
+    buf: Any,
+    base_address: Any,
+    meta: Any,
+    start: Any,
+    zstd_fn: Any,
+    dctx: Any,
+    crc_fn: Any,
+    scratch_address: Any,
+    scratch_size: Any,
+    max_decompressed: Any,
+    min_offset: Any,
+    max_offset: Any,
+    out_i64: Any,
+    out_i32: Any,
+    key_data: Any,
+    val_data: Any,
+    hk_offsets: Any,
+    hk_data: Any,
+    hv_offsets: Any,
+    hv_data: Any,
+    hv_valid: Any,
+    counters: Any,
+) -> Any:
+    """Decode v2 batches ``meta[start:]`` (all wanted, none control) into the output buffers.
+
+    With ``crc_fn`` (the address of ``crc32c_value``; 0 = no check) each batch's CRC-32C is
+    verified first, which also brings its bytes into the cache for what follows (``E_CRC``).
+    Uncompressed batches are read in place in ``buf`` (whose data is at ``base_address``); zstd
+    batches are decompressed by libzstd (``ZSTD_decompressDCtx`` at address ``zstd_fn``, context
+    ``dctx``; 0 = no library) into the scratch buffer and decoded from it while still in cache.
+    Output buffers are appended to as in :func:`decode_v2`.
+
+    Stops at batch ``i`` and returns ``(status, i, detail)`` when Python must act:
+    ``F_FULL`` (the outputs lack room for its ``detail`` decoded bytes), ``F_GROW`` (scratch
+    must hold ``detail`` bytes), ``F_PYTHON`` (other codec, no library, a frame libzstd or the
+    bound walk rejects, or output possibly over ``max_decompressed``: the Python path decodes
+    it, or raises the typed error), ``E_COUNT`` (more records than ``detail`` bytes) or a
+    decode error at byte ``detail`` of the payload. ``(E_OK, n, 0)`` when all are done.
+    """
+    rows_cap = out_i64.shape[1]
+    bytes_cap = key_data.shape[0]
+    headers_cap = hk_offsets.shape[0]
+    n = meta.shape[0]
+    for i in range(start, n):
+        pos = meta[i, POS]
+        size = meta[i, SIZE]
+        codec = meta[i, ATTR] & 7
+        count = meta[i, COUNT]
+        if crc_fn != 0 and _crc_call(crc_fn, base_address + pos + 21, size - 21) != meta[i, CRC]:
+            return E_CRC, i, 0
+        if codec == 0:
+            addr = base_address + pos + RECORDS_AT
+            length = size - RECORDS_AT
+        elif codec == 4 and zstd_fn != 0 and size > RECORDS_AT:
+            bound = _zstd_bound(buf, pos + RECORDS_AT, pos + size)
+            if bound < 0 or bound > max_decompressed:
+                return F_PYTHON, i, 0
+            if bound > scratch_size:
+                return F_GROW, i, bound
+            length = _zstd_call(
+                zstd_fn, dctx, scratch_address, bound, base_address + pos + RECORDS_AT, size - RECORDS_AT
+            )
+            if length < 0:
+                return F_PYTHON, i, 0
+            addr = scratch_address
+        else:
+            return F_PYTHON, i, 0
+        if count > length:
+            return E_COUNT, i, length
+        used = max(max(counters[2], counters[3]), max(counters[4], counters[5]))
+        if (
+            counters[0] + count > rows_cap
+            or used + length > bytes_cap
+            or counters[1] + length // 2 + 1 > headers_cap - 1
+        ):
+            return F_FULL, i, length
+        err, epos = _records(
+            _view(addr, length),
+            length,
+            meta[i, BASE_OFFSET],
+            meta[i, BASE_TS],
+            count,
+            (meta[i, ATTR] & 8) != 0,
+            meta[i, MAX_TS],
+            min_offset,
+            max_offset,
+            out_i64,
+            out_i32,
+            key_data,
+            val_data,
+            hk_offsets,
+            hk_data,
+            hv_offsets,
+            hv_data,
+            hv_valid,
+            counters,
+        )
+        if err != E_OK:
+            return err, i, epos
+    return E_OK, n, 0
 
 
 def load_pure() -> ModuleType:

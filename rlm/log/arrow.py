@@ -5,18 +5,21 @@ aborted transactions *are* rows, as Spark's Kafka source returns them under
 ``isolation.level=read_uncommitted`` (filter with the aborted-transaction list for
 read_committed). With LOG_APPEND_TIME every record's timestamp is its batch's max timestamp.
 
-How it is fast: entry headers are walked by a compiled kernel over the memory-mapped file, Python
-then loops once per *batch* (CRC-32C check, decompression), and a second kernel decodes all
-records of a group of batches straight into Arrow buffers (see :mod:`rlm.log._kernel`), reading
-uncompressed records in place in the mapping and decompressed ones where the codec left them.
-Groups of compressed batches are kept small (about 1 MiB) so their decompressed bytes are still
-in cache when decoded; output buffers span many groups. Legacy magic 0/1 entries take the slow
-per-record path.
+How it is fast: entry headers are walked by a compiled kernel over the file's bytes, and a group
+of batches is then CRC-checked and decoded by two more compiled calls (see :mod:`rlm.log._kernel`)
+straight into Arrow buffers: uncompressed records are read in place, zstd batches are
+decompressed by libzstd, called from the compiled loop (:mod:`rlm.log._zstd`), into a small
+scratch buffer and decoded while still in cache. Python acts only at group boundaries, when an
+output buffer is full, and for what the compiled loop leaves to it: other codecs (decompressed
+per batch from Python, then decoded by the same kernel), zstd without a usable libzstd, frames
+libzstd rejects or that might exceed the decompression cap (the Python path then raises the
+typed error), and legacy magic 0/1 entries (the slow per-record path).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 from collections.abc import Iterator
 from types import ModuleType
@@ -26,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from rlm.errors import CorruptRecordError, CrcMismatchError
-from rlm.log import _kernel, codecs
+from rlm.log import _kernel, _zstd, codecs
 from rlm.log._arrow_build import KAFKA_SCHEMA, Outputs, records_batch
 from rlm.log._crc import CRC32C_VALUE, bytes_address, crc32c
 from rlm.log.legacy import legacy_records
@@ -45,6 +48,8 @@ _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 _GROUP_BYTES = 64 * 1024 * 1024  # entries per kernel call (uncompressed: read in place)
 _GROUP_ZBYTES = 1024 * 1024  # compressed entries per kernel call (their payloads are decompressed)
 _MAX_BUFFER = 2**31 - 1  # Arrow binary offsets are int32
+_SCRATCH_MIN = 256 * 1024  # first scratch buffer for zstd output: two 128 KiB blocks
+_CRC_ADDRESS = int(ctypes.cast(CRC32C_VALUE, ctypes.c_void_p).value or 0) if CRC32C_VALUE else 0
 _READ_ROWS = 1 << 20
 _PathArg = str | os.PathLike[str] | None
 Arr = np.ndarray[Any, Any]
@@ -81,6 +86,19 @@ class _Decoder:
         self.zstd_fast = codecs.ZstdFastPath()
         self.out: Outputs | None = None  # the RecordBatch being filled
         self.max_rows = 1
+        # libzstd for the compiled loop: a decompression context of our own, and scratch space
+        self.max_decompressed = codecs.MAX_DECOMPRESSED_BYTES
+        self.pool = _zstd.pool()
+        self.zstd_fn = self.pool.lib.decompress_dctx if self.pool is not None else 0
+        self.dctx = 0
+        self.scratch: Arr = np.zeros(0, np.uint8)
+        self.crc_fn = _CRC_ADDRESS if verify_crc else 0  # CRC-32C checked inside the compiled loop
+
+    def close(self) -> None:
+        """Give the decompression context back (the decoder is not used afterwards)."""
+        if self.pool is not None and self.dctx:
+            self.pool.release(self.dctx)
+            self.dctx = 0
 
     def groups(self, max_rows: int, window: FileWindow | None = None) -> Iterator[Arr]:
         """Entry tables (``meta`` rows) of consecutive groups of entries.
@@ -105,11 +123,13 @@ class _Decoder:
                 np.int64(max_rows),
                 np.int64(_GROUP_BYTES),
                 np.int64(_GROUP_ZBYTES),
+                self.zstd_fn != 0,
             )
             pos = int(pos)
             if n:
                 yield meta[:n].copy()
             if status == _kernel.ST_DONE and window is not None and end < size:
+                window.release(pos)  # first, so that the next window can reuse these pages
                 end = window.ensure(max(pos + 12, end + 1))  # the next entry header, at least
                 entry = int.from_bytes(self.view[pos + 8 : pos + 12], "big", signed=True)
                 end = window.ensure(pos + 12 + entry)
@@ -123,6 +143,12 @@ class _Decoder:
 
     def check_crcs(self, meta: Arr) -> None:
         """Verify the CRC-32C of every v2 batch of a group (one C call per batch, no copies)."""
+        if _CRC_ADDRESS:  # all in one compiled call
+            i = int(self.kern.check_crcs(meta, np.int64(self.base_address), np.int64(_CRC_ADDRESS)))
+            if i >= 0:
+                row = meta[i]
+                self._crc_error(int(row[_kernel.POS]), int(row[_kernel.SIZE]), int(row[_kernel.CRC]))
+            return
         v2 = meta[meta[:, _kernel.MAGIC] == 2]
         if not len(v2):
             return
@@ -158,11 +184,13 @@ class _Decoder:
 
     def _group(self, meta: Arr) -> Iterator[pa.RecordBatch]:
         """Decode one group: runs of v2 batches through the kernel, legacy entries the slow way."""
-        if self.verify_crc:
-            self.check_crcs(meta)
         last = meta[:, _kernel.BASE_OFFSET] + meta[:, _kernel.LAST_DELTA]
         wanted = (meta[:, _kernel.COUNT] > 0) & (last >= self.lo) & (meta[:, _kernel.BASE_OFFSET] < self.hi)
         wanted &= (meta[:, _kernel.MAGIC] < 2) | ((meta[:, _kernel.ATTR] & ATTR_CONTROL) == 0)
+        if self.verify_crc:
+            # The batches decoded by the compiled loop are checked there, one by one, right before
+            # they are decompressed or decoded (their bytes then come from the cache); the others now.
+            self.check_crcs(meta if not self.crc_fn else meta[~wanted])
         meta = meta[wanted]
         legacy = meta[:, _kernel.MAGIC] < 2
         start = 0
@@ -179,7 +207,7 @@ class _Decoder:
                 if batch.num_rows:
                     yield batch
             else:
-                yield from self._v2(run)
+                yield from self._batches(run)
             start = stop
 
     def _legacy(self, run: Arr) -> pa.RecordBatch:
@@ -192,6 +220,80 @@ class _Decoder:
                 if self.lo <= r.offset < self.hi
             ]
         return records_batch(self.topic, self.partition, records)
+
+    def _fusable(self, row: Arr) -> bool:
+        """Whether the compiled loop decodes this batch itself (uncompressed, or zstd with libzstd)."""
+        codec = int(row[_kernel.ATTR]) & 0x07
+        return codec == Compression.NONE or (codec == Compression.ZSTD and self.zstd_fn != 0)
+
+    def _batches(self, run: Arr) -> Iterator[pa.RecordBatch]:
+        """Decode a run of wanted v2 batches, mostly in compiled calls (see ``decode_batches``)."""
+        i, n = 0, len(run)
+        while i < n:
+            out = self.out if self.out is not None else _NO_OUTPUT
+            if self.zstd_fn and not self.dctx:
+                assert self.pool is not None
+                self.dctx = self.pool.acquire()
+            status, j, detail = self.kern.decode_batches(
+                self.fbuf,
+                np.int64(self.base_address),
+                run,
+                np.int64(i),
+                np.int64(self.zstd_fn),
+                np.int64(self.dctx),
+                np.int64(self.crc_fn),
+                np.int64(self.scratch.ctypes.data),
+                np.int64(len(self.scratch)),
+                np.int64(self.max_decompressed),
+                np.int64(self.lo),
+                np.int64(self.hi),
+                *out.kernel_args(),
+            )
+            status, j, detail = int(status), int(j), int(detail)
+            if status == _kernel.E_OK:
+                break
+            if status == _kernel.F_FULL:
+                if self.out is not None and self.out.rows:
+                    yield self.out.to_batch(self.topic, self.partition)
+                self.out = self._new_output(run, j, detail)
+            elif status == _kernel.F_GROW:
+                self.scratch = np.empty(max(detail, 2 * len(self.scratch), _SCRATCH_MIN), np.uint8)
+            elif status == _kernel.F_PYTHON:
+                stop = j + 1
+                while stop < n and not self._fusable(run[stop]):
+                    stop += 1
+                if self.crc_fn:
+                    self.check_crcs(run[j:stop])
+                yield from self._v2(run[j:stop])
+                j = stop
+            elif status == _kernel.E_CRC:
+                row = run[j]
+                self._crc_error(int(row[_kernel.POS]), int(row[_kernel.SIZE]), int(row[_kernel.CRC]))
+            elif status == _kernel.E_COUNT:
+                raise CorruptRecordError(
+                    f"record count {int(run[j, _kernel.COUNT])} cannot fit in {detail} bytes",
+                    path=self.path,
+                    position=int(run[j, _kernel.POS]),
+                )
+            else:
+                self._raise(status, run, j, detail)
+            i = j
+        if self.out is not None and self.out.rows >= self.max_rows:
+            yield self.out.to_batch(self.topic, self.partition)
+            self.out = None
+
+    def _new_output(self, run: Arr, i: int, payload: int) -> Outputs:
+        """Outputs for ``max_rows`` rows (or batch ``i``'s, if more) at its bytes per record (+10%)."""
+        rows = int(run[i, _kernel.COUNT])
+        if payload >= _MAX_BUFFER:
+            raise CorruptRecordError(
+                "batch too large to decode into one Arrow batch",
+                path=self.path,
+                position=int(run[i, _kernel.POS]),
+            )
+        per_row = payload / max(rows, 1)
+        cap = int(min(_MAX_BUFFER, max(payload, per_row * max(self.max_rows, rows) * 1.1)))
+        return Outputs(max(self.max_rows, rows), cap)
 
     def _payloads(self, run: Arr) -> tuple[Arr, Arr, list[bytes]]:
         """Address and length of every batch's records: in the mapped file, or decompressed.
@@ -282,6 +384,10 @@ class _Decoder:
         raise CorruptRecordError(reason, path=self.path, position=batch_pos + RECORD_BATCH_OVERHEAD + pos)
 
 
+#: Outputs without room: the compiled loop asks for real ones (sized by the batch it stopped at).
+_NO_OUTPUT = Outputs(0, 0)
+
+
 def _kernels(pure: bool | None) -> ModuleType:
     if pure or (pure is None and _kernel.PURE):
         return _kernel if _kernel.PURE else _kernel.load_pure()
@@ -325,6 +431,7 @@ def iter_arrow_batches(
         try:
             yield from decoder.decode(max(1, max_batch_rows), window)
         finally:
+            decoder.close()
             del decoder  # drop numpy views of the mapped file before it is unmapped
 
 

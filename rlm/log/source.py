@@ -12,6 +12,7 @@ descriptors survive a rename or unlink of the file (retention, compaction).
 
 from __future__ import annotations
 
+import ctypes
 import io
 import mmap
 import os
@@ -20,6 +21,7 @@ from contextlib import contextmanager
 from typing import IO, Union
 
 from rlm.errors import LogFileGoneError, LogFormatError
+from rlm.log import _pages
 
 Source = Union[bytes, bytearray, memoryview, str, "os.PathLike[str]", IO[bytes]]
 
@@ -50,13 +52,22 @@ class FileWindow:
     """
 
     def __init__(
-        self, view: memoryview, *, fd: int = -1, mm: mmap.mmap | None = None, path: str | None = None
+        self,
+        view: memoryview,
+        *,
+        fd: int = -1,
+        mm: mmap.mmap | None = None,
+        path: str | None = None,
+        address: int = 0,
     ) -> None:
         self._buf = view  # writable for a file (``pread`` fills it), what the caller gave otherwise
         self.view = view.toreadonly()
         self.size = len(view)
         self.filled = self.size if fd < 0 else 0
         self._fd, self._mm, self._path, self._released = fd, mm, path, 0
+        # Released pages kept for the next window (see :mod:`rlm.log._pages`): (offset, length).
+        self._address = address if _pages.available() else 0
+        self._spare: list[tuple[int, int]] = []
 
     def ensure(self, end: int) -> int:
         """Make ``[.., end)`` (clamped to the file size) readable; returns the new filled end.
@@ -68,6 +79,8 @@ class FileWindow:
         if end <= self.filled:
             return self.filled
         end = min(self.size, max(end, self.filled + WINDOW))
+        if self._spare:
+            self._recycle(self.filled, end)
         while self.filled < end:
             got = os.preadv(self._fd, [self._buf[self.filled : end]], self.filled)
             if got <= 0:
@@ -87,13 +100,39 @@ class FileWindow:
             self._released = self.filled // _PAGE * _PAGE
 
     def release(self, before: int) -> None:
-        """Give back the memory of the pages entirely before ``before`` (they read as zeros after)."""
+        """Give back the memory of the pages entirely before ``before`` (they read as zeros after).
+
+        Where pages can be moved, up to two windows of them are kept to hold the next windows'
+        bytes instead (no fresh pages to fault in and zero); the rest is freed.
+        """
         if self._mm is None:
             return
         cut = min(before, self.filled) // _PAGE * _PAGE
-        if cut - self._released >= WINDOW:
-            self._mm.madvise(mmap.MADV_DONTNEED, self._released, cut - self._released)
+        if cut - self._released >= WINDOW // 2:
+            kept = sum(n for _, n in self._spare)
+            if self._address and kept < 2 * WINDOW:
+                self._spare.append((self._released, cut - self._released))
+            else:
+                self._mm.madvise(mmap.MADV_DONTNEED, self._released, cut - self._released)
             self._released = cut
+
+    def _recycle(self, start: int, end: int) -> None:
+        """Move kept pages under the whole pages of ``[start, end)`` before they are read into."""
+        assert self._mm is not None
+        at, stop = -(-start // _PAGE) * _PAGE, end // _PAGE * _PAGE
+        while self._spare and at < stop:
+            offset, length = self._spare[0]
+            n = min(length, stop - at)
+            if not _pages.move(self._address + offset, self._address + at, n):
+                for offset, length in self._spare:
+                    self._mm.madvise(mmap.MADV_DONTNEED, offset, length)
+                self._spare.clear()
+                return
+            at += n
+            if n == length:
+                self._spare.pop(0)
+            else:
+                self._spare[0] = (offset + n, length - n)
 
     def fill_all(self) -> memoryview:
         self.ensure(self.size)
@@ -166,7 +205,10 @@ def _file_window(f: IO[bytes], name: str | None) -> Iterator[FileWindow]:
         # 2 MiB pages: ~500x fewer page faults while filling, which is most of the cost of the copy.
         mm.madvise(mmap.MADV_HUGEPAGE)
     view = memoryview(mm)
-    window = FileWindow(view, fd=f.fileno(), mm=mm, path=name)
+    probe = ctypes.c_char.from_buffer(mm)
+    address = ctypes.addressof(probe)
+    del probe  # drop the buffer export, or the mapping could not be closed
+    window = FileWindow(view, fd=f.fileno(), mm=mm, path=name, address=address)
     try:
         yield window
     finally:
