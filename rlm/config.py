@@ -380,7 +380,8 @@ class DaemonConfig(BaseSettings):
         600000,
         ge=0,
         description="A COPY_SEGMENT_STARTED written by another node is treated as abandoned "
-        "after this long (this node's own are cleaned up at once).",
+        "once this daemon has seen it unfinished for this long, timed by the monotonic clock "
+        "(a wall-clock jump cannot shorten it); this node's own are cleaned up at once.",
     )
     copy_lag_warn_ratio: float = Field(
         0.8,

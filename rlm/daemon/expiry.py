@@ -1,7 +1,8 @@
 """Remote retention for one led partition (Kafka's ``RLMExpirationTask``).
 
-Per run: (1) COPY_SEGMENT_STARTED segments nobody is copying (a crash, or a node that stopped
-mid-copy) are undone; (2) DELETE_SEGMENT_STARTED segments are deleted again; (3) finished
+Per run: (1) COPY_SEGMENT_STARTED segments nobody is copying are undone (this node's own, left by
+a crash, at once; another node's once seen unfinished for ``stale_copy_grace_ms``, see
+:class:`StaleCopyWatch`); (2) DELETE_SEGMENT_STARTED segments are deleted again; (3) finished
 segments not on the current epoch lineage are deleted; (4) lineage segments past
 ``retention.ms`` or beyond ``retention.bytes`` (remote + not-yet-tiered local bytes) are deleted
 oldest first, stopping at the first one kept, and the remote log start advances past them.
@@ -9,6 +10,8 @@ oldest first, stopping at the first one kept, and the remote log start advances 
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import structlog
@@ -18,7 +21,7 @@ from rlm.daemon.context import EpochHistory, TaskContext, now_ms
 from rlm.daemon.local_log import LocalLogView
 from rlm.daemon.remote_ops import delete_remote_segment
 from rlm.lineage import filtered_epochs, is_within_lineage
-from rlm.types import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
+from rlm.types import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 
 log = structlog.get_logger(__name__)
 S = RemoteLogSegmentState
@@ -64,10 +67,37 @@ def on_lineage(md: RemoteLogSegmentMetadata, leo: int, lineage: list[tuple[int, 
     return is_within_lineage(md, leo, lineage)
 
 
+class StaleCopyWatch:
+    """When another node's COPY_SEGMENT_STARTED counts as abandoned: once *this process* has seen
+    it unfinished for ``stale_copy_grace_ms`` of monotonic time.
+
+    Why not the record's event timestamp: it was written by another node's wall clock, and ours
+    may jump (NTP step, VM resume) or be skewed. Judged by wall time, a forward jump here would
+    delete a copy that is still being uploaded, and a backward jump would keep an orphan for as
+    long as the jump. Monotonic time since first sight is immune to both; the price is that after
+    a restart an abandoned copy is cleaned up one grace period later.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._first_seen: dict[RemoteLogSegmentId, float] = {}
+
+    def abandoned(self, seg_id: RemoteLogSegmentId, grace_ms: int) -> bool:
+        now = self._clock()
+        first = self._first_seen.setdefault(seg_id, now)
+        return (now - first) * 1000 >= grace_ms
+
+    def keep_only(self, tp: TopicIdPartition, started: set[RemoteLogSegmentId]) -> None:
+        """Forget ``tp``'s segments that are no longer COPY_SEGMENT_STARTED."""
+        for sid in [s for s in self._first_seen if s.topic_id_partition == tp and s not in started]:
+            del self._first_seen[sid]
+
+
 class RemoteExpirer:
     def __init__(self, ctx: TaskContext, history: EpochHistory) -> None:
         self.ctx = ctx
         self.history = history
+        self.stale = StaleCopyWatch()
 
     def run(
         self, tp: TopicIdPartition, view: LocalLogView, lso: int, cfg: ResolvedTopicConfig
@@ -82,12 +112,15 @@ class RemoteExpirer:
         with ctx.in_flight_lock:
             in_flight = set(ctx.in_flight)
         finished: list[RemoteLogSegmentMetadata] = []
+        self.stale.keep_only(
+            tp, {m.remote_log_segment_id for m in segments if m.state is S.COPY_SEGMENT_STARTED}
+        )
         for md in segments:
             if ctx.stop.is_set():
                 return res
             if md.state is S.COPY_SEGMENT_STARTED and md.remote_log_segment_id not in in_flight:
                 mine = md.broker_id == ctx.node_id
-                if mine or now - md.event_timestamp_ms > ctx.config.stale_copy_grace_ms:
+                if mine or self.stale.abandoned(md.remote_log_segment_id, ctx.config.stale_copy_grace_ms):
                     log.warning(
                         "stale_copy_cleanup",
                         topic=tp.topic,
