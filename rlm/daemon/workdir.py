@@ -33,8 +33,8 @@ def writing(path: Path) -> Iterator[None]:
             raise
         name = errno.errorcode.get(e.errno or 0, str(e.errno))
         raise WorkDirError(
-            f"cannot write the daemon's work dir ({e.strerror}); the previous file is kept and the "
-            "write is retried",
+            f"cannot write the daemon's work dir ({e.strerror}); no partial file is left (a replaced "
+            "file keeps its previous version) and the write is retried",
             path=path,
             errno_name=name,
         ) from e

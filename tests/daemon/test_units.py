@@ -199,3 +199,35 @@ def test_metadata_future_wait_is_bounded() -> None:
     done: Future[int] = Future()
     done.set_result(7)
     assert wait_result(done, 0.05) == 7 and wait_result(8) == 8
+
+
+def test_stale_copy_watch_counts_monotonic_time_since_first_sight() -> None:
+    """Another node's COPY_SEGMENT_STARTED is abandoned only after grace of *our* monotonic time."""
+    from rlm.daemon.expiry import StaleCopyWatch
+
+    now = [100.0]
+    watch = StaleCopyWatch(clock=lambda: now[0])
+    sid = RemoteLogSegmentId.generate_new(TP)
+    assert not watch.abandoned(sid, 1000)  # first sight, however old its event timestamp
+    now[0] += 0.999
+    assert not watch.abandoned(sid, 1000)
+    now[0] += 0.001
+    assert watch.abandoned(sid, 1000)
+    watch.keep_only(TP, set())  # finished or deleted meanwhile: forgotten, a new sighting restarts
+    assert not watch.abandoned(sid, 1000)
+
+
+def test_instance_lock_is_exclusive_and_released(tmp_path: Path) -> None:
+    from rlm.daemon.instance_lock import InstanceLock
+    from rlm.errors import InstanceLockedError
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    first = InstanceLock(tmp_path / "w1", [logs]).acquire()
+    with pytest.raises(InstanceLockedError, match=r"w1/rlm.lock: locked by another `rlm run` \(pid \d+\)"):
+        InstanceLock(tmp_path / "w1", []).acquire()
+    with pytest.raises(InstanceLockedError, match=f"{logs}: locked"):
+        InstanceLock(tmp_path / "w2", [logs]).acquire()
+    assert sorted(p.name for p in logs.iterdir()) == []  # nothing written into the log dir
+    first.release()
+    InstanceLock(tmp_path / "w2", [logs]).acquire().release()

@@ -100,7 +100,10 @@ def stored_segment_ids(root: Path) -> set[str]:
 def all_segments(cfg_file: Path, tip: TopicIdPartition, reader_dir: Path) -> list[RemoteLogSegmentMetadata]:
     """Every segment the metadata store knows for ``tip``, in any state, read by a fresh reader."""
     cfg = load_config(cfg_file)
-    reader = load_rlmm(cfg.model_copy(update={"work_dir": reader_dir}), 99)
+    if cfg.metadata.manager == "file":  # the store lives in the daemon's work dir: open it read-only
+        reader = load_rlmm(cfg, 99, read_only=True)
+    else:
+        reader = load_rlmm(cfg.model_copy(update={"work_dir": reader_dir}), 99)
     try:
         reader.on_partition_leadership_changes(set(), {tip})
         return sorted(reader.list_remote_log_segments(tip), key=lambda m: (m.start_offset, m.end_offset))

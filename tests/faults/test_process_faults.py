@@ -7,10 +7,13 @@ passing and the stored segments being exactly the ones the metadata names.
 
 from __future__ import annotations
 
+import errno
 import json
 import signal
+import subprocess
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +22,10 @@ from confluent_kafka import Producer
 
 from rlm.daemon.crash import DELETE_STEPS
 from rlm.exit_codes import ExitCode
+from rlm.log.checkpoints import MetaProperties
 from rlm.log.partition import PartitionDir
-from rlm.types import RemoteLogSegmentState, TopicIdPartition
+from rlm.log.writer import PartitionWriter, WriterConfig, write_log_dir_files
+from rlm.types import KafkaUuid, RemoteLogSegmentState, TopicIdPartition, TopicPartition
 from tests.daemon.helpers import create_topic, produce, topic_rlmm, wait_for
 from tests.daemon.test_standalone import write_partition
 from tests.faults import gated_rsm
@@ -230,3 +235,121 @@ def test_second_sidecar_on_the_same_node_refuses_to_start(tmp_path: Path) -> Non
     # the locks wrote nothing into the log dir (flock on the directory fd itself)
     assert sorted(str(p.relative_to(logs)) for p in logs.rglob("*")) == log_listing
     verify(cfg, "locked")
+
+
+def fill(fs_dir: Path) -> Path:
+    """Write a file into ``fs_dir`` until its file system says ENOSPC; returns the file."""
+    filler = fs_dir / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 16384)
+                f.flush()
+        except OSError as e:
+            assert e.errno == errno.ENOSPC, e
+    return filler
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs mounted for the test (root only; skipped where mounting is not permitted)."""
+    mnt = tmp_path / "work"
+    mnt.mkdir()
+    res = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m,mode=0755", "tmpfs", str(mnt)], capture_output=True, text=True
+    )
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here (needs root / CAP_SYS_ADMIN): {res.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+class GrowingPartition:
+    """A standalone partition the test keeps appending to (64 KiB segments, idempotent batches)."""
+
+    def __init__(self, log_dir: Path, topic: str) -> None:
+        self.log_dir, self.tp = log_dir, TopicPartition(topic, 0)
+        self.topic_id = KafkaUuid.random()
+        self.w = PartitionWriter(
+            log_dir / f"{topic}-0", topic_id=self.topic_id, config=WriterConfig(segment_bytes=64 * 1024)
+        )
+        self.batches = 0
+
+    @property
+    def tip(self) -> TopicIdPartition:
+        return TopicIdPartition(self.topic_id, self.tp.topic, 0)
+
+    def grow(self, batches: int) -> None:
+        for _ in range(batches):
+            self.w.append(
+                [(f"k{self.batches}-{i}".encode(), b"v" * 90) for i in range(20)],
+                producer_id=11,
+                producer_epoch=0,
+            )
+            self.batches += 1
+        self.w.roll()
+        write_log_dir_files(
+            self.log_dir,
+            [(self.tp, self.w.log_end_offset)],
+            meta=MetaProperties(1, "standalone-cluster-0001", 1),
+        )
+
+
+@pytest.mark.faults
+def test_full_work_dir_is_a_typed_error_then_converges(small_fs: Path, tmp_path: Path) -> None:
+    """The daemon's work dir fills up (ENOSPC on a small tmpfs) while new segments wait: it reports
+    a typed error naming the path (the staged producer snapshot), keeps its state files whole,
+    and tiers everything exactly once when space is freed."""
+    logs, work = tmp_path / "logs", small_fs
+    part = GrowingPartition(logs, "full")
+    part.grow(60)
+    cfg = write_config(
+        tmp_path / "rlm.yaml",
+        log_dirs=[str(logs)],
+        work_dir=str(work),
+        storage=local_storage(tmp_path / "remote"),
+        topic_defaults={"remote.storage.enable": True, "retention.ms": -1},
+        task_interval_ms=200,
+        rescan_interval_ms=300,
+        retry_backoff_ms=200,
+        retry_backoff_max_ms=1000,
+    )
+    log_file = tmp_path / "daemon.log"
+    proc = start_daemon(cfg, log_file)
+    try:
+        wait_for(
+            "first segments tiered", lambda: caught_up(work, "full", rolled_end(logs / "full-0")), timeout=60
+        )
+        state_files = {p: p.read_bytes() for p in work.rglob("*.json")}
+        filler = fill(work)
+        part.grow(60)
+
+        def typed_error() -> bool:
+            return any(
+                e.get("kind") == "WorkDirError"
+                and "ENOSPC" in e["error"]
+                and f"{work}/staging/" in e["error"]
+                for e in events(log_file.read_text(), "task_failed")
+            )
+
+        wait_for("a typed ENOSPC error naming the staged file", typed_error, timeout=60)
+        assert proc.poll() is None, "the daemon keeps running"
+        for path, before in state_files.items():  # whole: the old version, never a torn one
+            assert json.loads(path.read_bytes()) is not None and path.read_bytes() in (
+                before,
+                path.read_bytes(),
+            )
+        filler.unlink()
+        wait_for("caught up", lambda: caught_up(work, "full", rolled_end(logs / "full-0")), timeout=90)
+    finally:
+        code = stop_daemon(proc)
+    assert code == ExitCode.OK, log_file.read_text()[-3000:]
+    assert not list(work.rglob("*.tmp")), "no half-written temporary file left"
+    segs = all_segments(cfg, part.tip, tmp_path / "reader")
+    assert all(m.state is S.COPY_SEGMENT_FINISHED for m in segs)
+    want = [s.base_offset for s in PartitionDir(logs / "full-0").inactive_segments()]
+    assert [m.start_offset for m in segs] == want
+    assert stored_segment_ids(tmp_path / "remote") == {m.remote_log_segment_id.id.text for m in segs}
+    verify(cfg, "full")
