@@ -32,6 +32,7 @@ from tests.faults.proc_helpers import (
     write_config,
 )
 from tests.services.kafka import KafkaCluster
+from tests.services.proc import kill
 
 pytestmark = [pytest.mark.faults, pytest.mark.kafka, pytest.mark.slow]
 S = RemoteLogSegmentState
@@ -44,6 +45,13 @@ def cluster3() -> Iterator[KafkaCluster]:
     try:
         yield c
     finally:
+        # its data is thrown away: no controlled shutdown (the last node's waits for a quorum
+        # that is gone, until the 30 s grace ends)
+        for n in c.node_ids:
+            proc = c.node(n).proc
+            if proc is not None:
+                kill(proc)
+                c.node(n).proc = None
         c.stop()
 
 
@@ -174,18 +182,22 @@ def leadership_change_mid_copy(
 
 
 def test_leadership_change_mid_copy_leaves_one_lineage(cluster3: KafkaCluster, tmp_path: Path) -> None:
-    """Leadership moves (the leader's broker stops) while its sidecar is in the middle of a copy:
-    the new leader's sidecar resumes and tiers the partition, the old one undoes its late copy;
-    one contiguous lineage, no duplicate, no FINISHED segment from the old leader, no orphan."""
+    """Leadership moves mid-copy: the new leader resumes, the old one undoes its late copy; one lineage.
+
+    The leader's broker stops while its sidecar's upload is held; afterwards: one contiguous
+    lineage, no duplicate range, no FINISHED segment from the old leader, no orphan object.
+    """
     leadership_change_mid_copy(cluster3, tmp_path, "lead-move")
 
 
 def test_wall_clock_jumps_do_not_delete_copies_in_flight(
     cluster3: KafkaCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The wall clock jumps a day forward, then a day back, while another node's copy is in flight
-    and the new leader keeps tiering: the copy in flight is not taken for abandoned, scheduling
-    goes on, nothing is deleted by retention, and the result is one lineage."""
+    """Wall clock jumps a day forward, then back, mid-copy: no copy in flight is deleted, tiering goes on.
+
+    Another node's copy is in flight during both jumps; it is not taken for abandoned, the new
+    leader keeps copying after each jump, retention deletes nothing, and the result is one lineage.
+    """
 
     def jumps(new_leader: Daemon, held: str) -> None:
         assert new_leader.ctx is not None
@@ -216,8 +228,11 @@ def test_wall_clock_jumps_do_not_delete_copies_in_flight(
 def test_metadata_topic_unavailable_stops_copying_then_resumes(
     cluster3: KafkaCluster, tmp_path: Path
 ) -> None:
-    """The metadata topic's only replica goes offline: the leader's sidecar stores nothing without
-    metadata, reports not-ready, and tiers everything once the metadata topic is back."""
+    """Metadata topic offline (its only replica stopped): nothing stored, not ready, then catches up.
+
+    No object reaches storage without its metadata while the topic is offline, ``/ready`` says
+    ``metadata``, and every segment is tiered once the topic is back.
+    """
     c, topic = cluster3, "meta-down"
     meta_topic = f"__rlm_meta_{topic}"
     create_topic(c.bootstrap, topic, rf=3, **{"min.insync.replicas": "1"})
