@@ -108,12 +108,12 @@ def all_finished_to(segs: list[RemoteLogSegmentMetadata], end: int) -> bool:
 
 def assert_one_lineage(segs: list[RemoteLogSegmentMetadata], up_to: int) -> None:
     """All FINISHED, no duplicate or overlapping range, no gap, from offset 0 to ``up_to``."""
-    assert all(m.state is S.COPY_SEGMENT_FINISHED for m in segs), [m.state.name for m in segs]
+    assert all(m.state is S.COPY_SEGMENT_FINISHED for m in segs), segs
     covered = -1
     for m in segs:
-        assert m.start_offset == covered + 1, f"gap or overlap at {m.start_offset} (covered {covered})"
+        assert m.start_offset == covered + 1, f"gap or overlap at {m.start_offset}: {segs}"
         covered = m.end_offset
-    assert covered >= up_to
+    assert covered >= up_to, (covered, up_to, segs)
 
 
 def leadership_change_mid_copy(
@@ -163,7 +163,7 @@ def leadership_change_mid_copy(
             timeout=60,
         )
         st = daemons[old].ctx.status.partition(topic, 0)  # type: ignore[union-attr]
-        assert st.last_error is not None and "LeadershipLostError" in st.last_error
+        wait_for("the old leader's task error", lambda: "LeadershipLostError" in (st.last_error or ""))
         wait_for("old leader's sidecar sees it is a follower", lambda: st.role == "follower", timeout=30)
         segs = listed(daemons[new], tip)
     finally:
@@ -172,7 +172,7 @@ def leadership_change_mid_copy(
         if c.node(old).proc is None:
             c.start_node(old)
     assert_one_lineage(segs, rolled_end(new_pdir))
-    assert {m.broker_id for m in segs} == {new}, "no FINISHED segment from the old leader"
+    assert {m.broker_id for m in segs} == {new}, f"a FINISHED segment from the old leader {old}: {segs}"
     cfg = verify_config(c, tmp, topic, meta_topic)
     assert [m.remote_log_segment_id for m in all_segments(cfg, tip, tmp / "reader")] == [
         m.remote_log_segment_id for m in segs
