@@ -1,11 +1,12 @@
 """Remote retention for one led partition (Kafka's ``RLMExpirationTask``).
 
 Per run: (1) COPY_SEGMENT_STARTED segments nobody is copying are undone (this node's own, left by
-a crash, at once; another node's once seen unfinished for ``stale_copy_grace_ms``, see
-:class:`StaleCopyWatch`); (2) DELETE_SEGMENT_STARTED segments are deleted again; (3) finished
-segments not on the current epoch lineage are deleted; (4) lineage segments past
-``retention.ms`` or beyond ``retention.bytes`` (remote + not-yet-tiered local bytes) are deleted
-oldest first, stopping at the first one kept, and the remote log start advances past them.
+a crash, at once; another node's when older than ``stale_copy_grace_ms``, an age that wall-clock
+jumps cannot change, see :class:`StaleCopyWatch`); (2) DELETE_SEGMENT_STARTED segments are
+deleted again; (3) finished segments not on the current epoch lineage are deleted; (4) lineage
+segments past ``retention.ms`` or beyond ``retention.bytes`` (remote + not-yet-tiered local
+bytes) are deleted oldest first, stopping at the first one kept, and the remote log start
+advances past them.
 """
 
 from __future__ import annotations
@@ -68,24 +69,32 @@ def on_lineage(md: RemoteLogSegmentMetadata, leo: int, lineage: list[tuple[int, 
 
 
 class StaleCopyWatch:
-    """When another node's COPY_SEGMENT_STARTED counts as abandoned: once *this process* has seen
-    it unfinished for ``stale_copy_grace_ms`` of monotonic time.
+    """When another node's COPY_SEGMENT_STARTED counts as abandoned: when its age exceeds
+    ``stale_copy_grace_ms``, the age being read from the wall clock *once*, when this process
+    first sees the record, and advanced by the monotonic clock from then on.
 
-    Why not the record's event timestamp: it was written by another node's wall clock, and ours
-    may jump (NTP step, VM resume) or be skewed. Judged by wall time, a forward jump here would
-    delete a copy that is still being uploaded, and a backward jump would keep an orphan for as
-    long as the jump. Monotonic time since first sight is immune to both; the price is that after
-    a restart an abandoned copy is cleaned up one grace period later.
+    Why: judged by the wall clock on every run, a forward jump of ours (NTP step, VM resume)
+    would make a copy still uploading look abandoned and delete it, and a backward jump would
+    keep an orphan for as long as the jump. With the age fixed at first sight, a jump while the
+    daemon runs changes nothing; a record stamped in our future (the other node's clock ahead)
+    counts as new, so it is cleaned up at most one grace period after first sight. A record
+    already long abandoned at first sight (a ``--once`` pass, a restart) is cleaned up at once.
     """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        self._first_seen: dict[RemoteLogSegmentId, float] = {}
+        self._first_seen: dict[RemoteLogSegmentId, tuple[float, int]] = {}  # monotonic s, age ms
 
-    def abandoned(self, seg_id: RemoteLogSegmentId, grace_ms: int) -> bool:
+    def abandoned(self, md: RemoteLogSegmentMetadata, grace_ms: int, wall_now_ms: int) -> bool:
         now = self._clock()
-        first = self._first_seen.setdefault(seg_id, now)
-        return (now - first) * 1000 >= grace_ms
+        seen, age_then = self._first_seen.setdefault(
+            md.remote_log_segment_id, (now, max(0, wall_now_ms - md.event_timestamp_ms))
+        )
+        return age_then + (now - seen) * 1000 > grace_ms
+
+    def watching(self) -> set[RemoteLogSegmentId]:
+        """The other nodes' COPY_SEGMENT_STARTED segments being aged now."""
+        return set(self._first_seen)
 
     def keep_only(self, tp: TopicIdPartition, started: set[RemoteLogSegmentId]) -> None:
         """Forget ``tp``'s segments that are no longer COPY_SEGMENT_STARTED."""
@@ -120,7 +129,7 @@ class RemoteExpirer:
                 return res
             if md.state is S.COPY_SEGMENT_STARTED and md.remote_log_segment_id not in in_flight:
                 mine = md.broker_id == ctx.node_id
-                if mine or self.stale.abandoned(md.remote_log_segment_id, ctx.config.stale_copy_grace_ms):
+                if mine or self.stale.abandoned(md, ctx.config.stale_copy_grace_ms, now):
                     log.warning(
                         "stale_copy_cleanup",
                         topic=tp.topic,

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import structlog
 
-from rlm.errors import InstanceLockedError
+from rlm.errors import ConfigError, InstanceLockedError
 
 log = structlog.get_logger(__name__)
 
@@ -44,15 +44,21 @@ class InstanceLock:
 
     def acquire(self) -> InstanceLock:
         """Take every lock or none; :class:`InstanceLockedError` names the path already held."""
+        path = self.work_dir / LOCK_FILE
         try:
-            self.work_dir.mkdir(parents=True, exist_ok=True)
-            path = self.work_dir / LOCK_FILE
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                self.work_dir.mkdir(parents=True, exist_ok=True)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            except OSError as e:
+                raise ConfigError(f"work_dir: cannot create the lock file {path}: {e.strerror}") from e
             self._fds.append(fd)
             self._lock(fd, path, holder=_read_pid(fd))
             _write_pid(fd)
             for d in self.log_dirs:
-                dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                try:
+                    dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                except OSError:
+                    continue  # missing or not a directory: the preflight names it (a config error)
                 self._fds.append(dfd)
                 self._lock(dfd, d, holder=None)  # held by a sidecar with another work dir
         except BaseException:

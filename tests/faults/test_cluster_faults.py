@@ -203,6 +203,11 @@ def test_wall_clock_jumps_do_not_delete_copies_in_flight(
         assert new_leader.ctx is not None
         tip = next(iter(new_leader.managed()))
         copied = new_leader.metrics.segments_copied.labels(tip.topic, str(tip.partition))
+        # the jumps come after the new leader first saw the copy in flight (its age is fixed then)
+        wait_for(
+            "the copy in flight seen",
+            lambda: held in {s.id.text for s in new_leader.expirer.stale.watching()},
+        )
         for offset in (DAY_MS, -DAY_MS):
             clock.set_offset_ms(offset)
             before = copied._value.get()
