@@ -15,7 +15,7 @@ import importlib.util
 import sys
 from collections.abc import Sequence
 
-from rlm.errors import ConfigError, PluginLoadError, PreflightError, RlmError
+from rlm.errors import ConfigError, InstanceLockedError, PluginLoadError, PreflightError, RlmError
 from rlm.exit_codes import EPILOG, ExitCode
 
 COMMAND_MODULES = (
@@ -75,6 +75,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, PluginLoadError, PreflightError) as e:
         print(f"rlm: error: {e}", file=sys.stderr)
         return ExitCode.CONFIG
+    except InstanceLockedError as e:
+        print(f"rlm: error: {e}", file=sys.stderr)
+        return ExitCode.ALREADY_RUNNING
     except RlmError as e:
         print(f"rlm: error: {e}", file=sys.stderr)
         return ExitCode.FAILURE

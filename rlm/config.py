@@ -383,7 +383,9 @@ class DaemonConfig(BaseSettings):
         600000,
         ge=0,
         description="A COPY_SEGMENT_STARTED written by another node is treated as abandoned "
-        "after this long (this node's own are cleaned up at once).",
+        "after this long (its age is read from the wall clock when first seen, then advanced by "
+        "the monotonic clock, so a clock jump cannot change it); this node's own are cleaned up "
+        "at once.",
     )
     copy_lag_warn_ratio: float = Field(
         0.8,

@@ -131,8 +131,14 @@ class MetadataUnavailableError(RemoteLogMetadataError):
 class MetadataDecodeError(RemoteLogMetadataError):
     """A metadata record cannot be decoded. Names the metadata partition and offset when known."""
 
-    def __init__(self, reason: str, *, partition: int | None = None, offset: int | None = None,
-                 source: str | None = None) -> None:
+    def __init__(
+        self,
+        reason: str,
+        *,
+        partition: int | None = None,
+        offset: int | None = None,
+        source: str | None = None,
+    ) -> None:
         self.reason = reason
         self.partition = partition
         self.offset = offset
@@ -213,6 +219,24 @@ class KafkaAuthenticationError(DependencyUnavailableError):
 
 class ProbeTimeoutError(DependencyUnavailableError):
     """A bounded call did not return within its timeout; the call itself may still be running."""
+
+
+class InstanceLockedError(RlmError):
+    """Another ``rlm run`` already holds this work dir or log dir (two sidecars on one node by
+    mistake); the message names the path and, when known, the holder's pid. Nothing was written."""
+
+
+class WorkDirError(RlmError):
+    """The daemon's own work dir cannot be written (the file system is full: ENOSPC, over quota,
+    read-only, I/O error). Names the path and the errno. The previous file is left intact and the
+    write is retried on the next run, so nothing stored is lost."""
+
+    retriable = True
+
+    def __init__(self, message: str, *, path: str | Path, errno_name: str) -> None:
+        self.path = str(path)
+        self.errno_name = errno_name
+        super().__init__(f"{self.path}: {errno_name}: {message}")
 
 
 class PreflightError(RlmError):

@@ -20,6 +20,9 @@ class ExitCode(enum.IntEnum):
     CONFIG = 3
     """The configuration is invalid, a plugin cannot be found, imported or configured, or the
     start-up preflight failed (the message names the setting)."""
+    ALREADY_RUNNING = 4
+    """``rlm run``: another ``rlm run`` holds the work dir's or a log dir's lock (two sidecars on
+    one node by mistake); the message names the path and the holder's pid. Nothing was written."""
     INTERRUPTED = 128 + signal.SIGINT
     """130: forced stop by a second SIGINT (or Ctrl-C in a one-shot command)."""
     TERMINATED = 128 + signal.SIGTERM
@@ -36,5 +39,6 @@ EPILOG = """exit status:
   1    runtime failure (a --once task failed, corrupt or unreachable file or store)
   2    usage error (bad command line)
   3    configuration error (invalid config, plugin not loadable, failed preflight)
+  4    another `rlm run` already holds this work dir or a log dir (lock)
   130  forced stop by a second SIGINT (Ctrl-C)
   143  forced stop by a second SIGTERM"""

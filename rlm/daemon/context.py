@@ -10,24 +10,25 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import os
 import threading
-import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rlm.config import DaemonConfig
+from rlm.daemon.clock import wall_ms
 from rlm.daemon.metrics import DaemonMetrics
 from rlm.daemon.quota import CopyQuota
 from rlm.daemon.status import StatusBoard
+from rlm.daemon.workdir import atomic_write, writing
 from rlm.errors import MetadataTimeoutError
 from rlm.types import RemoteLogSegmentId, TopicIdPartition, check_topic_name
 
 
 def now_ms() -> int:
-    return int(time.time() * 1000)
+    """Wall-clock milliseconds (:mod:`rlm.daemon.clock`); never use it to schedule or time out."""
+    return wall_ms()
 
 
 def wait_result(value: Any, timeout_s: float | None = None) -> Any:
@@ -58,6 +59,10 @@ class TaskContext:
     in_flight: dict[RemoteLogSegmentId, float] = field(default_factory=dict)  # id -> monotonic start
     in_flight_lock: threading.Lock = field(default_factory=threading.Lock)
     copy_disabled: set[TopicIdPartition] = field(default_factory=set)
+    #: asked before a copy is marked FINISHED: does this node still lead the partition? (None =
+    #: standalone, always). A copy finished after leadership moved would duplicate the new
+    #: leader's copy of the same range, or end up off the new leader's epoch lineage.
+    still_leads: Callable[[TopicIdPartition], bool] | None = None
 
     def in_flight_started(self) -> list[float]:
         with self.in_flight_lock:
@@ -74,7 +79,8 @@ class TaskContext:
     def staging_dir(self, tp: TopicIdPartition) -> Path:
         """Scratch space for one partition inside the daemon's own work dir (never the broker's)."""
         d = self.work_dir / "staging" / f"{check_topic_name(tp.topic)}-{tp.partition}"
-        d.mkdir(parents=True, exist_ok=True)
+        with writing(d):
+            d.mkdir(parents=True, exist_ok=True)
         return d
 
 
@@ -116,11 +122,7 @@ class EpochHistory:
             return []
 
     def _save(self, tp: TopicIdPartition, entries: list[tuple[int, int]]) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        path = self._path(tp)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(entries), encoding="utf-8")
-        os.replace(tmp, path)
+        atomic_write(self._path(tp), json.dumps(entries).encode())
 
     def forget(self, tp: TopicIdPartition) -> None:
         with self._lock:

@@ -39,6 +39,13 @@ class CustomMetadataTooLargeError(RlmError):
     """The storage plugin returned more custom metadata than allowed; copying stops for the partition."""
 
 
+class LeadershipLostError(RlmError):
+    """Leadership of the partition moved while a segment was being copied; the copy was undone
+    (the new leader's sidecar copies the range on its own lineage) and this node stops tiering it."""
+
+    retriable = True
+
+
 def uncopied_offsets(candidates: list[LocalSegment], from_offset: int) -> int:
     """The copy lag: offsets in eligible (rolled, below the LSO) segments not yet in remote storage.
 
@@ -193,6 +200,13 @@ class SegmentCopier:
                 raise CustomMetadataTooLargeError(
                     f"{tp}: storage plugin returned {len(custom)} bytes of custom metadata, limit "
                     f"{ctx.config.custom_metadata_max_bytes}; copying stopped for this partition"
+                )
+            if ctx.still_leads is not None and not ctx.still_leads(tp):
+                bind.warning("segment_copy_undone_leadership_moved")
+                self._undo(md, "leadership_moved")
+                raise LeadershipLostError(
+                    f"{tp}: leadership moved away from node {ctx.node_id} while offsets "
+                    f"{seg.base_offset}..{seg.end_offset} were being copied; the copy was undone"
                 )
             ctx.meta(
                 ctx.rlmm.update_remote_log_segment_metadata(

@@ -1,8 +1,11 @@
-"""Test hook: ``RLM_TEST_CRASH_AT=<step>`` makes the process SIGKILL itself at that copy-protocol step.
+"""Test hook: ``RLM_TEST_CRASH_AT=<step>`` makes the process SIGKILL itself at that protocol step.
 
-Steps: ``after_copy_started`` (metadata says STARTED, nothing uploaded), ``after_rsm_copy`` (data
-uploaded, not FINISHED), ``after_copy_finished`` (FINISHED recorded). Crash tests run the daemon
-as a subprocess with this variable and check that a restart converges. Unset = no effect.
+Copy steps: ``after_copy_started`` (metadata says STARTED, nothing uploaded), ``after_rsm_copy``
+(data uploaded, not FINISHED), ``after_copy_finished`` (FINISHED recorded). Delete steps (every
+remote delete: retention, off-lineage, undoing a copy): ``after_delete_started`` (metadata says
+DELETE_SEGMENT_STARTED, data still there), ``after_rsm_delete`` (data gone, not FINISHED),
+``after_delete_finished`` (DELETE_SEGMENT_FINISHED recorded). Crash tests run the daemon as a
+subprocess with this variable and check that a restart converges. Unset = no effect.
 """
 
 from __future__ import annotations
@@ -10,7 +13,10 @@ from __future__ import annotations
 import os
 import signal
 
-STEPS = ("after_copy_started", "after_rsm_copy", "after_copy_finished")
+COPY_STEPS = ("after_copy_started", "after_rsm_copy", "after_copy_finished")
+DELETE_STEPS = ("after_delete_started", "after_rsm_delete", "after_delete_finished")
+STEPS = COPY_STEPS  # the copy steps, under the name tests/daemon/test_crash.py uses
+ALL_STEPS = COPY_STEPS + DELETE_STEPS
 
 
 def crash_point(step: str) -> None:

@@ -1,14 +1,18 @@
 """Remote retention for one led partition (Kafka's ``RLMExpirationTask``).
 
-Per run: (1) COPY_SEGMENT_STARTED segments nobody is copying (a crash, or a node that stopped
-mid-copy) are undone; (2) DELETE_SEGMENT_STARTED segments are deleted again; (3) finished
-segments not on the current epoch lineage are deleted; (4) lineage segments past
-``retention.ms`` or beyond ``retention.bytes`` (remote + not-yet-tiered local bytes) are deleted
-oldest first, stopping at the first one kept, and the remote log start advances past them.
+Per run: (1) COPY_SEGMENT_STARTED segments nobody is copying are undone (this node's own, left by
+a crash, at once; another node's when older than ``stale_copy_grace_ms``, an age that wall-clock
+jumps cannot change, see :class:`StaleCopyWatch`); (2) DELETE_SEGMENT_STARTED segments are
+deleted again; (3) finished segments not on the current epoch lineage are deleted; (4) lineage
+segments past ``retention.ms`` or beyond ``retention.bytes`` (remote + not-yet-tiered local
+bytes) are deleted oldest first, stopping at the first one kept, and the remote log start
+advances past them.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import structlog
@@ -18,7 +22,7 @@ from rlm.daemon.context import EpochHistory, TaskContext, now_ms
 from rlm.daemon.local_log import LocalLogView
 from rlm.daemon.remote_ops import delete_remote_segment
 from rlm.lineage import filtered_epochs, is_within_lineage
-from rlm.types import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
+from rlm.types import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 
 log = structlog.get_logger(__name__)
 S = RemoteLogSegmentState
@@ -64,10 +68,45 @@ def on_lineage(md: RemoteLogSegmentMetadata, leo: int, lineage: list[tuple[int, 
     return is_within_lineage(md, leo, lineage)
 
 
+class StaleCopyWatch:
+    """When another node's COPY_SEGMENT_STARTED counts as abandoned: when its age exceeds
+    ``stale_copy_grace_ms``, the age being read from the wall clock *once*, when this process
+    first sees the record, and advanced by the monotonic clock from then on.
+
+    Why: judged by the wall clock on every run, a forward jump of ours (NTP step, VM resume)
+    would make a copy still uploading look abandoned and delete it, and a backward jump would
+    keep an orphan for as long as the jump. With the age fixed at first sight, a jump while the
+    daemon runs changes nothing; a record stamped in our future (the other node's clock ahead)
+    counts as new, so it is cleaned up at most one grace period after first sight. A record
+    already long abandoned at first sight (a ``--once`` pass, a restart) is cleaned up at once.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._first_seen: dict[RemoteLogSegmentId, tuple[float, int]] = {}  # monotonic s, age ms
+
+    def abandoned(self, md: RemoteLogSegmentMetadata, grace_ms: int, wall_now_ms: int) -> bool:
+        now = self._clock()
+        seen, age_then = self._first_seen.setdefault(
+            md.remote_log_segment_id, (now, max(0, wall_now_ms - md.event_timestamp_ms))
+        )
+        return age_then + (now - seen) * 1000 > grace_ms
+
+    def watching(self) -> set[RemoteLogSegmentId]:
+        """The other nodes' COPY_SEGMENT_STARTED segments being aged now."""
+        return set(self._first_seen)
+
+    def keep_only(self, tp: TopicIdPartition, started: set[RemoteLogSegmentId]) -> None:
+        """Forget ``tp``'s segments that are no longer COPY_SEGMENT_STARTED."""
+        for sid in [s for s in self._first_seen if s.topic_id_partition == tp and s not in started]:
+            del self._first_seen[sid]
+
+
 class RemoteExpirer:
     def __init__(self, ctx: TaskContext, history: EpochHistory) -> None:
         self.ctx = ctx
         self.history = history
+        self.stale = StaleCopyWatch()
 
     def run(
         self, tp: TopicIdPartition, view: LocalLogView, lso: int, cfg: ResolvedTopicConfig
@@ -82,12 +121,15 @@ class RemoteExpirer:
         with ctx.in_flight_lock:
             in_flight = set(ctx.in_flight)
         finished: list[RemoteLogSegmentMetadata] = []
+        self.stale.keep_only(
+            tp, {m.remote_log_segment_id for m in segments if m.state is S.COPY_SEGMENT_STARTED}
+        )
         for md in segments:
             if ctx.stop.is_set():
                 return res
             if md.state is S.COPY_SEGMENT_STARTED and md.remote_log_segment_id not in in_flight:
                 mine = md.broker_id == ctx.node_id
-                if mine or now - md.event_timestamp_ms > ctx.config.stale_copy_grace_ms:
+                if mine or self.stale.abandoned(md, ctx.config.stale_copy_grace_ms, now):
                     log.warning(
                         "stale_copy_cleanup",
                         topic=tp.topic,

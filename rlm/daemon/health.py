@@ -20,7 +20,13 @@ from typing import Any
 import structlog
 
 from rlm.daemon.context import TaskContext, now_ms
-from rlm.daemon.probes import BoundedCall, admin_client, broker_check, storage_read_check
+from rlm.daemon.probes import (
+    BoundedCall,
+    admin_client,
+    broker_check,
+    metadata_topic_online_check,
+    storage_read_check,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -49,14 +55,21 @@ class HealthMonitor:
             ctx.metrics.dependency_up.labels(dep).set(1)
 
     def _metadata_check(self) -> Callable[[], Any] | None:
-        """For the topic store: the metadata cluster answers a metadata request."""
+        """For the topic store: the metadata cluster answers, and every metadata partition has a leader."""
         tcfg = getattr(self.ctx.rlmm, "config", None)
         admin_conf = getattr(tcfg, "admin_config", None)
         if not callable(admin_conf):
             return None
         admin = admin_client(admin_conf(), "health")
         timeout = self.ctx.config.metadata_request_timeout_ms / 1000
-        return lambda: broker_check(admin, timeout)
+        topic = getattr(tcfg, "topic_name", None)
+
+        def check() -> None:
+            broker_check(admin, timeout)
+            if isinstance(topic, str):
+                metadata_topic_online_check(admin, topic, timeout)
+
+        return check
 
     def _check_storage(self) -> None:
         storage_read_check(self.ctx.rsm)

@@ -111,6 +111,20 @@ class Cluster:
         failed, self._login.last = self._login.last, None
         return f"authentication failed: {failed}" if failed else str(e)
 
+    def leader_of(self, tp: TopicPartition) -> int:
+        """The partition's leader now (one metadata request); -1 when it has none."""
+        from confluent_kafka import KafkaException
+
+        try:
+            md = self._admin.list_topics(tp.topic, timeout=self._timeout)
+        except KafkaException as e:
+            raise ClusterUnavailableError(f"{tp}: metadata request failed: {self._reason(e)}") from e
+        finally:
+            self._admin.poll(0)
+        t = md.topics.get(tp.topic)
+        p = None if t is None or t.error is not None else t.partitions.get(tp.partition)
+        return -1 if p is None else int(p.leader)
+
     def last_stable_offset(self, tp: TopicPartition) -> int:
         """ListOffsets LATEST under ``read_committed``: the partition's LSO."""
         from confluent_kafka import IsolationLevel, KafkaException

@@ -193,6 +193,31 @@ def broker_check(admin: Any, timeout_s: float, failures: LoginFailures | None = 
     return len(md.brokers)
 
 
+def metadata_topic_online_check(admin: Any, topic: str, timeout_s: float) -> None:
+    """Every partition of the metadata topic has a leader; raises naming the ones that do not.
+
+    Why: the cluster answering (:func:`broker_check`) is not enough. When the only replica of a
+    metadata partition is on a stopped broker, the cluster answers but no metadata can be read
+    or written, so no copy can start: the daemon must say it is not ready.
+    """
+    from confluent_kafka import KafkaException
+
+    try:
+        md = admin.list_topics(topic=topic, timeout=timeout_s)
+    except KafkaException as e:
+        raise DependencyUnavailableError(f"no broker answered within {timeout_s:g}s ({e.args[0]})") from e
+    finally:
+        admin.poll(0)
+    t = md.topics.get(topic)
+    if t is None or (t.error is not None and not t.partitions):
+        raise DependencyUnavailableError(f"metadata topic {topic!r} unavailable: {getattr(t, 'error', None)}")
+    offline = sorted(int(pid) for pid, p in t.partitions.items() if p.leader < 0)
+    if offline:
+        raise DependencyUnavailableError(
+            f"metadata topic {topic!r}: partition(s) {offline} have no leader (their replicas are offline)"
+        )
+
+
 def metadata_topic_check(
     admin: Any, topic: str, partitions: int, timeout_s: float, failures: LoginFailures | None = None
 ) -> str:

@@ -5,6 +5,7 @@ remote storage can restore producer state. The broker's file is copied into the 
 first (it is small, and the broker may delete it while the upload runs). If the broker has
 already removed it, the producer state at that offset is rebuilt from the log with
 ``rlm.log.producer_state`` and the daemon says so in its log. Never written into the broker's dirs.
+A full work dir raises :class:`rlm.errors.WorkDirError` (retriable) and leaves no partial file.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 import structlog
 
 from rlm.daemon.local_log import LocalLogView
+from rlm.daemon.workdir import atomic_write, writing
 from rlm.errors import LogFileGoneError
 
 log = structlog.get_logger(__name__)
@@ -26,15 +28,18 @@ def producer_snapshot_for(view: LocalLogView, next_offset: int, staging: Path) -
     staged = staging / f"{next_offset:020d}.snapshot"
     tmp = staging / f".{next_offset:020d}.snapshot.{os.getpid()}.tmp"
     src = view.producer_snapshot_path(next_offset)
-    try:
-        shutil.copyfile(src, tmp)
-        os.replace(tmp, staged)
-        return staged
-    except FileNotFoundError:
-        tmp.unlink(missing_ok=True)
+    with writing(staged):
+        try:
+            shutil.copyfile(src, tmp)
+            os.replace(tmp, staged)
+            return staged
+        except FileNotFoundError:
+            tmp.unlink(missing_ok=True)
+        except BaseException:  # e.g. ENOSPC half-way: no partial file is left in the staging dir
+            tmp.unlink(missing_ok=True)
+            raise
     data = rebuild_snapshot(view, next_offset)
-    tmp.write_bytes(data)
-    os.replace(tmp, staged)
+    atomic_write(staged, data)
     log.warning(
         "producer_snapshot_rebuilt",
         topic=view.topic_partition.topic,

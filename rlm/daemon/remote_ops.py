@@ -9,6 +9,7 @@ from __future__ import annotations
 import structlog
 
 from rlm.daemon.context import TaskContext, now_ms
+from rlm.daemon.crash import crash_point
 from rlm.types import RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState
 
 log = structlog.get_logger(__name__)
@@ -30,7 +31,9 @@ def delete_remote_segment(ctx: TaskContext, md: RemoteLogSegmentMetadata, reason
                 )
             )
         )
+        crash_point("after_delete_started")
     ctx.rsm.delete_log_segment_data(md)
+    crash_point("after_rsm_delete")
     ctx.meta(
         ctx.rlmm.update_remote_log_segment_metadata(
             RemoteLogSegmentMetadataUpdate(
@@ -42,6 +45,7 @@ def delete_remote_segment(ctx: TaskContext, md: RemoteLogSegmentMetadata, reason
             )
         )
     )
+    crash_point("after_delete_finished")
     labels = (tp.topic, str(tp.partition))
     ctx.metrics.segments_deleted.labels(*labels, reason).inc()
     if md.state is not RemoteLogSegmentState.COPY_SEGMENT_STARTED:

@@ -25,7 +25,8 @@ from rlm.daemon.discovery import FoundPartition, TieringPolicy, scan_log_dirs
 from rlm.daemon.expiry import RemoteExpirer
 from rlm.daemon.health import HealthMonitor
 from rlm.daemon.http import MetricsServer
-from rlm.daemon.leadership import Cluster, ClusterView
+from rlm.daemon.instance_lock import InstanceLock
+from rlm.daemon.leadership import Cluster, ClusterUnavailableError, ClusterView
 from rlm.daemon.local_log import LocalLogView
 from rlm.daemon.metrics import DaemonMetrics
 from rlm.daemon.partition_remover import PartitionRemover
@@ -34,7 +35,8 @@ from rlm.daemon.quota import CopyQuota
 from rlm.daemon.scheduler import PartitionScheduler
 from rlm.daemon.signals import FORCED_CLOSE_S
 from rlm.daemon.status import StatusBoard
-from rlm.errors import LogFileGoneError
+from rlm.daemon.workdir import atomic_write
+from rlm.errors import LogFileGoneError, WorkDirError
 from rlm.plugin_setup import load_rlmm
 from rlm.types import KafkaUuid, TopicIdPartition, TopicPartition
 
@@ -81,6 +83,7 @@ class Daemon:
         self.cluster: Cluster | None = None
         self.ctx: TaskContext | None = None
         self._opened: list[tuple[str, Callable[[], object]]] = []  # closed in reverse order on stop
+        self._instance_lock: InstanceLock | None = None  # released last, after the final status write
         self.monitor: HealthMonitor | None = None
 
     # ---- setup -----------------------------------------------------------------------------
@@ -95,6 +98,8 @@ class Daemon:
 
     def _start(self) -> Daemon:
         cfg = self.config
+        # first of all: a second sidecar on this node must not touch storage, metadata or files
+        self._instance_lock = InstanceLock(cfg.work_dir, list(cfg.log_dirs)).acquire()
         preflight = Preflight(cfg)
         preflight.run()
         if preflight.rsm is not None:  # closed with the rest if the preflight or anything later fails
@@ -121,6 +126,7 @@ class Daemon:
             self.cluster = Cluster(
                 cfg.bootstrap_servers, cfg.kafka_client, timeout_s=cfg.metadata_request_timeout_ms / 1000
             )
+            self.ctx.still_leads = self._still_leads
         self._load_known()
         self.scheduler = PartitionScheduler(
             self._run_partition,
@@ -147,6 +153,7 @@ class Daemon:
             self.monitor.start()
             self._spawn("rlm-refresh", self._refresh_loop)
             self._spawn("rlm-remover", self._remover_loop)
+        self._flush_status()
         log.info(
             "daemon_started",
             node_id=node_id,
@@ -157,7 +164,6 @@ class Daemon:
             metadata=cfg.metadata.manager,
             once=self.once,
         )
-        status.flush()
         return self
 
     def _spawn(self, name: str, target: Any) -> None:
@@ -179,9 +185,7 @@ class Daemon:
         data = json.dumps(
             sorted([tp.topic, tp.partition, tid.text, led] for tp, (tid, led) in self._known.items())
         )
-        tmp = self._known_path.with_suffix(".tmp")
-        tmp.write_text(data, encoding="utf-8")
-        tmp.replace(self._known_path)
+        atomic_write(self._known_path, data.encode())
 
     # ---- discovery + leadership --------------------------------------------------------------
     def refresh(self) -> None:
@@ -232,6 +236,23 @@ class Daemon:
         self.metrics.partitions.labels("leader").set(len(managed))
         self.metrics.partitions.labels("follower").set(len(followers))
         self.scheduler.sync(managed)
+
+    def _still_leads(self, tip: TopicIdPartition) -> bool:
+        """Asked before a copy is marked FINISHED: the cluster's answer now, or the last view."""
+        assert self.cluster is not None and self.ctx is not None
+        try:
+            leader = self.cluster.leader_of(tip.topic_partition)
+        except ClusterUnavailableError as e:
+            view = self._view
+            leader = view.leaders.get(tip.topic_partition, -1) if view is not None else -1
+            log.warning(
+                "leader_check_failed",
+                topic=tip.topic,
+                partition=tip.partition,
+                error=str(e),
+                last_known_leader=leader,
+            )
+        return leader == self.ctx.node_id
 
     def _reconcile_deletions(
         self,
@@ -374,8 +395,8 @@ class Daemon:
             self._last_flush = now
         try:
             self.ctx.status.flush()
-        except OSError as e:
-            log.warning("status_write_failed", error=str(e))
+        except (OSError, WorkDirError) as e:  # the next flush retries; the old file stays whole
+            log.warning("status_write_failed", error=str(e), kind=type(e).__name__)
 
     # ---- health / lifecycle -------------------------------------------------------------------
     def health(self) -> tuple[bool, dict[str, Any]]:
@@ -450,6 +471,7 @@ class Daemon:
         self.ctx.status.set_state("stopped")
         self._flush_status()
         self._stopped.set()
+        self._release_lock()
         log.info("daemon_stopped", clean=clean, forced=bool(force and force.is_set()))
         return clean
 
@@ -484,3 +506,9 @@ class Daemon:
             self.ctx.status.set_state("failed")
             self._flush_status()
         self._stopped.set()  # a later stop() has nothing left to do
+        self._release_lock()
+
+    def _release_lock(self) -> None:
+        if self._instance_lock is not None:
+            self._instance_lock.release()
+            self._instance_lock = None

@@ -10,11 +10,12 @@ import json
 import os
 import socket
 import threading
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlm.daemon.clock import wall_ms
+from rlm.daemon.workdir import atomic_write
 from rlm.errors import ConfigError
 
 STATUS_FILE = "status.json"
@@ -77,7 +78,7 @@ class StatusBoard:
         self.status = DaemonStatus(
             node_id=node_id,
             pid=os.getpid(),
-            started_ms=int(time.time() * 1000),
+            started_ms=wall_ms(),
             host=socket.gethostname(),
             proc_start=process_start(os.getpid()),
         )
@@ -112,18 +113,13 @@ class StatusBoard:
     def to_dict(self) -> dict[str, Any]:
         with self._lock:
             d = asdict(self.status)
-        d["updated_ms"] = int(time.time() * 1000)
+        d["updated_ms"] = wall_ms()
         return d
 
     def flush(self) -> None:
+        """Write the file atomically (fsync + rename); :class:`WorkDirError` when the disk is full."""
         data = json.dumps(self.to_dict(), indent=1, sort_keys=True).encode()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{STATUS_FILE}.{os.getpid()}.{threading.get_ident()}.tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        atomic_write(self.path, data, fsync=True)
 
 
 def process_start(pid: int) -> str:
@@ -168,8 +164,17 @@ def read_status(work_dir: Path) -> DaemonStatus:
     known = {
         k: raw[k]
         for k in (
-            "node_id", "pid", "started_ms", "updated_ms", "state", "http_port", "untiered", "host",
-            "proc_start", "heartbeat_ms", "problems",
+            "node_id",
+            "pid",
+            "started_ms",
+            "updated_ms",
+            "state",
+            "http_port",
+            "untiered",
+            "host",
+            "proc_start",
+            "heartbeat_ms",
+            "problems",
         )
         if k in raw
     }

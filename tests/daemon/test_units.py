@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -199,3 +200,42 @@ def test_metadata_future_wait_is_bounded() -> None:
     done: Future[int] = Future()
     done.set_result(7)
     assert wait_result(done, 0.05) == 7 and wait_result(8) == 8
+
+
+def test_stale_copy_watch_ages_by_monotonic_time_after_first_sight() -> None:
+    """Another node's COPY_SEGMENT_STARTED: its age is read from the wall clock once, then advanced
+    by the monotonic clock, so wall-clock jumps after first sight change nothing."""
+    from rlm.daemon.expiry import StaleCopyWatch
+
+    mono = [100.0]
+    watch = StaleCopyWatch(clock=lambda: mono[0])
+    wall = 1_000_000_000
+    fresh = replace(md(0, 1, [(0, 0)]), event_timestamp_ms=wall - 200)  # 200 ms old at first sight
+    assert not watch.abandoned(fresh, 1000, wall)
+    assert not watch.abandoned(fresh, 1000, wall + 86_400_000)  # a day's jump forward: still young
+    mono[0] += 0.9
+    assert watch.abandoned(fresh, 1000, wall - 86_400_000)  # 200 + 900 ms old, whatever the wall says
+    old = replace(md(0, 1, [(0, 0)]), event_timestamp_ms=wall - 3_600_000)
+    assert watch.abandoned(old, 1000, wall)  # long abandoned at first sight (--once): at once
+    future = replace(md(0, 1, [(0, 0)]), event_timestamp_ms=wall + 86_400_000)
+    assert not watch.abandoned(future, 1000, wall)  # stamped in our future: counts as new ...
+    mono[0] += 1.1
+    assert watch.abandoned(future, 1000, wall)  # ... and goes one grace period after first sight
+    watch.keep_only(TP, set())  # finished or deleted meanwhile: forgotten
+    assert not watch.abandoned(fresh, 1000, wall)
+
+
+def test_instance_lock_is_exclusive_and_released(tmp_path: Path) -> None:
+    from rlm.daemon.instance_lock import InstanceLock
+    from rlm.errors import InstanceLockedError
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    first = InstanceLock(tmp_path / "w1", [logs]).acquire()
+    with pytest.raises(InstanceLockedError, match=r"w1/rlm.lock: locked by another `rlm run` \(pid \d+\)"):
+        InstanceLock(tmp_path / "w1", []).acquire()
+    with pytest.raises(InstanceLockedError, match=f"{logs}: locked"):
+        InstanceLock(tmp_path / "w2", [logs]).acquire()
+    assert sorted(p.name for p in logs.iterdir()) == []  # nothing written into the log dir
+    first.release()
+    InstanceLock(tmp_path / "w2", [logs]).acquire().release()
