@@ -230,8 +230,8 @@ def main() -> int:
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3, help="interleaved rounds (best of)")
     ap.add_argument("--warmup", type=int, default=1, help="unmeasured rounds first (JIT, Python workers)")
-    ap.add_argument("--split-mb", type=int, default=64,
-                    help="kafka-tiered rlm.splitBytes in MiB (64: both cores busy for both codecs)")
+    ap.add_argument("--split-mb", type=int, default=128, help="rlm.splitBytes, MiB")
+    ap.add_argument("--max-batch-rows", type=int, default=65536, help="kafka-tiered rlm.maxBatchRows")
     ap.add_argument("--driver-memory", default="2g")
     ap.add_argument("--broker-heap", default="1g")
     ap.add_argument("--keep", action="store_true", help="keep the broker's and the daemon's files")
@@ -255,6 +255,9 @@ def main() -> int:
         t0 = time.perf_counter()
         cf = tier(root, cluster, counts)
         print(f"tiered 2 x {a.records} records in {time.perf_counter() - t0:.1f}s", flush=True)
+        for codec in CODECS:
+            logs = [p.stat().st_size for p in cluster.log_dir.glob(f"bench-{codec}-*/*.log")]
+            print(f"  {codec}: {len(logs)} .log files, {sum(logs) / 2**20:.0f} MiB", flush=True)
         spark = start_local_spark(root / "spark", app_name="bench-spark", master=f"local[{a.cores}]",
                                   extra_conf={"spark.driver.memory": a.driver_memory,
                                               "spark.jars": ",".join(connector_jars())})
@@ -266,7 +269,7 @@ def main() -> int:
                    "endingOffsets": offsets_json(topic, counts[codec], True)}
             tiered = (spark.read.format("kafka-tiered").option("rlm.config", str(cf))
                       .option("subscribe", topic).option("rlm.splitBytes", str(a.split_mb << 20))
-                      .options(**rng).load())
+                      .option("rlm.maxBatchRows", str(a.max_batch_rows)).options(**rng).load())
             n = tiered.rdd.getNumPartitions()
             builtin = (spark.read.format("kafka").option("kafka.bootstrap.servers", cluster.bootstrap)
                        .option("subscribe", topic).option("minPartitions", str(n)).options(**rng).load())
