@@ -197,8 +197,10 @@ class SegmentReader:
         self.stats.add_chunk(True)
         base = first * self.chunk_bytes
         views = [memoryview(p) for p in parts if p is not None]
+        if len(views) == 1:
+            return views[0][start - base:end - base].tobytes()
         views[0], views[-1] = views[0][start - base:], views[-1][:end - last * self.chunk_bytes]
-        return views[0].tobytes() if len(views) == 1 else b"".join(views)
+        return b"".join(views)
 
     def _chunk(self, md: RemoteLogSegmentMetadata, index: int) -> Future[bytes]:
         key = (str(md.remote_log_segment_id.id), index)
