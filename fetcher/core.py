@@ -262,8 +262,7 @@ class RemoteFetcher:
             end_offset = lso if end_offset is None else min(end_offset, lso)
         plan, ranges = self.plan_scan(topic, partition, start_offset=start_offset, end_offset=end_offset,
                                       start_timestamp=start_timestamp, end_timestamp=end_timestamp)
-        window = max(self.read_config.chunk_bytes * 2, 1 << 20)
         for rng in ranges:
             yield from scan_range(plan, rng, self.reader, self.indexes, isolation=level,
-                                  window_bytes=window, max_batch_rows=max_batch_rows,
+                                  max_batch_rows=max_batch_rows,
                                   include_headers=include_headers)

@@ -160,12 +160,30 @@ class SegmentReader:
             if cached is not None:
                 return cached
             return self.get_range(md, start, end)
+        view = self.read_view(md, start, end, next_md=next_md)
+        whole = view.obj
+        return whole if isinstance(whole, bytes) and len(whole) == len(view) else view.tobytes()
+
+    def read_view(self, md: RemoteLogSegmentMetadata, start: int, end: int, *,
+                  next_md: RemoteLogSegmentMetadata | None = None) -> memoryview:
+        """A sequential read of ``[start, end)`` as a read-only view (what scans decode).
+
+        Within one chunk the view is the cached chunk itself — no copy, which is what lets a scan
+        run at decode speed; across chunks only the asked bytes are copied, once.
+        """
+        end = min(end, md.segment_size_in_bytes)
+        if start >= end:
+            return memoryview(b"")
+        first, last = start // self.chunk_bytes, (end - 1) // self.chunk_bytes
         futures = [self._chunk(md, i) for i in range(first, last + 1)]
         self._read_ahead(md, last, next_md)
-        parts = [f.result() for f in futures]
         base = first * self.chunk_bytes
-        data = parts[0] if len(parts) == 1 else b"".join(parts)
-        return data[start - base:end - base]
+        if len(futures) == 1:
+            return memoryview(futures[0].result())[start - base:end - base]
+        parts = [memoryview(f.result()) for f in futures]
+        lo, hi = start - base, end - last * self.chunk_bytes
+        parts[0], parts[-1] = parts[0][lo:], parts[-1][:hi]
+        return memoryview(b"".join(parts))
 
     def _cached_range(self, md: RemoteLogSegmentMetadata, start: int, end: int, first: int,
                       last: int) -> bytes | None:
@@ -178,7 +196,11 @@ class SegmentReader:
                 self._chunks.move_to_end((sid, i))
         self.stats.add_chunk(True)
         base = first * self.chunk_bytes
-        return b"".join(p for p in parts if p is not None)[start - base:end - base]
+        views = [memoryview(p) for p in parts if p is not None]
+        if len(views) == 1:
+            return views[0][start - base:end - base].tobytes()
+        views[0], views[-1] = views[0][start - base:], views[-1][:end - last * self.chunk_bytes]
+        return b"".join(views)
 
     def _chunk(self, md: RemoteLogSegmentMetadata, index: int) -> Future[bytes]:
         key = (str(md.remote_log_segment_id.id), index)
@@ -237,18 +259,33 @@ class SegmentReader:
 
 
 def _read_exactly(stream: object, n: int) -> bytes:
-    """Read up to ``n`` bytes, looping over short reads; fewer only at end of stream."""
+    """Read up to ``n`` bytes, looping over short reads; fewer only at end of stream.
+
+    ``read(n)`` of a buffered stream fills the returned ``bytes`` straight from the raw stream, so
+    a chunk is copied once (reading into a ``bytearray`` and converting would copy it twice).
+    """
+    read = getattr(stream, "read", None)
+    if read is None:
+        return _readinto_exactly(stream, n)
+    parts: list[bytes] = []
+    got = 0
+    while got < n:
+        piece = read(n - got)
+        if not piece:
+            break
+        parts.append(piece)
+        got += len(piece)
+    if len(parts) == 1:
+        return parts[0]
+    return b"".join(parts)
+
+
+def _readinto_exactly(stream: object, n: int) -> bytes:
     buf = bytearray(n)
     view = memoryview(buf)
     got = 0
-    readinto = getattr(stream, "readinto", None)
     while got < n:
-        if readinto is not None:
-            k = readinto(view[got:])
-        else:
-            piece = stream.read(n - got)  # type: ignore[attr-defined]
-            k = len(piece)
-            view[got:got + k] = piece
+        k = stream.readinto(view[got:])  # type: ignore[attr-defined]
         if not k:
             break
         got += k

@@ -24,8 +24,10 @@ from fetcher.reader import SegmentReader
 from fetcher.transactions import collect_aborted_txns
 from rlm.errors import RemoteSegmentIncompleteError
 from rlm.log.arrow import iter_arrow_batches
+from rlm.log.model import HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, MIN_ENTRY_SIZE
 from rlm.log.records import BatchHeader, iter_batches
 from rlm.log.txn_index import AbortedTxn
+from rlm.types import RemoteLogSegmentMetadata
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +52,7 @@ def plan_scan(plan: PartitionPlan, start: int, end: int) -> list[ScanRange]:
 
 
 def scan_range(plan: PartitionPlan, rng: ScanRange, reader: SegmentReader, indexes: RemoteIndexCache, *,
-               isolation: IsolationLevel, window_bytes: int, max_batch_rows: int = 65536,
+               isolation: IsolationLevel, min_window_bytes: int = 1 << 20, max_batch_rows: int = 65536,
                include_headers: bool = True) -> Iterator[pa.RecordBatch]:
     """Decode one link's offsets ``[rng.start, rng.end)`` to Arrow batches."""
     md = rng.link.metadata
@@ -62,24 +64,30 @@ def scan_range(plan: PartitionPlan, rng: ScanRange, reader: SegmentReader, index
     if isolation is IsolationLevel.READ_COMMITTED:
         aborted = collect_aborted_txns(plan, rng.link, rng.start, rng.end, indexes)
     tp = plan.tp
+    name = describe(md)
     last: BatchHeader | None = None
+    next_md = nxt.metadata if nxt else None
+    chunk = reader.chunk_bytes
     while pos < size:
-        data = reader.read(md, pos, min(size, pos + window_bytes), sequential=True,
-                           next_md=nxt.metadata if nxt else None)
-        headers = list(iter_batches(data, verify_crc=False, path=describe(md)))
-        if not headers:
-            if pos + len(data) >= size:
-                raise RemoteSegmentIncompleteError(
-                    f"{describe(md)}: a batch at position {pos} runs past the segment's {size} bytes")
-            window_bytes *= 2
-            continue
+        # To the end of pos's chunk: the decoder reads the cached chunk in place, no copy. Chunks
+        # smaller than min_window_bytes are joined into a window of that size instead (a copy).
+        stop = (pos // chunk + 1) * chunk if chunk >= min_window_bytes else pos + min_window_bytes
+        stop = min(size, stop)
+        data = reader.read_view(md, pos, stop, next_md=next_md)
+        headers = list(iter_batches(data, verify_crc=False, path=name))
+        if not headers:  # the batch at pos runs past the chunk: read exactly it (one copy)
+            data = reader.read_view(md, pos, _entry_end(reader, md, pos, data), next_md=next_md)
+            headers = list(iter_batches(data, verify_crc=False, path=name))
+            if not headers:
+                raise RemoteSegmentIncompleteError(f"{name}: a batch at position {pos} runs past the "
+                                                   f"segment's {size} bytes")
         cut = headers[-1].end_position
         last = replace(headers[-1], position=headers[-1].position + pos)
-        view = memoryview(data)[:cut]
+        view = data[:cut]
         dropped = _aborted_ranges(headers, aborted) if aborted else None
         for batch in iter_arrow_batches(view, topic=tp.topic, partition=tp.partition,
                                         max_batch_rows=max_batch_rows, start_offset=rng.start,
-                                        end_offset=rng.end, verify_crc=True, path=describe(md)):
+                                        end_offset=rng.end, verify_crc=True, path=name):
             if dropped is not None and len(dropped):
                 batch = _drop_offsets(batch, dropped)
             if not include_headers:
@@ -90,6 +98,23 @@ def scan_range(plan: PartitionPlan, rng: ScanRange, reader: SegmentReader, index
         if pos < size and last.last_offset >= rng.end - 1:
             return  # the range ends inside this segment
     check_complete(md, last)
+
+
+def _entry_end(reader: SegmentReader, md: RemoteLogSegmentMetadata, pos: int, head: memoryview) -> int:
+    """Segment position where the entry at ``pos`` ends (from its 12-byte log header)."""
+    size = md.segment_size_in_bytes
+    if len(head) < LOG_OVERHEAD:
+        head = reader.read_view(md, pos, pos + LOG_OVERHEAD)
+    if len(head) < LOG_OVERHEAD:
+        raise RemoteSegmentIncompleteError(
+            f"{describe(md)}: a batch at position {pos} runs past the segment's {size} bytes")
+    length = int.from_bytes(head[8:12], "big", signed=True)
+    if length < MIN_ENTRY_SIZE:  # nonsense: the batch parser names it and its position
+        return min(size, pos + LOG_OVERHEAD + HEADER_SIZE_UP_TO_MAGIC)
+    if pos + LOG_OVERHEAD + length > size:
+        raise RemoteSegmentIncompleteError(
+            f"{describe(md)}: a batch at position {pos} runs past the segment's {size} bytes")
+    return pos + LOG_OVERHEAD + length
 
 
 def _aborted_ranges(headers: list[BatchHeader], aborted: list[AbortedTxn]) -> np.ndarray:

@@ -60,9 +60,8 @@ class RangeScanner:
         """
         links = (rng.link,) if next_link is None else (rng.link, next_link)
         plan = PartitionPlan(tp, links, (), ())
-        window = max(self.read_config.chunk_bytes * 2, 1 << 20)
         yield from scan_range(plan, rng, self.reader, self.indexes, isolation=IsolationLevel.parse(isolation),
-                              window_bytes=window, max_batch_rows=max_batch_rows,
+                              max_batch_rows=max_batch_rows,
                               include_headers=include_headers)
 
     def close(self) -> None:

@@ -109,7 +109,7 @@ class _Decoder:
         With a file ``window``, a group ends where the bytes read so far end; an entry cut by
         that end is read whole before the scan goes on, and decoded groups are released.
         """
-        meta = np.zeros((max(1, min(max_rows, 65536)), _kernel.META_COLS), np.int64)
+        meta = np.empty((max(1, min(max_rows, 65536)), _kernel.META_COLS), np.int64)
         pos, size = 0, len(self.view)
         end = size if window is None else window.ensure(1)
         while True:
