@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka import Producer
@@ -16,14 +14,13 @@ from structlog.testing import capture_logs
 from rlm.errors import ConfigError, MetadataTimeoutError, MetadataUnavailableError, RemoteLogMetadataError
 from rlm.types import (
     KafkaUuid,
-    RemoteLogSegmentId,
-    RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState,
     TopicIdPartition,
 )
 from rlmm.serde import RemoteLogSegmentMetadataSnapshot, serialize
 from rlmm.topic import TopicBasedRemoteLogMetadataManager
+from tests.rlmm_topic.helpers import store_config, ten_offset_segment
 from tests.services.kafka import KafkaCluster
 from tests.services.proc import kill
 
@@ -32,31 +29,15 @@ pytestmark = pytest.mark.kafka
 S = RemoteLogSegmentState
 
 
-def _config(bootstrap: str, topic: str, log_dir: Path, **extra: Any) -> dict[str, Any]:
-    return {"bootstrap.servers": bootstrap, "remote.log.metadata.topic.name": topic,
-            "remote.log.metadata.topic.num.partitions": 2, "broker.id": 3, "log.dir": str(log_dir),
-            "remote.log.metadata.consume.wait.ms": 30000, **extra}
-
-
-@pytest.fixture
-def metadata_topic(kafka: KafkaCluster, unique_topic: str) -> Iterator[str]:
-    topic = f"__rlmm_faults_{unique_topic}"[:249]
-    yield topic
-    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
-    admin.delete_topics([topic])[topic].result(60)
-
-
-def _segment(tp: TopicIdPartition, start: int) -> RemoteLogSegmentMetadata:
-    return RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(tp), start, start + 9, 1, 3, 1, 100,
-                                    ((0, start),))
-
-
-def test_undecodable_records_are_logged_and_skipped(kafka: KafkaCluster, metadata_topic: str,
-                                                    tmp_path: Path) -> None:
-    with TopicBasedRemoteLogMetadataManager(_config(kafka.bootstrap, metadata_topic, tmp_path)) as m:
+def test_undecodable_records_are_logged_and_skipped(
+    kafka: KafkaCluster, metadata_topic: str, tmp_path: Path
+) -> None:
+    with TopicBasedRemoteLogMetadataManager(
+        store_config(kafka.bootstrap, metadata_topic, tmp_path, partitions=2)
+    ) as m:
         tp = TopicIdPartition(KafkaUuid.random(), "faulty", 0)
         mp = m.metadata_partition(tp)
-        good = _segment(tp, 0)
+        good = ten_offset_segment(tp, 0)
         bad_values = [
             b"\x00garbage",  # unknown frame version
             b"",  # what a null value reads as
@@ -67,8 +48,9 @@ def test_undecodable_records_are_logged_and_skipped(kafka: KafkaCluster, metadat
         producer = Producer({"bootstrap.servers": kafka.bootstrap, "acks": "all"})
         for v in bad_values:
             producer.produce(metadata_topic, value=v or None, partition=mp)
-        producer.produce(metadata_topic, value=serialize(RemoteLogSegmentMetadataSnapshot.create(good)),
-                         partition=mp)
+        producer.produce(
+            metadata_topic, value=serialize(RemoteLogSegmentMetadataSnapshot.create(good)), partition=mp
+        )
         producer.produce(metadata_topic, value=serialize(good), partition=mp)
         assert producer.flush(30) == 0
 
@@ -76,8 +58,9 @@ def test_undecodable_records_are_logged_and_skipped(kafka: KafkaCluster, metadat
             m.on_partition_leadership_changes({tp}, set())
             listed = [s.remote_log_segment_id for s in m.list_remote_log_segments(tp)]
         assert listed == [good.remote_log_segment_id]
-        m.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
-            good.remote_log_segment_id, 2, S.COPY_SEGMENT_FINISHED, 3))
+        m.update_remote_log_segment_metadata(
+            RemoteLogSegmentMetadataUpdate(good.remote_log_segment_id, 2, S.COPY_SEGMENT_FINISHED, 3)
+        )
         assert m.remote_log_segment_metadata(tp, 0, 5) is not None
         assert m.stats.decode_errors == len(bad_values)
         assert m.stats.records_skipped == 1
@@ -85,22 +68,28 @@ def test_undecodable_records_are_logged_and_skipped(kafka: KafkaCluster, metadat
         where = [(e["partition"], e["offset"]) for e in undecodable]
         assert where == [(mp, o) for o in range(len(bad_values))]
         assert all(f"{metadata_topic}-{mp}@" in e["error"] for e in undecodable)
-        assert any(e["event"] == "rlmm_unexpected_snapshot_record" and e["offset"] == len(bad_values)
-                   for e in logs)
+        assert any(
+            e["event"] == "rlmm_unexpected_snapshot_record" and e["offset"] == len(bad_values) for e in logs
+        )
 
 
-def test_existing_topic_with_other_partition_count_is_refused(kafka: KafkaCluster, metadata_topic: str,
-                                                              tmp_path: Path) -> None:
+def test_existing_topic_with_other_partition_count_is_refused(
+    kafka: KafkaCluster, metadata_topic: str, tmp_path: Path
+) -> None:
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
     admin.create_topics([NewTopic(metadata_topic, 5, 1)])[metadata_topic].result(60)
     with pytest.raises(ConfigError, match="exists with 5 partitions"):
-        TopicBasedRemoteLogMetadataManager(_config(kafka.bootstrap, metadata_topic, tmp_path))
+        TopicBasedRemoteLogMetadataManager(
+            store_config(kafka.bootstrap, metadata_topic, tmp_path, partitions=2)
+        )
 
 
 def test_created_topic_has_kafkas_settings(kafka: KafkaCluster, metadata_topic: str, tmp_path: Path) -> None:
     from confluent_kafka.admin._config import ConfigResource
 
-    with TopicBasedRemoteLogMetadataManager(_config(kafka.bootstrap, metadata_topic, tmp_path)):
+    with TopicBasedRemoteLogMetadataManager(
+        store_config(kafka.bootstrap, metadata_topic, tmp_path, partitions=2)
+    ):
         admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
         md = admin.list_topics(metadata_topic, timeout=30).topics[metadata_topic]
         assert len(md.partitions) == 2
@@ -113,10 +102,12 @@ def test_created_topic_has_kafkas_settings(kafka: KafkaCluster, metadata_topic: 
 
 
 def test_unmanaged_partitions_are_refused(kafka: KafkaCluster, metadata_topic: str, tmp_path: Path) -> None:
-    with TopicBasedRemoteLogMetadataManager(_config(kafka.bootstrap, metadata_topic, tmp_path)) as m:
+    with TopicBasedRemoteLogMetadataManager(
+        store_config(kafka.bootstrap, metadata_topic, tmp_path, partitions=2)
+    ) as m:
         tp = TopicIdPartition(KafkaUuid.random(), "unmanaged", 0)
         with pytest.raises(RemoteLogMetadataError, match="not managed"):
-            m.add_remote_log_segment_metadata(_segment(tp, 0))
+            m.add_remote_log_segment_metadata(ten_offset_segment(tp, 0))
         with pytest.raises(RemoteLogMetadataError, match="not managed"):
             m.highest_offset_for_epoch(tp, 0)
 
@@ -124,8 +115,13 @@ def test_unmanaged_partitions_are_refused(kafka: KafkaCluster, metadata_topic: s
 def test_unreachable_cluster_at_start_is_a_retriable_error(tmp_path: Path) -> None:
     from tests.services.proc import free_port
 
-    cfg = _config(f"127.0.0.1:{free_port()}", "__rlmm_nowhere", tmp_path,
-                  **{"remote.log.metadata.initialization.retry.max.timeout.ms": 1500})
+    cfg = store_config(
+        f"127.0.0.1:{free_port()}",
+        "__rlmm_nowhere",
+        tmp_path,
+        partitions=2,
+        **{"remote.log.metadata.initialization.retry.max.timeout.ms": 1500},
+    )
     with pytest.raises(MetadataUnavailableError) as e:
         TopicBasedRemoteLogMetadataManager(cfg)
     assert e.value.retriable
@@ -135,12 +131,13 @@ def test_unreachable_cluster_at_start_is_a_retriable_error(tmp_path: Path) -> No
 def test_broker_down_gives_retriable_errors_and_catches_up(tmp_path: Path) -> None:
     cluster = KafkaCluster(nodes=1, name="kafka-rlmm-down").start()
     try:
-        cfg = _config(cluster.bootstrap, "__remote_log_metadata", tmp_path / "a",
-                      **{"remote.log.metadata.consume.wait.ms": 3000})
+        cfg = store_config(
+            cluster.bootstrap, "__remote_log_metadata", tmp_path / "a", partitions=2, wait_ms=3000
+        )
         m = TopicBasedRemoteLogMetadataManager(cfg)
         tp = TopicIdPartition(KafkaUuid.random(), "down", 0)
         m.on_partition_leadership_changes({tp}, set())
-        first = _segment(tp, 0)
+        first = ten_offset_segment(tp, 0)
         m.add_remote_log_segment_metadata(first)
 
         node = cluster.node(1)
@@ -148,8 +145,9 @@ def test_broker_down_gives_retriable_errors_and_catches_up(tmp_path: Path) -> No
         kill(node.proc)  # a crash, not a clean shutdown
         node.proc = None
         with pytest.raises((MetadataTimeoutError, MetadataUnavailableError)) as e:
-            m.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
-                first.remote_log_segment_id, 2, S.COPY_SEGMENT_FINISHED, 3))
+            m.update_remote_log_segment_metadata(
+                RemoteLogSegmentMetadataUpdate(first.remote_log_segment_id, 2, S.COPY_SEGMENT_FINISHED, 3)
+            )
         assert e.value.retriable
         # reads are served from memory meanwhile
         assert [s.state for s in m.list_remote_log_segments(tp)] == [S.COPY_SEGMENT_STARTED]
@@ -164,7 +162,7 @@ def test_broker_down_gives_retriable_errors_and_catches_up(tmp_path: Path) -> No
             except (MetadataTimeoutError, MetadataUnavailableError) as err:
                 assert err.retriable and time.monotonic() < deadline
                 time.sleep(0.5)
-        second = _segment(tp, 10)
+        second = ten_offset_segment(tp, 10)
         m.add_remote_log_segment_metadata(second)
         state = list(m.list_remote_log_segments(tp))
         assert [s.state for s in state] == [S.COPY_SEGMENT_FINISHED, S.COPY_SEGMENT_STARTED]

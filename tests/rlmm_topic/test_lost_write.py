@@ -20,13 +20,11 @@ while the gate is closed wait (in order) until it opens; nothing else about the 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka import Message
-from confluent_kafka.admin import AdminClient
 
 from rlm.errors import InvalidStateTransitionError, MetadataTimeoutError
 from rlm.types import (
@@ -38,6 +36,7 @@ from rlm.types import (
     TopicIdPartition,
 )
 from rlmm.topic import TopicBasedRemoteLogMetadataManager
+from tests.rlmm_topic.helpers import store_config, ten_offset_segment
 from tests.services.kafka import KafkaCluster
 
 pytestmark = pytest.mark.kafka
@@ -73,33 +72,6 @@ class ConsumerGate:
         self._open.set()
 
 
-def _config(
-    bootstrap: str, topic: str, log_dir: Path, broker_id: int, wait_ms: int = 30000
-) -> dict[str, Any]:
-    return {
-        "bootstrap.servers": bootstrap,
-        "remote.log.metadata.topic.name": topic,
-        "remote.log.metadata.topic.num.partitions": 1,
-        "broker.id": broker_id,
-        "log.dir": str(log_dir),
-        "remote.log.metadata.consume.wait.ms": wait_ms,
-    }
-
-
-@pytest.fixture
-def metadata_topic(kafka: KafkaCluster, unique_topic: str) -> Iterator[str]:
-    topic = f"__rlmm_race_{unique_topic}"[:249]
-    yield topic
-    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
-    admin.delete_topics([topic])[topic].result(60)
-
-
-def _segment(tp: TopicIdPartition, start: int, broker: int) -> RemoteLogSegmentMetadata:
-    return RemoteLogSegmentMetadata(
-        RemoteLogSegmentId.generate_new(tp), start, start + 9, 1, broker, 1, 100, ((0, start),)
-    )
-
-
 def _states(
     m: TopicBasedRemoteLogMetadataManager, tp: TopicIdPartition
 ) -> list[tuple[RemoteLogSegmentId, S]]:
@@ -117,13 +89,17 @@ def test_write_overtaken_by_another_writer_is_a_typed_error_not_a_lost_event(
     DELETE_SEGMENT_STARTED; A's record lands after B's and is dropped as invalid by every consumer,
     so A gets InvalidStateTransitionError, and A, B and a fresh replay all hold B's state."""
     tp = TopicIdPartition(KafkaUuid.random(), "raced", 0)
-    a = TopicBasedRemoteLogMetadataManager(_config(kafka.bootstrap, metadata_topic, tmp_path / "a", 1))
-    b = TopicBasedRemoteLogMetadataManager(_config(kafka.bootstrap, metadata_topic, tmp_path / "b", 2))
+    a = TopicBasedRemoteLogMetadataManager(
+        store_config(kafka.bootstrap, metadata_topic, tmp_path / "a", broker_id=1)
+    )
+    b = TopicBasedRemoteLogMetadataManager(
+        store_config(kafka.bootstrap, metadata_topic, tmp_path / "b", broker_id=2)
+    )
     gate = ConsumerGate(a)
     try:
         for m in (a, b):
             m.on_partition_leadership_changes({tp}, set())
-        seg = _segment(tp, 0, 1)
+        seg = ten_offset_segment(tp, 0, 1)
         a.add_remote_log_segment_metadata(seg)
         b.on_partition_leadership_changes(set(), {tp})  # a new follower->leader round trip: B catches up
         b.on_partition_leadership_changes({tp}, set())
@@ -181,7 +157,7 @@ def test_write_overtaken_by_another_writer_is_a_typed_error_not_a_lost_event(
         a.close()
         b.close()
     with TopicBasedRemoteLogMetadataManager(
-        _config(kafka.bootstrap, metadata_topic, tmp_path / "fresh", 3)
+        store_config(kafka.bootstrap, metadata_topic, tmp_path / "fresh", broker_id=3)
     ) as fresh:
         fresh.on_partition_leadership_changes(set(), {tp})
         assert _states(fresh, tp) == want
@@ -195,12 +171,12 @@ def test_write_read_back_late_times_out_then_retry_is_idempotent(
     gets a retriable MetadataTimeoutError, the record is applied once released, and the caller's retry
     neither fails nor duplicates the segment (here and in a fresh replay)."""
     tp = TopicIdPartition(KafkaUuid.random(), "late", 0)
-    cfg = _config(kafka.bootstrap, metadata_topic, tmp_path / "a", 1)
+    cfg = store_config(kafka.bootstrap, metadata_topic, tmp_path / "a", broker_id=1)
     a = TopicBasedRemoteLogMetadataManager(cfg)
     gate = ConsumerGate(a)
     try:
         a.on_partition_leadership_changes({tp}, set())
-        seg = _segment(tp, 0, 1)
+        seg = ten_offset_segment(tp, 0, 1)
         a.add_remote_log_segment_metadata(seg)
         finish = _update(seg, S.COPY_SEGMENT_FINISHED, 1)
 
@@ -223,7 +199,7 @@ def test_write_read_back_late_times_out_then_retry_is_idempotent(
         a.update_remote_log_segment_metadata(finish)  # the caller's retry: validated, written again
         assert _states(a, tp) == [(seg.remote_log_segment_id, S.COPY_SEGMENT_FINISHED)]
         assert a.stats.records_rejected == 0 and a.stats.records_applied == 3  # add + finish twice
-        seg2 = _segment(tp, 10, 1)
+        seg2 = ten_offset_segment(tp, 10, 1)
         a.add_remote_log_segment_metadata(seg2)
         state = _states(a, tp)
         assert state == [
