@@ -17,7 +17,16 @@ from __future__ import annotations
 import os
 import time
 
-_offset_ms = int(os.environ.get("RLM_TEST_CLOCK_OFFSET_MS", "0") or 0)
+
+def _env_offset() -> int:
+    """The subprocess seam's offset; a value that is not an integer is ignored (real clock)."""
+    try:
+        return int(os.environ.get("RLM_TEST_CLOCK_OFFSET_MS", "0") or 0)
+    except ValueError:
+        return 0
+
+
+_offset_ms = _env_offset()
 _offset_file = os.environ.get("RLM_TEST_CLOCK_OFFSET_FILE") or None
 
 

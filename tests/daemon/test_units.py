@@ -239,3 +239,13 @@ def test_instance_lock_is_exclusive_and_released(tmp_path: Path) -> None:
     assert sorted(p.name for p in logs.iterdir()) == []  # nothing written into the log dir
     first.release()
     InstanceLock(tmp_path / "w2", [logs]).acquire().release()
+
+
+def test_clock_seam_ignores_a_garbage_offset_and_reads_a_good_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mistyped RLM_TEST_CLOCK_OFFSET_MS must not make every command fail at import."""
+    from rlm.daemon import clock
+
+    monkeypatch.setenv("RLM_TEST_CLOCK_OFFSET_MS", "soon")
+    assert clock._env_offset() == 0
+    monkeypatch.setenv("RLM_TEST_CLOCK_OFFSET_MS", "86400000")
+    assert clock._env_offset() == 86_400_000
