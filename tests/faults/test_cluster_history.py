@@ -22,7 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import ElectionType, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, ElectionType, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -34,12 +34,13 @@ from confluent_kafka.admin import (
 
 from fetcher import RemoteFetcher
 from rlm.config import DaemonConfig, load_config
+from rlm.daemon import clock
 from rlm.daemon.service import Daemon
 from rlm.errors import RlmError
 from rlm.log.partition import PartitionDir
 from rlm.types import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 from tests.daemon.helpers import SEGMENT_BYTES, wait_for
-from tests.faults.cluster_helpers import leader_of, settings, verify_config
+from tests.faults.cluster_helpers import leader_of, listed, settings, verify_config
 from tests.faults.proc_helpers import (
     all_segments,
     local_storage,
@@ -137,11 +138,13 @@ def move_leadership(c: KafkaCluster, topic: str, order: list[int], tmp: Path) ->
 
 
 def elect(bs: str, topic: str, kind: ElectionType) -> None:
+    """Elect the partition's leader (``ELECTION_NOT_NEEDED``: the controller already did)."""
     admin = AdminClient({"bootstrap.servers": bs})
     res = admin.elect_leaders(kind, [TopicPartition(topic, 0)]).result(timeout=60)
     for err in res.values():
-        code = err.args[0].code() if err is not None and err.args else None
-        assert err is None or code == KafkaError.ELECTION_NOT_NEEDED, err
+        if isinstance(err, KafkaException):
+            err = err.args[0]
+        assert err is None or err.code() == KafkaError.ELECTION_NOT_NEEDED, err
 
 
 def set_broker_retention(bs: str, topic: str, retention_bytes: int) -> None:
@@ -376,6 +379,121 @@ def test_leader_killed_then_cold_sidecar_keeps_history(cluster3: KafkaCluster, t
     with an empty work dir before A leads again: its lineage can only come from the remote
     metadata and the broker's shortened checkpoint; still nothing is lost."""
     leadership_returns_after_local_retention(cluster3, tmp_path, "hist-kill", kill_b=True)
+
+
+# ---- an unclean election ------------------------------------------------------------------------
+HOUR_MS = 3600 * 1000
+
+
+def consume_from(bs: str, topic: str, until: int) -> Acked:
+    """Offset -> (key, value) of everything a consumer reads from offset 0 up to ``until``."""
+    cons = Consumer({"bootstrap.servers": bs, "group.id": f"hist-{topic}", "enable.auto.commit": False})
+    cons.assign([TopicPartition(topic, 0, 0)])
+    out: Acked = {}
+
+    def caught_up() -> bool:
+        for m in cons.consume(500, 0.5):
+            if not m.error():
+                out[m.offset()] = (m.key(), m.value())
+        return bool(cons.position([TopicPartition(topic, 0)])[0].offset >= until)
+
+    try:
+        wait_for(f"a consumer read {topic} up to {until}", caught_up, timeout=120, interval=0)
+    finally:
+        cons.close()
+    return out
+
+
+def segment_ids(d: Daemon, tip: TopicIdPartition) -> dict[str, RemoteLogSegmentState]:
+    return {m.remote_log_segment_id.id.text: m.state for m in listed(d, tip)}
+
+
+def test_unclean_election_quarantines_then_deletes_the_lost_tail(
+    cluster3: KafkaCluster, tmp_path: Path
+) -> None:
+    """An unclean election loses A's acknowledged tail: its segments are quarantined, then deleted.
+
+    Replicas A and C (min.insync 1, unclean election on). C stops; A acknowledges and tiers a tail
+    alone; A stops; C starts and is elected uncleanly, and writes other records at those offsets.
+    C's sidecar keeps the tail's segments (quarantined, listed in its status) while the grace
+    period runs and deletes them after it (the daemon's clock is jumped past the grace period);
+    at no point does a reader return a record of the lost tail, and what it returns is what a
+    consumer reads from C.
+    """
+    c, topic = cluster3, "hist-unclean"
+    bs = c.bootstrap
+    create_tiered_topic(
+        c, topic, [A, C], **{"min.insync.replicas": "1", "unclean.leader.election.enable": "true"}
+    )
+    pdir_a, pdir_c = (c.node(n).log_dir / f"{topic}-0" for n in (A, C))
+    tip = TopicIdPartition(PartitionDir(pdir_a).topic_id, topic, 0)
+    # an hour's grace period, ended by jumping the in-process daemon's clock (no real wait); on a
+    # build without the setting, the test shows what that build does (deletes at once)
+    grace = {"off_lineage_grace_ms": HOUR_MS} if "off_lineage_grace_ms" in DaemonConfig.model_fields else {}
+    cars = Sidecars(c, tmp_path, topic, **grace)
+    vcfg = verify_config(c, tmp_path, topic, cars.meta_topic)
+    reader = load_config(None, **cars.settings(C, tmp_path / "reader"))
+
+    def reads_only_c(on_c: Acked, tail: Acked) -> dict[int, tuple[bytes, bytes]]:
+        got, err = read_remote(reader, topic)
+        assert err is None, err
+        assert not {k for k, _ in got.values()} & {k for k, _ in tail.values()}, "a lost-tail record was read"
+        wrong = ranges([o for o, kv in got.items() if on_c.get(o) != kv])
+        assert not wrong, f"offsets read differently from C's log: {wrong}"
+        return got
+
+    try:
+        a, c_car = cars.start_inproc(A), cars.start_inproc(C)
+        shared = produce_acked(bs, topic, 2500, "shared")
+        wait_for("A tiered the shared records", lambda: cars.tiered_to(A, rolled_end(pdir_a)), timeout=120)
+        c.stop_node(C)
+        tail = produce_acked(bs, topic, 2500, "tail")  # acknowledged by A alone
+        tail_end = rolled_end(pdir_a)
+        wait_for("A tiered the tail", lambda: cars.tiered_to(A, tail_end), timeout=120)
+        lost = {
+            m.remote_log_segment_id.id.text: (m.start_offset, m.end_offset)
+            for m in listed(a, tip)
+            if m.broker_id == A and m.end_offset > max(shared)
+        }
+        assert lost, "A tiered the tail"
+        cars.daemons.pop(A).stop(30)
+        c.stop_node(A)  # no replica of the ISR is left
+        c.start_node(C)
+        elect(bs, topic, ElectionType.UNCLEAN)
+        wait_for("C leads after the unclean election", lambda: leader_of(bs, topic) == C, timeout=90)
+        produce_acked(bs, topic, 2500, "c")  # other records at the tail's offsets
+        c_end = rolled_end(pdir_c)
+        wait_for("C tiered its log", lambda: cars.tiered_to(C, c_end), timeout=120)
+        cars.wait_passes(C, 4)
+        states = segment_ids(c_car, tip)
+        deleted = sorted(r for sid, r in lost.items() if states.get(sid) is not S.COPY_SEGMENT_FINISHED)
+        assert not deleted, (
+            f"the lost tail's segments were deleted at once, within the grace period: {deleted}"
+        )
+        wait_for(
+            "the lost tail quarantined (rlm status)",
+            lambda: set(lost) <= {q[0] for q in cars.status(C).get("quarantined", [])},
+            timeout=60,
+        )
+        on_c = consume_from(bs, topic, PartitionDir(pdir_c).log_end_offset())
+        reads_only_c(on_c, tail)
+        clock.set_offset_ms(2 * HOUR_MS)  # the grace period is over
+        wait_for(
+            "the lost tail deleted after the grace period",
+            lambda: not set(lost) & set(segment_ids(c_car, tip)),
+            timeout=120,
+        )
+        clock.set_offset_ms(0)
+        got = reads_only_c(on_c, tail)
+        assert not unreadable(on_c, got, c_end), "C's tiered log reads back whole"
+        assert not cars.status(C).get("quarantined"), "nothing left in quarantine"
+    finally:
+        clock.set_offset_ms(0)
+        cars.stop_all()
+        for n in (A, C):
+            if c.node(n).proc is None:
+                c.start_node(n)
+    verify(vcfg, topic)
 
 
 # ---- sidecars started together -------------------------------------------------------------------
