@@ -223,15 +223,16 @@ def metadata_topic_check(
 ) -> str:
     """``present (N partitions)`` or ``creatable`` (a validate-only CreateTopics succeeds); raises else.
 
-    Sidecars started together race to create the topic (issue 20): a topic another sidecar is
-    creating right now (listed with LEADER_NOT_AVAILABLE, or a validate-only create answering
-    TOPIC_ALREADY_EXISTS) is present, not a failure; only its partition count is checked.
+    Sidecars started together race to create the topic (issue 20): when another one created it
+    between our listing and our validate-only create, the create answers TOPIC_ALREADY_EXISTS,
+    and that is success (only the partition count is checked). A topic listed without leaders
+    may be one being created this instant: it is listed again until ``timeout_s``, and fails
+    as before (dependency unavailable) only if it still has no leader then.
     """
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.cimpl import NewTopic
 
-    # a topic whose creation the controller accepted but whose partitions have no leader yet
-    being_created = (KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION)
+    leaderless = (KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION)
 
     def present(count: int, how: str = "") -> str:
         if count and count != partitions:
@@ -239,12 +240,17 @@ def metadata_topic_check(
         return f"present ({count} partitions{how})" if count else f"present ({how.lstrip(', ')})"
 
     try:
-        md = admin.list_topics(topic=topic, timeout=timeout_s)
-        t = md.topics.get(topic)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            md = admin.list_topics(topic=topic, timeout=timeout_s)
+            t = md.topics.get(topic)
+            if t is None or t.error is None or t.error.code() not in leaderless:
+                break
+            if time.monotonic() >= deadline:
+                raise KafkaException(t.error)
+            time.sleep(0.2)
         if t is not None and t.error is None:
             return present(len(t.partitions))
-        if t is not None and t.error is not None and t.error.code() in being_created:
-            return present(len(t.partitions), ", being created")
         if t is not None and t.error is not None and t.error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
             raise KafkaException(t.error)
         rf = min(3, max(1, len(md.brokers)))
@@ -257,9 +263,9 @@ def metadata_topic_check(
             err = e.args[0] if e.args else None
             if not (isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS):
                 raise
-            # created by another sidecar since the listing: check what it created
+            # another sidecar created it since our listing: check what it created, if listed yet
             t = admin.list_topics(topic=topic, timeout=timeout_s).topics.get(topic)
-            listed = t is not None and (t.error is None or t.error.code() in being_created)
+            listed = t is not None and (t.error is None or t.error.code() in leaderless)
             count = len(t.partitions) if listed and t is not None else 0
             return present(count, ", just created by another client")
         return "absent, creatable"

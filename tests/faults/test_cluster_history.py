@@ -502,18 +502,19 @@ def test_sidecars_started_together_all_run(cluster3: KafkaCluster, tmp_path: Pat
 
     They race to create the topic; a loser's preflight or creation sees it being created or
     TOPIC_ALREADY_EXISTS, which is success. The topic exists once, with the configured partition
-    count. Three rounds (a fresh topic each) to give the race its chances.
+    count. Two rounds (a fresh topic each) to give the race its chances.
     """
     c = cluster3
     topic = "start-race"
     create_tiered_topic(c, topic, [A, B, C])
-    for rnd in range(3):
+    for rnd in range(2):
         start_together(c, tmp_path / f"r{rnd}", topic, f"__rlm_meta_race{rnd}")
 
 
 def start_together(c: KafkaCluster, tmp: Path, topic: str, meta_topic: str) -> None:
     admin = AdminClient({"bootstrap.servers": c.bootstrap})
     assert meta_topic not in admin.list_topics(timeout=10).topics
+    tmp.mkdir()
     works: dict[int, Path] = {}
     cfgs: dict[int, Path] = {}
     for n in c.node_ids:
