@@ -291,8 +291,9 @@ def unreadable(acked: Acked, got: dict[int, tuple[bytes, bytes]], up_to: int) ->
 def leadership_returns_after_local_retention(c: KafkaCluster, tmp: Path, topic: str, *, kill_b: bool) -> None:
     """A leads and tiers; B leads past A's local retention and tiers; A leads again.
 
-    With ``kill_b``: A's sidecar is restarted with an empty work dir while a follower, then B's
-    broker and sidecar are SIGKILLed while B leads, so A leads again with a cold sidecar.
+    With ``kill_b``: B's broker and sidecar are SIGKILLed while B leads, so A leads again by
+    failover; after its sidecar's passes, that sidecar is replaced by one with an empty work dir
+    (a cold restart while A leads), which must judge the lineage with nothing remembered.
     """
     bs = c.bootstrap
     create_tiered_topic(c, topic, [A, B, C])
@@ -332,8 +333,6 @@ def leadership_returns_after_local_retention(c: KafkaCluster, tmp: Path, topic: 
         assert max(m.end_offset for m in before.values()) >= tiered_end
         # 4. A leads again
         if kill_b:
-            cars.daemons.pop(A).stop(30)
-            cars.start_inproc(A, tmp / "work1-cold")  # empty work dir: no remembered epochs
             b_broker = c.node(B).proc
             assert cars.b_proc is not None and b_broker is not None
             kill(cars.b_proc)  # no drain, no cleanup
@@ -341,9 +340,13 @@ def leadership_returns_after_local_retention(c: KafkaCluster, tmp: Path, topic: 
             kill(b_broker)
             c.node(B).proc = None
             wait_for("A leads after B's broker died", lambda: leader_of(bs, topic) == A, timeout=90)
+            acked |= produce_acked(bs, topic, 200, "a2")  # stays in A's active segment
+            cars.wait_passes(A, 4)  # A's sidecar, which remembers A's own epoch
+            cars.daemons.pop(A).stop(30)
+            cars.start_inproc(A, tmp / "work1-cold")  # empty work dir: nothing remembered
         else:
             move_leadership(c, topic, [A, B, C], tmp)
-        acked |= produce_acked(bs, topic, 200, "a2")  # stays in A's active segment
+            acked |= produce_acked(bs, topic, 200, "a2")
         cars.wait_passes(A, 4)
         after = finished(vcfg, tip, tmp / "reader-after")
     finally:
@@ -375,9 +378,13 @@ def test_returning_leader_keeps_history_beyond_its_local_log(cluster3: KafkaClus
 
 
 def test_leader_killed_then_cold_sidecar_keeps_history(cluster3: KafkaCluster, tmp_path: Path) -> None:
-    """As above, but B's broker and sidecar are SIGKILLed while B leads, and A's sidecar starts
-    with an empty work dir before A leads again: its lineage can only come from the remote
-    metadata and the broker's shortened checkpoint; still nothing is lost."""
+    """B's broker and sidecar SIGKILLed while B leads, A's sidecar later restarted cold: nothing lost.
+
+    A leads again by failover, first with the sidecar that remembers A's own epoch, then with
+    one restarted on an empty work dir, whose lineage can only come from the remote metadata and
+    the broker's shortened checkpoint. No FINISHED segment is deleted, every acknowledged offset
+    up to B's tiered end reads back as produced, and ``rlm verify --deep`` is clean.
+    """
     leadership_returns_after_local_retention(cluster3, tmp_path, "hist-kill", kill_b=True)
 
 
