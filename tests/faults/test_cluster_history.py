@@ -238,12 +238,14 @@ class Sidecars:
         wait_for(f"{n} passes of node {node}'s sidecar as leader", more, timeout=120)
 
     def stop_all(self) -> None:
-        for d in self.daemons.values():
-            d.stop(30)
-        self.daemons.clear()
-        if self.b_proc is not None:
-            stop_daemon(self.b_proc)
-            self.b_proc = None
+        try:
+            if self.b_proc is not None:
+                stop_daemon(self.b_proc)
+                self.b_proc = None
+        finally:
+            for d in self.daemons.values():
+                d.stop(30)
+            self.daemons.clear()
 
 
 # ---- what survived ------------------------------------------------------------------------------
@@ -335,7 +337,8 @@ def leadership_returns_after_local_retention(c: KafkaCluster, tmp: Path, topic: 
         if kill_b:
             b_broker = c.node(B).proc
             assert cars.b_proc is not None and b_broker is not None
-            kill(cars.b_proc)  # no drain, no cleanup
+            cars.b_proc.kill()  # SIGKILL: no drain, no cleanup (not a process group leader)
+            cars.b_proc.wait(10)
             cars.b_proc = None
             kill(b_broker)
             c.node(B).proc = None
@@ -541,7 +544,12 @@ def start_together(c: KafkaCluster, tmp: Path, topic: str, meta_topic: str) -> N
         )
         exits = {n: p.poll() for n, p in procs.items()}
     finally:
-        codes = {n: stop_daemon(p) for n, p in procs.items()}
+        codes: dict[int, int | str] = {}
+        for n, p in procs.items():
+            try:
+                codes[n] = stop_daemon(p)
+            except subprocess.TimeoutExpired as e:  # killed: every other one is still stopped
+                codes[n] = str(e)
     logs = {n: (tmp / f"node{n}.log").read_text()[-1500:] for n in procs if exits[n] is not None}
     assert all(e is None for e in exits.values()), f"{meta_topic}: exit statuses {exits}: {logs}"
     assert all(code == 0 for code in codes.values()), codes
