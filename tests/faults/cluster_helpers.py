@@ -17,8 +17,11 @@ from tests.services.kafka import KafkaCluster
 
 
 def leader_of(bs: str, topic: str) -> int:
+    """Partition 0's leader; -1 while it has none or the topic is not listed yet (just created)."""
     md = AdminClient({"bootstrap.servers": bs}).list_topics(topic, timeout=10)
-    return int(md.topics[topic].partitions[0].leader)
+    t = md.topics.get(topic)
+    p = t.partitions.get(0) if t is not None else None
+    return -1 if p is None else int(p.leader)
 
 
 def settings(

@@ -496,7 +496,7 @@ def test_unclean_election_quarantines_then_deletes_the_lost_tail(
         clock.set_offset_ms(0)
         got = reads_only_c(on_c, tail)
         assert not unreadable(on_c, got, c_end), "C's tiered log reads back whole"
-        assert not cars.status(C).get("quarantined"), "nothing left in quarantine"
+        wait_for("nothing left in quarantine (rlm status)", lambda: not cars.status(C).get("quarantined"))
     finally:
         clock.set_offset_ms(0)
         cars.stop_all()
