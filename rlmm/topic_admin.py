@@ -33,24 +33,14 @@ def topic_configs(cfg: TopicRlmmConfig) -> dict[str, str]:
             "remote.storage.enable": "false"}
 
 
-#: Errors a listing reports for a topic whose creation was accepted but whose partitions have no
-#: leader yet (another sidecar created it a moment ago): the topic exists.
-BEING_CREATED = (KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION)
-
-
 def _existing_partitions(admin: AdminClient, topic: str, timeout: float) -> int | None:
-    """The topic's partition count; None while it is absent or not listed with partitions yet."""
     md = admin.list_topics(topic=topic, timeout=timeout)
     t = md.topics.get(topic)
-    if t is None:
-        return None
-    if t.error is not None:
-        if t.error.code() in BEING_CREATED:
-            return len(t.partitions) or None
-        if t.error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+    if t is None or t.error is not None:
+        if t is not None and t.error is not None and t.error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
             raise KafkaException(t.error)
         return None
-    return len(t.partitions) or None
+    return len(t.partitions)
 
 
 def _broker_count(admin: AdminClient, timeout: float) -> int:
@@ -102,7 +92,9 @@ def _ensure_once(cfg: TopicRlmmConfig, admin: AdminClient, *, timeout: float) ->
                      replication_factor=rf, retention_ms=cfg.retention_ms)
         except KafkaException as e:
             err: Any = e.args[0] if e.args else None
-            # TOPIC_ALREADY_EXISTS: another sidecar (started at the same moment) won the race
+            # TOPIC_ALREADY_EXISTS is success: another sidecar started at the same moment won the
+            # race (issue 20). A listing right after may not show it yet, or show it without
+            # leaders: both raise below and are retried by ensure_metadata_topic's loop.
             if not (isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS):
                 if isinstance(err, KafkaError) and err.code() in (
                         KafkaError.INVALID_REPLICATION_FACTOR, KafkaError.INVALID_CONFIG,
@@ -112,7 +104,7 @@ def _ensure_once(cfg: TopicRlmmConfig, admin: AdminClient, *, timeout: float) ->
                 raise
         existing = _existing_partitions(admin, cfg.topic_name, timeout)
         if existing is None:
-            raise RuntimeError(f"metadata topic {cfg.topic_name!r} not visible yet after creation")  # retried
+            raise RuntimeError(f"metadata topic {cfg.topic_name!r} not visible yet after creation")
     if existing != cfg.num_partitions:
         raise ConfigError(
             f"metadata topic {cfg.topic_name!r} exists with {existing} partitions but "
