@@ -10,7 +10,7 @@ A segment is checked complete: its bytes must end at its recorded end offset and
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -53,8 +53,10 @@ def plan_scan(plan: PartitionPlan, start: int, end: int) -> list[ScanRange]:
 
 def scan_range(plan: PartitionPlan, rng: ScanRange, reader: SegmentReader, indexes: RemoteIndexCache, *,
                isolation: IsolationLevel, min_window_bytes: int = 1 << 20, max_batch_rows: int = 65536,
-               include_headers: bool = True) -> Iterator[pa.RecordBatch]:
-    """Decode one link's offsets ``[rng.start, rng.end)`` to Arrow batches."""
+               include_headers: bool = True,
+               frontier_aborted: Sequence[AbortedTxn] = ()) -> Iterator[pa.RecordBatch]:
+    """Decode one link's offsets ``[rng.start, rng.end)`` to Arrow batches (``frontier_aborted``:
+    see :meth:`fetcher.transactions.StableOffsets.committed_bound`)."""
     md = rng.link.metadata
     idx = indexes.get(md)
     pos = idx.offset.lookup(rng.start).position
@@ -62,7 +64,7 @@ def scan_range(plan: PartitionPlan, rng: ScanRange, reader: SegmentReader, index
     size = md.segment_size_in_bytes
     aborted: list[AbortedTxn] = []
     if isolation is IsolationLevel.READ_COMMITTED:
-        aborted = collect_aborted_txns(plan, rng.link, rng.start, rng.end, indexes)
+        aborted = collect_aborted_txns(plan, rng.link, rng.start, rng.end, indexes, frontier_aborted)
     tp = plan.tp
     name = describe(md)
     last: BatchHeader | None = None
