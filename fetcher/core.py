@@ -78,7 +78,12 @@ class RemoteFetcher:
         self.reader = SegmentReader(rsm, chunk_bytes=rc.chunk_bytes, cache_bytes=rc.chunk_cache_bytes,
                                     read_ahead_chunks=rc.read_ahead_chunks, parallel_gets=rc.parallel_gets,
                                     limiter=ByteRateLimiter(rc.fetch_max_bytes_per_second), stats=self.stats)
-        self.stable = StableOffsets(rsm, LogDirFrontier(log_dirs) if log_dirs else None)
+        frontier = None
+        if log_dirs:
+            lso = (None if broker is None
+                   else lambda tp: broker.last_stable_offset(tp.topic, tp.partition))
+            frontier = LogDirFrontier(log_dirs, lso)
+        self.stable = StableOffsets(rsm, frontier)
         self.pool = ReaderPool(rc.reader_threads, rc.reader_max_pending_tasks, rc.fetch_max_wait_ms)
         self._plans: dict[TopicIdPartition, tuple[float, PartitionPlan]] = {}
         self._lock = threading.Lock()

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,10 +49,18 @@ class Frontier:
 
 
 class LogDirFrontier:
-    """Frontier facts from the broker's log dirs (cached about a second per partition)."""
+    """Frontier facts from the broker's log dirs (cached about a second per partition).
 
-    def __init__(self, log_dirs: Sequence[Path]) -> None:
+    The LSO comes from ``broker_lso`` (the broker's ListOffsets answer) when given: the log dir's
+    own estimate is bounded by the high watermark of ``replication-offset-checkpoint``, written
+    every 5 s, so it lags (never runs ahead). The aborted transactions always come from the log
+    dir: an ABORT marker below the broker's LSO is in its files.
+    """
+
+    def __init__(self, log_dirs: Sequence[Path],
+                 broker_lso: Callable[[TopicIdPartition], int] | None = None) -> None:
         self._log_dirs = [Path(d) for d in log_dirs]
+        self._broker_lso = broker_lso
         self._lock = threading.Lock()
         self._cache: dict[tuple[TopicIdPartition, int], tuple[float, Frontier | None]] = {}
 
@@ -95,7 +103,8 @@ class LogDirFrontier:
                             remote_end=remote_end, local_start=pdir.segments[0].base_offset,
                             why="the local log does not reach back to the remote end (a copy gap)")
                 return None
-            lso = stable_offsets(pdir).last_stable_offset
+            lso = (self._broker_lso(tp) if self._broker_lso is not None
+                   else stable_offsets(pdir).last_stable_offset)
             aborted: list[AbortedTxn] = []
             segs = pdir.segments
             for seg, nxt in zip(segs, [*segs[1:], None], strict=True):

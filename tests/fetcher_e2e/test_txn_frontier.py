@@ -9,32 +9,35 @@ when it does not.
 
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from fetcher import RemoteFetcher
 from fetcher.fetch import IsolationLevel
+from rlm.commands.kafka_serve import start_kafka_listener
 from rlm.config import load_config
 from rlm.daemon.service import Daemon
 from rlm.log.partition import PartitionDir
-from tests.daemon.helpers import create_topic, produce, transactional_producer
+from tests.daemon.helpers import create_topic, produce, transactional_producer, wait_for
 from tests.fetcher_e2e.conftest import consume_all, lso_of
 from tests.services.kafka import KafkaCluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
-def _config(kafka: KafkaCluster, tmp: Path, topic: str, *, log_dirs: bool, work: str) -> Any:
+def _config(kafka: KafkaCluster, tmp: Path, topic: str, *, log_dirs: bool, work: str,
+            broker: bool = True) -> Any:
     return load_config(
         None,
         log_dirs=[str(kafka.log_dir)] if log_dirs else [],
         work_dir=str(tmp / work),
-        bootstrap_servers=kafka.bootstrap,
+        bootstrap_servers=kafka.bootstrap if broker else None,
         storage={"plugin": "local", "config": {"root": str(tmp / "remote"), "fsync": False}},
         metadata={"manager": "file", "config": {"dir": str(tmp / "metadata")}},
         topics=[{"pattern": topic, "remote.storage.enable": True, "retention.ms": -1}],
@@ -69,6 +72,28 @@ def _fetched(f: RemoteFetcher, topic: str, start: int, end: int) -> list[int]:
                 if not isinstance(rec, ControlRecord) and rec.offset >= offset]
         offset = r.next_offset
     return out
+
+
+Row = tuple[int, bytes | None, bytes | None]
+
+
+def _consumed(bootstrap: str, topic: str, isolation: str, end: int) -> list[Row]:
+    """What a confluent-kafka consumer reads from ``bootstrap`` until its position reaches ``end``."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:8]}",
+                  "isolation.level": isolation, "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    c.assign([TopicPartition(topic, 0, 0)])
+    out: list[Row] = []
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            for m in c.consume(500, timeout=0.5):
+                if m.error() is None and m.offset() < end:  # merged mode goes on from the broker
+                    out.append((m.offset(), m.key(), m.value()))
+            if c.position([TopicPartition(topic, 0)])[0].offset >= end:
+                return out
+        raise AssertionError(f"the consumer did not reach offset {end}: {out[-1:]}")
+    finally:
+        c.close()
 
 
 def test_read_committed_equals_the_broker_at_the_frontier(kafka: KafkaCluster, tmp_path: Path) -> None:
@@ -121,6 +146,20 @@ def test_read_committed_equals_the_broker_at_the_frontier(kafka: KafkaCluster, t
         assert _rows(f, topic, "read_committed") == tiered_committed
         assert _fetched(f, topic, plan.log_start, plan.log_end) == [o for o, _k, _v in tiered_committed]
         assert _rows(f, topic, "read_uncommitted") == [r for r in want_all if r[0] < remote_end]
+        # the Kafka endpoint serving this core: a real read_committed consumer gets the same
+        endpoint = start_kafka_listener(f, "127.0.0.1", 0, state_dir=tmp_path / "endpoint")
+        try:
+            assert _consumed(endpoint.bootstrap, topic, "read_committed", remote_end) == tiered_committed
+        finally:
+            endpoint.close()
+
+    # the log dir alone (no broker): its LSO is bounded by the high-watermark checkpoint, written
+    # every 5 s, so it may lag; it gets there, and never reads past the broker's answer
+    log_dir_only = _config(kafka, tmp_path, topic, log_dirs=True, work="r3", broker=False)
+    with RemoteFetcher.from_config(log_dir_only) as f:
+        wait_for("the log dir's LSO passes the remote end",
+                 lambda: f.committed_bound(topic, 0).stable_offset == remote_end, timeout=30)
+        assert _rows(f, topic, "read_committed") == tiered_committed
 
     with RemoteFetcher.from_config(_config(kafka, tmp_path, topic, log_dirs=False, work="r2")) as f:
         bound = f.committed_bound(topic, 0)
