@@ -22,7 +22,7 @@ from rlm.daemon.clock import wall_ms
 from rlm.daemon.metrics import DaemonMetrics
 from rlm.daemon.quota import CopyQuota
 from rlm.daemon.status import StatusBoard
-from rlm.daemon.workdir import atomic_write, writing
+from rlm.daemon.workdir import atomic_write, partition_state_file, writing
 from rlm.errors import MetadataTimeoutError
 from rlm.lineage import finished_only, merge_lineage
 from rlm.types import RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition, check_topic_name
@@ -100,7 +100,7 @@ class EpochHistory:
         self._lock = threading.Lock()
 
     def _path(self, tp: TopicIdPartition) -> Path:
-        return self.dir / f"{check_topic_name(tp.topic)}-{tp.partition}-{tp.topic_id.text}.json"
+        return partition_state_file(self.dir, tp)
 
     def merge(
         self,

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import structlog
 
-from rlm.daemon.workdir import atomic_write
-from rlm.types import RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition, check_topic_name
+from rlm.daemon.workdir import atomic_write, partition_state_file
+from rlm.types import RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 
 log = structlog.get_logger(__name__)
 
@@ -50,7 +50,7 @@ class OffLineageQuarantine:
         self._lock = threading.Lock()
 
     def _path(self, tp: TopicIdPartition) -> Path:
-        return self.dir / f"{check_topic_name(tp.topic)}-{tp.partition}-{tp.topic_id.text}.json"
+        return partition_state_file(self.dir, tp)
 
     def review(
         self,
