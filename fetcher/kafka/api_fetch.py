@@ -191,6 +191,9 @@ async def handle_fetch(ctx: EndpointContext, req: Any, version: int, header: Any
     tail = [p for p in flat if p.forward]
     if tail:
         await merged.forward(ctx, tail, isolation, 0 if got else max_wait_ms, max_bytes - got)
+        back = [p for p in tail if not p.forward]  # below the broker's new local start: remote
+        if back:
+            await ctx.call(lambda: _read(ctx, back, max(1, max_bytes - got), isolation))
     elif got < max(int(req.min_bytes), 1) and not any(p.error is not ErrorCode.none for p in flat):
         remaining = deadline - time.monotonic()
         if remaining > 0:
