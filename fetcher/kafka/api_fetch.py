@@ -48,7 +48,8 @@ class _Part:
     aborted: tuple[AbortedTransaction, ...] | None = None
 
 
-def _wanted(req: Any, catalog: Catalog) -> list[tuple[Any, list[_Part]]]:
+def _wanted(req: Any, catalog: Catalog, partition_cap: int) -> list[tuple[Any, list[_Part]]]:
+    """The request's partitions; ``partition_max_bytes`` capped at ``partition_cap``."""
     out = []
     for t in req.topics:
         key = getattr(t, "topic_id", None) if has_field(type(t), "topic_id") else t.topic
@@ -64,7 +65,7 @@ def _wanted(req: Any, catalog: Catalog) -> list[tuple[Any, list[_Part]]]:
                 entry.name if entry else None,
                 p.partition,
                 int(p.fetch_offset),
-                int(p.partition_max_bytes),
+                min(int(p.partition_max_bytes), partition_cap),
                 int(getattr(p, "current_leader_epoch", -1)),
             )
             if entry is None:
@@ -179,11 +180,13 @@ async def handle_fetch(ctx: EndpointContext, req: Any, version: int, header: Any
             responses=(),
         )
     isolation = IsolationLevel(int(getattr(req, "isolation_level", 0)) or 0)
-    max_bytes = int(getattr(req, "max_bytes", 0x7FFFFFFF))
+    # client-sent limits are capped as a broker caps them (fetch.max.bytes): one request must
+    # not turn into a GET of a whole segment
+    max_bytes = min(int(getattr(req, "max_bytes", 0x7FFFFFFF)), ctx.settings.fetch_max_bytes)
     max_wait_ms = min(int(req.max_wait.total_seconds() * 1000), _MAX_WAIT_CAP_MS)
     deadline = time.monotonic() + max_wait_ms / 1000
     catalog = await ctx.topics()
-    wanted = _wanted(req, catalog)
+    wanted = _wanted(req, catalog, ctx.settings.max_partition_fetch_bytes)
     flat = [p for _, ps in wanted for p in ps]
     if ctx.forwarder is not None:
         await merged.route(ctx, flat)
