@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import structlog
 from kio.schema.errors import ErrorCode
 
 from fetcher.fetch import AbortedTransaction, FetchResult, IsolationLevel
@@ -27,6 +28,8 @@ from fetcher.kafka.codec import has_field, make, nested, response_class
 from fetcher.kafka.context import Catalog, EndpointContext
 from fetcher.kafka.errors import error_code_for
 from rlm.errors import FetchTimeoutError, RlmError
+
+log = structlog.get_logger(__name__)
 
 _MAX_WAIT_CAP_MS = 5_000
 
@@ -101,10 +104,20 @@ def _prepare(ctx: EndpointContext, p: _Part, isolation: IsolationLevel) -> bool:
 def _read_one(
     ctx: EndpointContext, p: _Part, size: int, isolation: IsolationLevel, min_one: bool
 ) -> FetchResult:
-    """The core's read (or its read-ahead result), then read-ahead of the next one."""
+    """The core's read (or its read-ahead result), then read-ahead of the next one.
+
+    A read-ahead that failed is a miss, not an answer: its error may be seconds old (a storage
+    fault since cleared), so the read is done again now and reports its own outcome.
+    """
     assert p.topic is not None
     ahead = ctx.prefetch.take((p.topic, p.partition, p.offset, size, int(isolation)))
-    r = ahead.result() if ahead is not None else None
+    r = None
+    if ahead is not None:
+        try:
+            r = ahead.result()
+        except Exception as e:  # storage errors, a cancelled read-ahead: read again
+            log.info("kafka_read_ahead_failed", topic=p.topic, partition=p.partition, offset=p.offset,
+                     error=str(e))
     if r is None or (not min_one and len(r.records) > size):
         r = ctx.fetcher.fetch(
             p.topic, p.partition, p.offset, max_bytes=size, isolation=isolation, min_one_message=min_one
