@@ -169,8 +169,8 @@ class RemoteFetcher:
     def partition(self, topic: str, partition: int) -> TopicIdPartition:
         """The partition's id; :class:`UnknownTopicOrPartitionError` when nothing is remote.
         Every read asks this: it is a lookup in the catalog kept for about a second (a name not
-        found is looked up again in a catalog at most a tenth of that old: it may be new)."""
-        for max_age_s in (_PLAN_TTL_S, _PLAN_TTL_S / 10):
+        found there is looked up again in a fresh listing: it may be new)."""
+        for max_age_s in (_PLAN_TTL_S, 0.0):
             found = self._catalog(max_age_s)[1].get((topic, partition))
             if found is not None:
                 return found
