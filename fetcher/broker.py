@@ -22,6 +22,7 @@ class BrokerOffsets:
         self.bootstrap_servers = bootstrap_servers
         self._client_config = {str(k): _plain(v) for k, v in (client_config or {}).items()}
         self._consumer: Any = None
+        self._committed: Any = None
         self._lock = threading.Lock()
 
     def _client(self) -> Any:
@@ -81,11 +82,31 @@ class BrokerOffsets:
         assert got is not None
         return got[0]
 
+    def last_stable_offset(self, topic: str, partition: int) -> int:
+        """The partition's LSO as the broker answers ListOffsets(latest, read_committed)."""
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+        with self._lock:
+            if self._committed is None:
+                self._committed = Consumer({
+                    **self._client_config, "bootstrap.servers": self.bootstrap_servers,
+                    "group.id": "rlm-fetcher-offsets", "enable.auto.commit": False,
+                    "isolation.level": "read_committed"})
+            c = self._committed
+        try:
+            _low, high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=_TIMEOUT_S)
+        except KafkaException as e:
+            raise MetadataUnavailableError(
+                f"broker {self.bootstrap_servers}: ListOffsets (read_committed) for {topic}-{partition} "
+                f"failed: {e}") from e
+        return int(high)
+
     def close(self) -> None:
         with self._lock:
-            if self._consumer is not None:
-                self._consumer.close()
-                self._consumer = None
+            for c in (self._consumer, self._committed):
+                if c is not None:
+                    c.close()
+            self._consumer = self._committed = None
 
 
 def _plain(value: Any) -> Any:

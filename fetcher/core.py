@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +19,17 @@ import structlog
 
 from fetcher.broker import BrokerOffsets
 from fetcher.fetch import FetchRequest, FetchResult, IsolationLevel, fetch_from_plan
+from fetcher.frontier import LogDirFrontier
 from fetcher.index_cache import DIR_NAME, RemoteIndexCache
 from fetcher.planning import PartitionPlan, plan_partition
 from fetcher.pool import ReaderPool
 from fetcher.reader import ByteRateLimiter, ReadStats, SegmentReader
 from fetcher.scan import ScanRange, plan_scan, scan_range
 from fetcher.timestamps import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TimestampAnswer, offset_for_timestamp
-from fetcher.transactions import StableOffsets
+from fetcher.transactions import CommittedBound, StableOffsets
 from rlm.config import DaemonConfig, ReadConfig
 from rlm.errors import RemoteSegmentDeletedError, UnknownTopicOrPartitionError
+from rlm.log.txn_index import AbortedTxn
 from rlm.types import RemoteLogSegmentState, TopicIdPartition
 from rlmm.api import RemoteLogMetadataManager
 from rsm_plugins.api import RemoteStorageManager
@@ -61,7 +63,8 @@ class RemoteFetcher:
 
     def __init__(self, rsm: RemoteStorageManager, rlmm: RemoteLogMetadataManager, *, work_dir: Path,
                  read: ReadConfig | None = None, index_cache_bytes: int = 1 << 30,
-                 broker: BrokerOffsets | None = None, owns_plugins: bool = False) -> None:
+                 broker: BrokerOffsets | None = None, owns_plugins: bool = False,
+                 log_dirs: Sequence[Path] = ()) -> None:
         self.read_config = read or ReadConfig.model_validate({})
         rc = self.read_config
         self.rsm = rsm
@@ -75,7 +78,12 @@ class RemoteFetcher:
         self.reader = SegmentReader(rsm, chunk_bytes=rc.chunk_bytes, cache_bytes=rc.chunk_cache_bytes,
                                     read_ahead_chunks=rc.read_ahead_chunks, parallel_gets=rc.parallel_gets,
                                     limiter=ByteRateLimiter(rc.fetch_max_bytes_per_second), stats=self.stats)
-        self.stable = StableOffsets(rsm)
+        frontier = None
+        if log_dirs:
+            lso = (None if broker is None
+                   else lambda tp: broker.last_stable_offset(tp.topic, tp.partition))
+            frontier = LogDirFrontier(log_dirs, lso)
+        self.stable = StableOffsets(rsm, frontier)
         self.pool = ReaderPool(rc.reader_threads, rc.reader_max_pending_tasks, rc.fetch_max_wait_ms)
         self._plans: dict[TopicIdPartition, tuple[float, PartitionPlan]] = {}
         self._catalog_cache: tuple[float, dict[str, list[TopicIdPartition]],
@@ -101,7 +109,7 @@ class RemoteFetcher:
         try:
             return cls(rsm, rlmm, work_dir=config.work_dir, read=config.read,
                        index_cache_bytes=config.index_file_cache_total_size_bytes, broker=broker,
-                       owns_plugins=True)
+                       owns_plugins=True, log_dirs=config.log_dirs)
         except BaseException:
             rlmm.close()
             rsm.close()
@@ -212,9 +220,14 @@ class RemoteFetcher:
 
         def task() -> FetchResult:
             plan = self.plan(tp)
-            lso = self.stable.last_stable_offset(plan) if level is IsolationLevel.READ_COMMITTED else None
-            req = FetchRequest(offset, max_bytes, level, leader_epoch, min_one_message, raw_tail,
-                               drop_aborted, sequential, lso)
+            if level is IsolationLevel.READ_COMMITTED:
+                bound = self.stable.committed_bound(plan)
+                req = FetchRequest(offset, max_bytes, level, leader_epoch, min_one_message, raw_tail,
+                                   drop_aborted, sequential, bound.stable_offset, bound.frontier_aborted,
+                                   bound.limited)
+            else:
+                req = FetchRequest(offset, max_bytes, level, leader_epoch, min_one_message, raw_tail,
+                                   drop_aborted, sequential)
             try:
                 return fetch_from_plan(plan, req, self.reader, self.indexes)
             except RemoteSegmentDeletedError:
@@ -253,8 +266,15 @@ class RemoteFetcher:
         return OffsetAnswer(got[0], got[1], got[2], "broker")
 
     def last_stable_offset(self, topic: str, partition: int) -> int:
-        """Remote LSO: read_committed readers see records below it (see :mod:`fetcher.transactions`)."""
-        return self.stable.last_stable_offset(self.plan(topic, partition))
+        """read_committed readers see remote records below it: the partition's LSO capped at the
+        remote end, or the remote LSO when a transaction open there cannot be decided (see
+        :meth:`committed_bound` and :mod:`fetcher.transactions`)."""
+        return self.committed_bound(topic, partition).stable_offset
+
+    def committed_bound(self, topic: str, partition: int) -> CommittedBound:
+        """The read_committed bound of the partition's remote tier, the aborted transactions past
+        it, and whether it is limited to the remote LSO (say so to the user when it is)."""
+        return self.stable.committed_bound(self.plan(topic, partition))
 
     def plan_scan(self, topic: str, partition: int, *, start_offset: int | None = None,
                   end_offset: int | None = None, start_timestamp: int | None = None,
@@ -283,12 +303,19 @@ class RemoteFetcher:
         storage GETs still go through the reader's bounded parallel fetches and read-ahead.
         """
         level = IsolationLevel.parse(isolation)
+        frontier_aborted: tuple[AbortedTxn, ...] = ()
         if level is IsolationLevel.READ_COMMITTED:
-            lso = self.stable.last_stable_offset(self.plan(topic, partition))
-            end_offset = lso if end_offset is None else min(end_offset, lso)
+            bound = self.committed_bound(topic, partition)
+            if bound.limited:
+                log.warning("read_committed_limited", topic=topic, partition=partition,
+                            stable_offset=bound.stable_offset,
+                            why="a transaction open at the remote end is decided by records not tiered "
+                                "yet and no broker log dir is configured")
+            frontier_aborted = bound.frontier_aborted
+            end_offset = bound.stable_offset if end_offset is None else min(end_offset, bound.stable_offset)
         plan, ranges = self.plan_scan(topic, partition, start_offset=start_offset, end_offset=end_offset,
                                       start_timestamp=start_timestamp, end_timestamp=end_timestamp)
         for rng in ranges:
             yield from scan_range(plan, rng, self.reader, self.indexes, isolation=level,
                                   max_batch_rows=max_batch_rows,
-                                  include_headers=include_headers)
+                                  include_headers=include_headers, frontier_aborted=frontier_aborted)

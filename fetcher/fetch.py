@@ -66,6 +66,9 @@ class FetchResult:
     segment_id: str | None
     batches: int
     last_stable_offset: int | None = None
+    #: read_committed: True when the read stopped at the remote LSO because a transaction open at
+    #: the remote end could not be decided (no broker log dir known): maybe short of the broker
+    stable_limited: bool = False
 
     @property
     def empty(self) -> bool:
@@ -82,8 +85,11 @@ class FetchRequest:
     raw_tail: bool = False
     drop_aborted: bool = False
     sequential: bool = False
-    #: read_committed only: records at or past this offset are not returned (remote LSO)
+    #: read_committed only: records at or past this offset are not returned (the LSO)
     stable_offset: int | None = None
+    #: read_committed only: aborted transactions whose marker is past the remote end
+    frontier_aborted: tuple[AbortedTxn, ...] = ()
+    stable_limited: bool = False
 
 
 def fetch_from_plan(plan: PartitionPlan, req: FetchRequest, reader: SegmentReader,
@@ -108,7 +114,7 @@ def _empty(plan: PartitionPlan, req: FetchRequest) -> FetchResult:
     aborted: tuple[AbortedTransaction, ...] | None = (
         () if req.isolation is IsolationLevel.READ_COMMITTED else None)
     return FetchResult(plan.tp, req.offset, b"", req.offset, plan.log_start, plan.log_end, aborted,
-                       None, None, 0, req.stable_offset)
+                       None, None, 0, req.stable_offset, req.stable_limited)
 
 
 def _read_link(plan: PartitionPlan, link: PlannedSegment, target: int, req: FetchRequest,
@@ -152,14 +158,16 @@ def _read_link(plan: PartitionPlan, link: PlannedSegment, target: int, req: Fetc
     aborted: tuple[AbortedTransaction, ...] | None = None
     if req.isolation is IsolationLevel.READ_COMMITTED:
         upper = _upper_bound(idx.offset.offsets, idx.offset.positions, first.position + size, md.end_offset)
-        aborted_full = collect_aborted_txns(plan, link, first.base_offset, upper, indexes)
+        aborted_full = collect_aborted_txns(plan, link, first.base_offset, upper, indexes,
+                                            req.frontier_aborted)
         aborted = tuple(AbortedTransaction(a.producer_id, a.first_offset) for a in aborted_full)
     if req.drop_aborted:
         taken = [b for b in taken if not _is_aborted_or_control(b.header, aborted_full)]
         raw_tail = b""
     records = b"".join(b.data for b in taken) + raw_tail
     return FetchResult(plan.tp, req.offset, records, next_offset, plan.log_start, plan.log_end, aborted,
-                       first.base_offset, str(md.remote_log_segment_id.id), len(taken), req.stable_offset)
+                       first.base_offset, str(md.remote_log_segment_id.id), len(taken), req.stable_offset,
+                       req.stable_limited)
 
 
 def _upper_bound(offsets: object, positions: object, end_position: int, end_offset: int) -> int:

@@ -3,23 +3,24 @@
 Every face of the read side (fetch, offsets, scan, the HTTP API, the Kafka endpoint, Spark)
 plans through :func:`plan_partition`, so segment choice cannot diverge between them.
 
-The lineage comes from remote metadata alone (a read tier has no broker partition directory):
-an epoch starts where the earliest remote segment says it does, and an epoch whose start is not
-after an older epoch's start supersedes it. After an unclean election two segments can cover
-the same offsets; the part of a segment that does not agree with the lineage (its epoch ran on
-past the next lineage epoch's start) is cut off, so a read never returns records of a diverged
-leader. Among segments that agree, the chain takes the one reaching furthest (fewest reads).
+The lineage comes from remote metadata alone (a read tier has no broker partition directory),
+by the rules of :mod:`rlm.lineage`, which the daemon's expirer uses too: an epoch starts where the
+earliest remote segment says it does, and an epoch whose start is not after an older epoch's
+start supersedes it. After an unclean election two segments can cover the same offsets; the
+part of a segment that does not agree with the lineage (its epoch ran on past the next lineage
+epoch's start) is cut off, so a read never returns records of a diverged leader. Among segments
+that agree, the chain takes the one reaching furthest (fewest reads).
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from rlm.errors import FencedLeaderEpochError, OffsetOutOfRangeError, UnknownLeaderEpochError
-from rlm.lineage import filtered_epochs
-from rlm.types import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
+from rlm.lineage import chain, finished_only, lineage_from_segments
+from rlm.types import RemoteLogSegmentMetadata, TopicIdPartition
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,67 +122,11 @@ class PartitionPlan:
                 f"offset {offset} (the log diverged; refetch the epoch's end offset)")
 
 
-def lineage_from_segments(segments: Iterable[RemoteLogSegmentMetadata]) -> list[tuple[int, int]]:
-    """(epoch, start offset) of the current lineage, derived from remote segments' epoch entries."""
-    first_start: dict[int, int] = {}
-    for md in segments:
-        for epoch, start in md.segment_leader_epochs:
-            if epoch not in first_start or start < first_start[epoch]:
-                first_start[epoch] = start
-    stack: list[tuple[int, int]] = []
-    for epoch, start in sorted(first_start.items()):
-        while stack and stack[-1][1] > start:
-            stack.pop()  # a newer epoch starting earlier truncated the older one's history
-        stack.append((epoch, start))
-    return filtered_epochs(stack)
-
-
-def lineage_last_offset(md: RemoteLogSegmentMetadata, lineage: Sequence[tuple[int, int]]) -> int:
-    """Last offset of ``md`` that agrees with ``lineage`` (``start_offset - 1`` when none does)."""
-    lin = dict(lineage)
-    lin_epochs = [e for e, _ in lineage]
-    seg = list(md.segment_leader_epochs)
-    last_ok = md.start_offset - 1
-    for i, (epoch, start) in enumerate(seg):
-        seg_end = seg[i + 1][1] - 1 if i + 1 < len(seg) else md.end_offset
-        if seg_end < start:
-            continue  # an epoch with no records in this segment
-        if epoch not in lin or start < lin[epoch]:
-            return last_ok
-        j = lin_epochs.index(epoch)
-        lin_end = lineage[j + 1][1] - 1 if j + 1 < len(lineage) else None
-        if lin_end is not None and seg_end > lin_end:
-            return max(last_ok, min(seg_end, lin_end))
-        last_ok = seg_end
-    return last_ok
-
-
 def plan_partition(tp: TopicIdPartition, segments: Iterable[RemoteLogSegmentMetadata]) -> PartitionPlan:
     """Build the chain from every segment of the partition (any state; only FINISHED ones count)."""
-    finished = [md for md in segments if md.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
+    finished = finished_only(segments)
     lineage = lineage_from_segments(finished)
-    candidates = []
-    for md in finished:
-        last = lineage_last_offset(md, lineage)
-        if last >= md.start_offset:
-            candidates.append(PlannedSegment(md, md.start_offset, last))
-    candidates.sort(key=lambda p: (p.first, -p.last, str(p.metadata.remote_log_segment_id.id)))
-    chain: list[PlannedSegment] = []
-    gaps: list[tuple[int, int]] = []
-    i = 0
-    cursor = candidates[0].first if candidates else 0
-    while i < len(candidates):
-        best: PlannedSegment | None = None
-        while i < len(candidates) and candidates[i].first <= cursor:
-            c = candidates[i]
-            if c.last >= cursor and (best is None or c.last > best.last):
-                best = c
-            i += 1
-        if best is None:
-            nxt = candidates[i]
-            gaps.append((cursor, nxt.first - 1))
-            cursor = nxt.first
-            continue
-        chain.append(PlannedSegment(best.metadata, cursor, best.last))
-        cursor = best.last + 1
-    return PartitionPlan(tp, tuple(chain), tuple(lineage), tuple(gaps))
+    links, gaps = chain(finished, lineage)
+    return PartitionPlan(
+        tp, tuple(PlannedSegment(md, first, last) for md, first, last in links), tuple(lineage), tuple(gaps)
+    )

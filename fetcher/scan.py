@@ -10,7 +10,7 @@ A segment is checked complete: its bytes must end at its recorded end offset and
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -53,16 +53,23 @@ def plan_scan(plan: PartitionPlan, start: int, end: int) -> list[ScanRange]:
 
 def scan_range(plan: PartitionPlan, rng: ScanRange, reader: SegmentReader, indexes: RemoteIndexCache, *,
                isolation: IsolationLevel, min_window_bytes: int = 1 << 20, max_batch_rows: int = 65536,
-               include_headers: bool = True) -> Iterator[pa.RecordBatch]:
-    """Decode one link's offsets ``[rng.start, rng.end)`` to Arrow batches."""
+               include_headers: bool = True, frontier_aborted: Sequence[AbortedTxn] = (),
+               aborted: Sequence[AbortedTxn] | None = None) -> Iterator[pa.RecordBatch]:
+    """Decode one link's offsets ``[rng.start, rng.end)`` to Arrow batches.
+
+    read_committed: the aborted transactions overlapping the range are collected from ``plan``
+    (this and later links, then ``frontier_aborted``: see
+    :meth:`fetcher.transactions.StableOffsets.committed_bound`), unless the caller collected them
+    already with the whole plan (``aborted``: a Spark task only carries its own link)."""
     md = rng.link.metadata
     idx = indexes.get(md)
     pos = idx.offset.lookup(rng.start).position
     nxt = plan.after(rng.link)
     size = md.segment_size_in_bytes
-    aborted: list[AbortedTxn] = []
-    if isolation is IsolationLevel.READ_COMMITTED:
-        aborted = collect_aborted_txns(plan, rng.link, rng.start, rng.end, indexes)
+    if isolation is not IsolationLevel.READ_COMMITTED:
+        aborted = []
+    elif aborted is None:
+        aborted = collect_aborted_txns(plan, rng.link, rng.start, rng.end, indexes, frontier_aborted)
     tp = plan.tp
     name = describe(md)
     last: BatchHeader | None = None
@@ -117,7 +124,7 @@ def _entry_end(reader: SegmentReader, md: RemoteLogSegmentMetadata, pos: int, he
     return pos + LOG_OVERHEAD + length
 
 
-def _aborted_ranges(headers: list[BatchHeader], aborted: list[AbortedTxn]) -> np.ndarray:
+def _aborted_ranges(headers: list[BatchHeader], aborted: Sequence[AbortedTxn]) -> np.ndarray:
     """(first, last) offset pairs of the aborted data batches among ``headers``."""
     out = []
     for h in headers:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -24,6 +24,7 @@ from fetcher.planning import PartitionPlan, PlannedSegment
 from fetcher.reader import ByteRateLimiter, ReadStats, SegmentReader
 from fetcher.scan import ScanRange, scan_range
 from rlm.config import ReadConfig
+from rlm.log.txn_index import AbortedTxn
 from rlm.types import TopicIdPartition
 from rsm_plugins.api import RemoteStorageManager
 
@@ -53,16 +54,19 @@ class RangeScanner:
 
     def scan(self, tp: TopicIdPartition, rng: ScanRange, *, next_link: PlannedSegment | None = None,
              isolation: str | IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
-             include_headers: bool = True, max_batch_rows: int = 65536) -> Iterator[pa.RecordBatch]:
+             include_headers: bool = True, max_batch_rows: int = 65536,
+             aborted: Sequence[AbortedTxn] | None = None) -> Iterator[pa.RecordBatch]:
         """Arrow batches (:data:`rlm.log.KAFKA_SCHEMA`) of ``rng`` in offset order.
 
-        ``read_committed`` drops aborted records with the segment's remote transaction index.
+        ``read_committed`` drops the records of ``aborted`` (the driver collected them over the
+        whole plan and the frontier: an ABORT marker may sit segments later); without it, of
+        the aborted transactions this link's and the next link's transaction indexes know.
         """
         links = (rng.link,) if next_link is None else (rng.link, next_link)
         plan = PartitionPlan(tp, links, (), ())
         yield from scan_range(plan, rng, self.reader, self.indexes, isolation=IsolationLevel.parse(isolation),
                               max_batch_rows=max_batch_rows,
-                              include_headers=include_headers)
+                              include_headers=include_headers, aborted=aborted)
 
     def close(self) -> None:
         """Release the reader (the plugin stays open: its owner closes it)."""

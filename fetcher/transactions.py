@@ -6,15 +6,21 @@ sit in a later segment than its data). The remote last stable offset bounds read
 reads: a transaction whose data is remote but whose marker is not (still local, or not yet
 written) is undecided, so read_committed reads stop at its first offset. It comes from the
 producer snapshot stored with the last remote segment: the first offsets of the transactions
-open at that segment's end. Every copy stores that snapshot (Kafka's and the daemon's), so a
-missing one is a lost file and an integrity error naming the segment, never "nothing open": that
-would silently raise the LSO past undecided transactions.
+open at that segment's end. Where the broker's log dir is known, the outcome of those
+transactions is read from it (:mod:`fetcher.frontier`) and the bound is the partition's LSO, as
+the broker's own read_committed fetch has it (:meth:`StableOffsets.committed_bound`). Every copy
+stores that snapshot (Kafka's and the daemon's), so a missing one is a lost file and an
+integrity error naming the segment, never "nothing open": that would silently raise the LSO past
+undecided transactions.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
 
+from fetcher.frontier import LogDirFrontier
 from fetcher.index_cache import RemoteIndexCache
 from fetcher.planning import PartitionPlan, PlannedSegment
 from rlm.errors import RemoteResourceNotFoundError, RemoteStorageIntegrityError
@@ -25,26 +31,57 @@ from rsm_plugins.api import RemoteStorageManager
 
 
 def collect_aborted_txns(plan: PartitionPlan, link: PlannedSegment, start: int, upper: int,
-                         indexes: RemoteIndexCache) -> list[AbortedTxn]:
-    """Aborted transactions overlapping ``[start, upper)`` from ``link`` and the links after it."""
+                         indexes: RemoteIndexCache,
+                         frontier_aborted: Sequence[AbortedTxn] = ()) -> list[AbortedTxn]:
+    """Aborted transactions overlapping ``[start, upper)`` from ``link`` and the links after it,
+    then, past the remote end, from ``frontier_aborted`` (those whose ABORT marker is not tiered
+    yet: :mod:`fetcher.frontier`), as Kafka goes on into local segments."""
     found: list[AbortedTxn] = []
     current: PlannedSegment | None = link
     while current is not None:
         entries, complete = collect_aborted(indexes.get(current.metadata).txn, start, upper)
         found.extend(entries)
         if complete:
-            break
+            return found
         current = plan.after(current)
+    found.extend(a for a in frontier_aborted if a.last_offset >= start and a.first_offset < upper)
     return found
 
 
-class StableOffsets:
-    """Remote LSO per partition, from the last segment's producer snapshot (cached by segment)."""
+@dataclass(frozen=True, slots=True)
+class CommittedBound:
+    """How far read_committed readers may read the remote tier, and what they must know to do it."""
 
-    def __init__(self, rsm: RemoteStorageManager) -> None:
+    stable_offset: int
+    """Exclusive bound on remote offsets for read_committed (at most the remote log end)."""
+    frontier_aborted: tuple[AbortedTxn, ...]
+    """Aborted transactions whose data is tiered and whose marker is not (yet)."""
+    limited: bool
+    """True when a transaction open at the remote end could not be decided (no frontier source):
+    the bound is the remote LSO, possibly short of what the broker serves."""
+
+
+class StableOffsets:
+    """Remote LSO per partition, from the last segment's producer snapshot (cached by segment),
+    and the read_committed bound with the frontier's facts when a source knows them."""
+
+    def __init__(self, rsm: RemoteStorageManager, frontier: LogDirFrontier | None = None) -> None:
         self._rsm = rsm
+        self._frontier = frontier
         self._lock = threading.Lock()
         self._by_segment: dict[str, int] = {}
+
+    def committed_bound(self, plan: PartitionPlan) -> CommittedBound:
+        """The remote LSO when nothing is open at the remote end; else the partition's LSO (capped
+        at the remote end) with the frontier's aborted transactions; else the remote LSO, limited."""
+        remote_lso = self.last_stable_offset(plan)
+        if remote_lso >= plan.log_end:
+            return CommittedBound(plan.log_end, (), False)
+        found = self._frontier.frontier(plan.tp, plan.log_end - 1) if self._frontier is not None else None
+        if found is None:
+            return CommittedBound(remote_lso, (), True)
+        return CommittedBound(max(remote_lso, min(plan.log_end, found.last_stable_offset)),
+                              found.aborted, False)
 
     def last_stable_offset(self, plan: PartitionPlan) -> int:
         if not plan.segments:

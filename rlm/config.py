@@ -397,6 +397,14 @@ class DaemonConfig(BaseSettings):
         "the monotonic clock, so a clock jump cannot change it); this node's own are cleaned up "
         "at once.",
     )
+    off_lineage_grace_ms: int = Field(
+        7 * 24 * 3600 * 1000,
+        ge=0,
+        description="A FINISHED remote segment off the current leader-epoch lineage (and needed by "
+        "no read) is quarantined: kept, shown in `rlm status` and `rlm verify` and counted in "
+        "rlm_remote_segments_quarantined, and deleted only if it is still off the lineage after "
+        "this long (the first-seen time is kept in the work dir across restarts).",
+    )
     copy_lag_warn_ratio: float = Field(
         0.8,
         gt=0,

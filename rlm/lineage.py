@@ -1,16 +1,35 @@
-"""Leader-epoch lineage: which remote segments belong to the current leader's history.
+"""Leader-epoch lineage: which remote segments, and which of their offsets, are the current history.
 
-Pure functions over ``(epoch, start_offset)`` lists (ascending), so the copy and expiry tasks and
-their tests share one implementation of Kafka's rules (``RemoteLogManager.findHighestRemoteOffset``,
-``isRemoteSegmentWithinLeaderEpochs``, ``buildFilteredLeaderEpochMap`` and
-``LeaderEpochFileCache.epochEntriesInRange``).
+One implementation for every user: the read core's planning (:mod:`fetcher.planning`), the copy
+task, the expiry task and ``rlm verify``, so a reader and the expirer can never disagree on what
+is on the lineage. Pure functions over ``(epoch, start_offset)`` lists (ascending).
+
+Where the lineage comes from. A broker beside this sidecar knows nothing of the remote tier: its
+``leader-epoch-checkpoint`` describes only its *local* log, and local retention truncates it from
+the front, rewriting the first entry's start to the local log start. Kafka's tiered brokers do not
+have that problem (they rebuild the cache from remote data and truncate it only at the overall log
+start); here the lineage is merged from *observations* instead (:func:`merge_lineage`):
+
+- every FINISHED remote segment's epoch entries (what its writer's log held for its range), the
+  daemon's remembered history, and the broker's checkpoint are observations of real data, so the
+  true start of an epoch is the *earliest* start any of them saw (an observation can start an
+  epoch late, after a truncation from the front, never early);
+- a newer epoch that starts at or before an older epoch's start truncated the older one (an
+  unclean election): the older epoch is not on the lineage;
+- the leader's own checkpoint (the *authority*) is exact from its first entry on, except that
+  the first entry's start means "began at or before": below it only older epochs can lie.
+
+A segment's records are on the lineage up to :func:`lineage_last_offset`; :func:`chain` picks the
+segments readers read. Kafka's rules used elsewhere: ``findHighestRemoteOffset``,
+``buildFilteredLeaderEpochMap`` and ``LeaderEpochFileCache.epochEntriesInRange``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
-from rlm.types import RemoteLogSegmentMetadata
+from rlm.types import RemoteLogSegmentMetadata, RemoteLogSegmentState
 
 Epochs = Sequence[tuple[int, int]]
 
@@ -80,33 +99,161 @@ def find_highest_remote_offset(
     return -1, -1
 
 
-def is_within_lineage(md: RemoteLogSegmentMetadata, log_end_offset: int, leader_epochs: Epochs) -> bool:
-    """Kafka's ``isRemoteSegmentWithinLeaderEpochs`` over filtered epoch lists."""
-    lineage = filtered_epochs(leader_epochs)
-    if not lineage:
-        return False
-    seg = filtered_epochs(md.segment_leader_epochs)
-    if not seg:
-        return False
-    lineage_map = dict(lineage)
-    lineage_keys = [e for e, _ in lineage]
-    seg_last_epoch = seg[-1][0]
-    if seg_last_epoch < lineage_keys[0] or seg_last_epoch > lineage_keys[-1]:
-        return False
-    seg_first = next((e for e, _ in seg if e >= lineage_keys[0]), None)
-    if seg_first is None:
-        return False
-    seg_after = [(e, s) for e, s in seg if e >= seg_first]
-    for i, (epoch, offset) in enumerate(seg_after):
-        if epoch not in lineage_map:
-            return False
-        if epoch == seg_first and epoch != lineage_keys[0] and offset < lineage_map[epoch]:
-            return False
-        idx = lineage_keys.index(epoch)
-        if i == len(seg_after) - 1:
-            if idx + 1 < len(lineage_keys) and md.end_offset > lineage[idx + 1][1] - 1:
-                return False
+def merge_lineage(
+    observations: Iterable[Epochs], authority: Epochs = (), authority_end: int | None = None
+) -> list[tuple[int, int]]:
+    """The current lineage from epoch observations and, where known, the leader's own checkpoint.
+
+    ``observations``: epoch lists seen anywhere (remote segments, remembered history); each epoch
+    starts at the earliest offset observed. ``authority``: the leading broker's checkpoint, exact
+    from its first entry on, whose first entry began at or before its start (local retention
+    truncates it from the front); observed epochs between its entries are not on the lineage,
+    observed epochs newer than its last are if they start at or after ``authority_end`` (the
+    leader's log end offset; its last entry's start when not given). Newer epochs starting at
+    or before an older epoch's start truncate the older one. Empty epochs (a start equal to the
+    next epoch's) are kept, as in a broker's checkpoint; :func:`filtered_epochs` drops them
+    where only epochs with records count.
+    """
+    first_start: dict[int, int] = {}
+    for entries in observations:
+        for epoch, start in entries:
+            if epoch not in first_start or start < first_start[epoch]:
+                first_start[epoch] = start
+    auth = sorted(authority)
+    if auth:
+        head_epoch, head_start = auth[0]
+        head_start = min(head_start, first_start.get(head_epoch, head_start))
+        below = [(e, s) for e, s in sorted(first_start.items()) if e < head_epoch and s < head_start]
+        # epochs newer than any the broker knows, starting after its last one, continue its log
+        # (this node's view of leadership is behind); one starting earlier contradicts the
+        # leader's own log, which wins: that segment stays off the lineage (and in quarantine)
+        end = auth[-1][1] if authority_end is None else max(authority_end, auth[-1][1])
+        newer = [(e, s) for e, s in sorted(first_start.items()) if e > auth[-1][0] and s >= end]
+        entries_in_order = [*below, (head_epoch, head_start), *auth[1:], *newer]
+    else:
+        entries_in_order = sorted(first_start.items())
+    stack: list[tuple[int, int]] = []
+    for epoch, start in entries_in_order:
+        while stack and stack[-1][1] > start:
+            stack.pop()  # a newer epoch starting earlier truncated the older one's history
+        stack.append((epoch, start))
+    return stack
+
+
+def finished_only(segments: Iterable[RemoteLogSegmentMetadata]) -> list[RemoteLogSegmentMetadata]:
+    """The segments that hold readable data: COPY_SEGMENT_FINISHED ones."""
+    return [md for md in segments if md.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
+
+
+def lineage_from_segments(segments: Iterable[RemoteLogSegmentMetadata]) -> list[tuple[int, int]]:
+    """The lineage a reader derives from remote metadata alone (FINISHED segments' epochs)."""
+    return filtered_epochs(merge_lineage(md.segment_leader_epochs for md in finished_only(segments)))
+
+
+def lineage_last_offset(md: RemoteLogSegmentMetadata, lineage: Sequence[tuple[int, int]]) -> int:
+    """Last offset of ``md`` that agrees with ``lineage`` (``start_offset - 1`` when none does).
+
+    A segment agrees while each of its epochs is a lineage epoch that began no later than the
+    segment says and had not yet been followed by the next lineage epoch (empty lineage epochs,
+    which hold no record, are ignored).
+    """
+    lineage = filtered_epochs(lineage)
+    lin = dict(lineage)
+    lin_epochs = [e for e, _ in lineage]
+    seg = list(md.segment_leader_epochs)
+    last_ok = md.start_offset - 1
+    for i, (epoch, start) in enumerate(seg):
+        seg_end = seg[i + 1][1] - 1 if i + 1 < len(seg) else md.end_offset
+        if seg_end < start:
+            continue  # an epoch with no records in this segment
+        if epoch not in lin or start < lin[epoch]:
+            return last_ok
+        j = lin_epochs.index(epoch)
+        lin_end = lineage[j + 1][1] - 1 if j + 1 < len(lineage) else None
+        if lin_end is not None and seg_end > lin_end:
+            return max(last_ok, min(seg_end, lin_end))
+        last_ok = seg_end
+    return last_ok
+
+
+Link = tuple[RemoteLogSegmentMetadata, int, int]
+"""One link of a read chain: the segment serves offsets ``first..last`` (inclusive)."""
+
+
+def chain(
+    segments: Iterable[RemoteLogSegmentMetadata], lineage: Sequence[tuple[int, int]]
+) -> tuple[list[Link], list[tuple[int, int]]]:
+    """The segments a reader reads, oldest first, and the gaps ``(first, last)`` between them.
+
+    Only FINISHED segments count; each serves its offsets that agree with ``lineage``. Among
+    segments covering the next offset, the one reaching furthest is taken (fewest reads); among
+    equals one wholly on the lineage (so a diverged copy is left unread and can be dropped), then
+    the lowest segment id, so every process picks the same copy.
+    """
+    candidates: list[Link] = []
+    for md in finished_only(segments):
+        last = lineage_last_offset(md, lineage)
+        if last >= md.start_offset:
+            candidates.append((md, md.start_offset, last))
+    candidates.sort(key=lambda c: (c[1], str(c[0].remote_log_segment_id.id)))
+
+    def reach(c: Link) -> tuple[int, bool]:
+        return c[2], c[2] >= c[0].end_offset
+
+    links: list[Link] = []
+    gaps: list[tuple[int, int]] = []
+    i = 0
+    cursor = candidates[0][1] if candidates else 0
+    while i < len(candidates):
+        best: Link | None = None
+        while i < len(candidates) and candidates[i][1] <= cursor:
+            c = candidates[i]
+            if c[2] >= cursor and (best is None or reach(c) > reach(best)):  # the first of equals wins
+                best = c
+            i += 1
+        if best is None:
+            if i >= len(candidates):
+                break  # the rest lie inside what the chain already covers
+            nxt = candidates[i]
+            gaps.append((cursor, nxt[1] - 1))
+            cursor = nxt[1]
+            continue
+        links.append((best[0], cursor, best[2]))
+        cursor = best[2] + 1
+    return links, gaps
+
+
+@dataclass(frozen=True, slots=True)
+class LineageVerdict:
+    """FINISHED segments split by the lineage: ``kept`` (on it, or read by some chain) and
+    ``off_lineage`` (candidates for quarantine: not wholly on it and read by no chain)."""
+
+    lineage: tuple[tuple[int, int], ...]
+    kept: tuple[RemoteLogSegmentMetadata, ...]
+    off_lineage: tuple[RemoteLogSegmentMetadata, ...]
+
+
+def judge_segments(
+    segments: Iterable[RemoteLogSegmentMetadata], lineage: Sequence[tuple[int, int]]
+) -> LineageVerdict:
+    """Which FINISHED segments the lineage keeps, and which it would drop — never one a read needs.
+
+    A segment is off the lineage when some of its records disagree with ``lineage`` (the
+    daemon's, which knows more than remote metadata: the leader's own checkpoint and memory). It
+    is a deletion candidate only if the read chain over ``lineage`` does not use it, so dropping
+    every candidate leaves every readable offset readable. (A reader without a broker derives
+    its lineage from remote metadata alone; where that disagrees with the leader's, the
+    leader's is right, and dropping the candidates brings the reader's in line.)
+    """
+    finished = finished_only(segments)
+    lineage = filtered_epochs(lineage)
+    used = {md.remote_log_segment_id for md, _, _ in chain(finished, lineage)[0]}
+    kept: list[RemoteLogSegmentMetadata] = []
+    off: list[RemoteLogSegmentMetadata] = []
+    for md in finished:
+        whole = lineage_last_offset(md, lineage) >= md.end_offset
+        if whole or md.remote_log_segment_id in used:
+            kept.append(md)
         else:
-            if idx + 1 >= len(lineage) or lineage[idx + 1] != seg_after[i + 1]:
-                return False
-    return md.end_offset < log_end_offset
+            off.append(md)
+    return LineageVerdict(tuple(lineage), tuple(kept), tuple(off))

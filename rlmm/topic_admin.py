@@ -92,6 +92,9 @@ def _ensure_once(cfg: TopicRlmmConfig, admin: AdminClient, *, timeout: float) ->
                      replication_factor=rf, retention_ms=cfg.retention_ms)
         except KafkaException as e:
             err: Any = e.args[0] if e.args else None
+            # TOPIC_ALREADY_EXISTS is success: another sidecar started at the same moment won the
+            # race (issue 20). A listing right after may not show it yet, or show it without
+            # leaders: both raise below and are retried by ensure_metadata_topic's loop.
             if not (isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS):
                 if isinstance(err, KafkaError) and err.code() in (
                         KafkaError.INVALID_REPLICATION_FACTOR, KafkaError.INVALID_CONFIG,

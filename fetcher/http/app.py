@@ -137,6 +137,10 @@ class _Api:
                    "X-Log-End-Offset": str(result.log_end)}
         if result.segment_id is not None:
             headers["X-Remote-Segment-Id"] = result.segment_id
+        if committed and result.last_stable_offset is not None:
+            headers["X-Last-Stable-Offset"] = str(result.last_stable_offset)
+            if result.stable_limited:
+                headers["X-Last-Stable-Offset-Source"] = "remote"
         body = (encoders.raw_pieces(result) if kind == encoders.RAW
                 else encoders.ndjson_pieces(result, offset))
         return StreamingResponse(body, media_type=kind, headers=headers)
@@ -161,6 +165,11 @@ class _Api:
         batches = itertools.chain([first] if first is not None else [], scan)
         schema = first.schema if first is not None else KAFKA_SCHEMA
         headers = {"X-Log-Start-Offset": str(plan.log_start), "X-Log-End-Offset": str(plan.log_end)}
+        if level is IsolationLevel.READ_COMMITTED:
+            bound = await self._thread(self.fetcher.committed_bound, topic, part)
+            headers["X-Last-Stable-Offset"] = str(bound.stable_offset)
+            if bound.limited:
+                headers["X-Last-Stable-Offset-Source"] = "remote"
         return StreamingResponse(encoders.arrow_pieces(schema, batches, max_bytes), media_type=encoders.ARROW,
                                  headers=headers)
 

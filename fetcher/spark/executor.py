@@ -66,7 +66,8 @@ def read_task(task: Task, *, rsm: Any, key: str, target: pa.Schema, isolation: I
     headers = "headers" in target.names
     try:
         for batch in scanner.scan(task.tp, task.rng, next_link=task.next_link, isolation=isolation,
-                                  include_headers=headers, max_batch_rows=max_batch_rows):
+                                  include_headers=headers, max_batch_rows=max_batch_rows,
+                                  aborted=task.aborted):
             if pushed.ts_lo_us is not None or pushed.ts_hi_us is not None:
                 batch = _timestamp_filter(batch, pushed)
                 if not batch.num_rows:

@@ -19,13 +19,17 @@ from typing import Any
 import numpy as np
 import structlog
 
+from fetcher.broker import BrokerOffsets
 from fetcher.core import RemoteFetcher
+from fetcher.fetch import IsolationLevel
 from fetcher.planning import PartitionPlan, PlannedSegment
 from fetcher.scan import ScanRange
 from fetcher.spark.options import EARLIEST, LATEST, SourceOptions
 from fetcher.timestamps import offset_for_timestamp
+from fetcher.transactions import CommittedBound, collect_aborted_txns
 from rlm.config import DaemonConfig, load_config
 from rlm.errors import ConfigError, OffsetOutOfRangeError
+from rlm.log.txn_index import AbortedTxn
 from rlm.types import TopicIdPartition
 
 log = structlog.get_logger(__name__)
@@ -55,6 +59,9 @@ class Task:
     tp: TopicIdPartition
     rng: ScanRange
     next_link: PlannedSegment | None
+    #: read_committed: the aborted transactions overlapping the range, collected by the driver
+    #: over the whole plan and the frontier (``None``: read_uncommitted)
+    aborted: tuple[AbortedTxn, ...] | None = None
 
 
 def daemon_config(opts: SourceOptions) -> DaemonConfig:
@@ -91,8 +98,11 @@ def open_fetcher(config: DaemonConfig, scratch: Path) -> RemoteFetcher:
     except BaseException:
         rsm.close()
         raise
+    broker = (BrokerOffsets(config.bootstrap_servers, config.kafka_client)
+              if config.bootstrap_servers else None)
     return RemoteFetcher(rsm, rlmm, work_dir=scratch, read=config.read,
-                         index_cache_bytes=config.index_file_cache_total_size_bytes, owns_plugins=True)
+                         index_cache_bytes=config.index_file_cache_total_size_bytes, owns_plugins=True,
+                         broker=broker, log_dirs=config.log_dirs)
 
 
 def load_storage(config: DaemonConfig) -> Any:
@@ -205,8 +215,9 @@ def split_range(fetcher: RemoteFetcher, rng: ScanRange, split_bytes: int) -> lis
 
 
 def range_tasks(fetcher: RemoteFetcher, plan: PartitionPlan, start: int, end: int,
-                split_bytes: int) -> list[Task]:
-    """Tasks reading ``[start, end)`` of the partition (the core trims to the lineage's links)."""
+                split_bytes: int, committed: CommittedBound | None = None) -> list[Task]:
+    """Tasks reading ``[start, end)`` of the partition (the core trims to the lineage's links);
+    ``committed`` (read_committed): each task carries its range's aborted transactions."""
     if start >= end:
         return []
     tp = plan.tp
@@ -214,7 +225,12 @@ def range_tasks(fetcher: RemoteFetcher, plan: PartitionPlan, start: int, end: in
     tasks: list[Task] = []
     for rng in ranges:
         nxt = plan.after(rng.link)
-        tasks.extend(Task(tp, piece, nxt) for piece in split_range(fetcher, rng, split_bytes))
+        for piece in split_range(fetcher, rng, split_bytes):
+            aborted = None
+            if committed is not None:
+                aborted = tuple(collect_aborted_txns(plan, piece.link, piece.start, piece.end,
+                                                     fetcher.indexes, committed.frontier_aborted))
+            tasks.append(Task(tp, piece, nxt, aborted))
     return tasks
 
 
@@ -236,6 +252,15 @@ def plan_tasks(opts: SourceOptions, pushed: PushedBounds) -> list[Task]:
                 ms = -(-pushed.ts_lo_us // 1000)  # earlier records all have smaller timestamps
                 found = _ts_offset(fetcher, tp, ms)
                 start = max(start, plan.log_end if found is None else found)
-            tasks += range_tasks(fetcher, plan, start, end, opts.split_bytes)
+            committed = None
+            if opts.isolation is IsolationLevel.READ_COMMITTED:
+                committed = fetcher.committed_bound(tp.topic, tp.partition)
+                if committed.limited and end > committed.stable_offset:
+                    log.warning("spark.read_committed_limited", partition=str(tp),
+                                stable_offset=committed.stable_offset,
+                                why="a transaction open at the remote end is decided by records not "
+                                    "tiered yet; name the broker's log_dirs in rlm.config to read past it")
+                end = min(end, committed.stable_offset)
+            tasks += range_tasks(fetcher, plan, start, end, opts.split_bytes, committed)
         log.info("spark.planned", tasks=len(tasks), partitions=len({t.tp for t in tasks}))
         return tasks

@@ -93,9 +93,10 @@ def fetches(f: RemoteFetcher, args: argparse.Namespace, start: int, end: int) ->
         first = False
         if r.next_offset <= offset:
             lso = r.last_stable_offset
-            if lso is not None and offset >= lso:
+            if lso is not None and offset >= lso and r.stable_limited:
                 print(f"rlm: {args.topic}-{args.partition}: read_committed stops at the remote last stable "
-                      f"offset {lso} (a transaction open there is decided by records not tiered yet)",
+                      f"offset {lso} (a transaction open there is decided by records not tiered yet; "
+                      "configure the broker's log_dirs to read past it)",
                       file=sys.stderr)
             return
         yield r

@@ -44,6 +44,11 @@ def _ago(ms: int, now_ms: int) -> str:
     return f"{s}s ago" if s < 120 else f"{s // 60}m ago" if s < 7200 else f"{s // 3600}h ago"
 
 
+def _until(ms: int, now_ms: int) -> str:
+    s = max(0, (ms - now_ms) // 1000)
+    return f"{s}s" if s < 120 else f"{s // 60}m" if s < 7200 else f"{s // 3600}h"
+
+
 def liveness(st: DaemonStatus, now_ms: int) -> tuple[str, str | None]:
     """(state to show, why it differs from the file's state or None)."""
     if st.state == "stopped":
@@ -97,6 +102,13 @@ def render_table(st: DaemonStatus, now: int | None = None) -> str:
         if p.gaps:
             ranges = ", ".join(f"{a}..{b}" for a, b in p.gaps[:5]) + (" ..." if len(p.gaps) > 5 else "")
             out.append(f"gaps {key}: {ranges} (never copied: deleted locally first)")
+        if p.quarantined:
+            held = ", ".join(
+                f"{sid} {a}..{b} (deleted in {_until(int(until), now)})"
+                for sid, a, b, until in p.quarantined[:5]
+            )
+            more = " ..." if len(p.quarantined) > 5 else ""
+            out.append(f"quarantined {key}: {held}{more}: off the epoch lineage, kept for the grace period")
     if st.untiered:
         out.append("not tiered:")
         out += [f"  {topic}: {why_not}" for topic, why_not in sorted(st.untiered.items())]

@@ -9,6 +9,9 @@ Per partition of the remote metadata store (read-only, as the read side opens it
   any metadata named them), when the storage plugin can list a partition;
 * the finished segments on the current leader-epoch lineage cover one contiguous offset range
   (``offset_gap``);
+* FINISHED segments off the lineage and read by no reader are listed as notes
+  (``off_lineage``; the leader's sidecar quarantines them, then deletes them after
+  ``off_lineage_grace_ms``): expected after an unclean election, so they do not fail the check;
 * no COPY_SEGMENT_STARTED / DELETE_SEGMENT_STARTED older than ``stale_copy_grace_ms``
   (``stale_copy``, ``stale_delete``; ``rlm run`` cleans those up);
 * with ``--deep``, every ``.log`` decodes (batch CRCs) to its recorded end offset and size
@@ -117,7 +120,8 @@ def verify(args: argparse.Namespace) -> int:
         out = {"ok": not problems, "partitions": [
             {"partition": r.partition, "topic_id": tp.topic_id.text, "segments": r.segments,
              "objects": r.objects, "recent_objects": r.recent,
-             "problems": [asdict(p) for p in r.problems]} for tp, r in reports],
+             "problems": [asdict(p) for p in r.problems],
+             "off_lineage": [asdict(p) for p in r.off_lineage]} for tp, r in reports],
             "problems": len(problems), "repairs": repairs}
         json.dump(out, sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -138,6 +142,8 @@ def _print_text(source: object, plugin: str, reports: list[tuple[TopicIdPartitio
         print(f"{name_of(tp)}: {r.segments} segments, {objects}: {state}")
         for p in r.problems:
             print(f"  {p.kind}: {p.message}")
+        for p in r.off_lineage:
+            print(f"  note {p.kind}: {p.message}")
     for rep in repairs:
         verb = "deleted" if rep["deleted"] else "would delete"
         print(f"repair: {verb} orphan segment {rep['segment_id']} of {rep['partition']} "

@@ -15,6 +15,7 @@ from typing import BinaryIO
 
 from fetcher.planning import plan_partition
 from rlm.errors import RemoteResourceNotFoundError, RemoteStorageError, RlmError
+from rlm.lineage import judge_segments, lineage_from_segments
 from rlm.log.records import iter_batches
 from rlm.types import IndexType, RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 from rsm_plugins.api import RemoteStorageManager, StoredObject
@@ -48,6 +49,9 @@ class PartitionReport:
     orphans: list[StoredObject] = field(default_factory=list)
     recent: int = 0
     """Objects newer than the metadata read, not judged (see :func:`check_partition`)."""
+    off_lineage: list[Problem] = field(default_factory=list)
+    """FINISHED segments off the leader-epoch lineage and read by no chain: listed, not failed
+    (the leader's sidecar quarantines them and deletes them after ``off_lineage_grace_ms``)."""
 
 
 def name_of(tp: TopicIdPartition) -> str:
@@ -158,6 +162,12 @@ def check_partition(rsm: RemoteStorageManager, tp: TopicIdPartition,
                 part, kind, f"{_seg(md)}: {md.state.name} for {age_s} s, past the grace period of "
                 f"{grace_ms // 1000} s (the daemon's cleanup deletes its files and metadata)",
                 md.remote_log_segment_id.id.text, (md.start_offset, md.end_offset)))
+    for md in judge_segments(segs, lineage_from_segments(segs)).off_lineage:
+        report.off_lineage.append(Problem(
+            part, "off_lineage", f"{_seg(md)}, epochs {[list(e) for e in md.segment_leader_epochs]}: "
+            "not on the leader-epoch lineage and read by no reader (quarantined by the leader's sidecar, "
+            "deleted after off_lineage_grace_ms)", md.remote_log_segment_id.id.text,
+            (md.start_offset, md.end_offset)))
     for lo, hi in plan_partition(tp, segs).gaps:
         report.problems.append(Problem(part, "offset_gap", f"no remote segment on the epoch lineage "
                                        f"holds offsets {lo}..{hi}", offsets=(lo, hi)))

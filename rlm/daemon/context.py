@@ -2,8 +2,9 @@
 
 Also the daemon's own epoch history. A broker that does not know about tiering moves its log
 start offset with *local* retention and truncates ``leader-epoch-checkpoint`` from the front;
-the daemon remembers the epochs it has seen (in its work dir) so that remote segments written
-under epochs the broker has since forgotten stay on the lineage.
+the daemon remembers the epochs it has seen (in its work dir) and merges them with the remote
+segments' epochs, so that remote segments written under epochs the broker has since forgotten
+stay on the lineage (:mod:`rlm.lineage`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,9 +22,10 @@ from rlm.daemon.clock import wall_ms
 from rlm.daemon.metrics import DaemonMetrics
 from rlm.daemon.quota import CopyQuota
 from rlm.daemon.status import StatusBoard
-from rlm.daemon.workdir import atomic_write, writing
+from rlm.daemon.workdir import atomic_write, partition_state_file, writing
 from rlm.errors import MetadataTimeoutError
-from rlm.types import RemoteLogSegmentId, TopicIdPartition, check_topic_name
+from rlm.lineage import finished_only, merge_lineage
+from rlm.types import RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition, check_topic_name
 
 
 def now_ms() -> int:
@@ -85,31 +87,39 @@ class TaskContext:
 
 
 class EpochHistory:
-    """Per-partition epoch entries the daemon has seen, merged with the broker's current checkpoint."""
+    """Per-partition epoch history: what this node has seen, kept in its work dir, merged with the
+    broker's current checkpoint and the remote segments' epochs (:func:`rlm.lineage.merge_lineage`).
+
+    Every node learns it, leader or not (:meth:`merge` on each refresh for followers too), so a
+    node that leads again still knows where the epochs it saw as a follower began, even after its
+    broker's local retention truncated them away.
+    """
 
     def __init__(self, work_dir: Path) -> None:
         self.dir = work_dir / "epochs"
         self._lock = threading.Lock()
 
     def _path(self, tp: TopicIdPartition) -> Path:
-        return self.dir / f"{check_topic_name(tp.topic)}-{tp.partition}-{tp.topic_id.text}.json"
+        return partition_state_file(self.dir, tp)
 
-    def merge(self, tp: TopicIdPartition, checkpoint: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
-        """Stored prefix (epochs older than the checkpoint's first) + the checkpoint; saved if changed.
+    def merge(
+        self,
+        tp: TopicIdPartition,
+        checkpoint: Sequence[tuple[int, int]],
+        segments: Iterable[RemoteLogSegmentMetadata] = (),
+        log_end: int | None = None,
+    ) -> list[tuple[int, int]]:
+        """The lineage from the stored history and the FINISHED ``segments``' epochs (observations)
+        with the broker's ``checkpoint`` as the authority over its log up to ``log_end``; saved if
+        it changed.
 
-        The checkpoint wins for everything it covers (a truncation at the end after an unclean
-        election must be followed); only what it dropped at the front comes from the store.
+        The checkpoint wins for everything from its first entry on (a truncation at the end after
+        an unclean election must be followed); its first entry began at or before its start.
         """
         with self._lock:
             stored = self._load(tp)
-            cp = sorted(checkpoint)
-            if not cp:
-                return stored
-            first_epoch, first_start = cp[0]
-            prefix = [(e, s) for e, s in stored if e < first_epoch and s <= first_start]
-            same = [s for e, s in stored if e == first_epoch and s < first_start]
-            head = [(first_epoch, min(same))] if same else [cp[0]]
-            merged = prefix + head + cp[1:]
+            observed = [stored, *(md.segment_leader_epochs for md in finished_only(segments))]
+            merged = merge_lineage(observed, checkpoint, log_end)
             if merged != stored:
                 self._save(tp, merged)
             return merged

@@ -69,9 +69,9 @@ class SegmentCopier:
         ctx = self.ctx
         st = ctx.status.partition(tp.topic, tp.partition)
         labels = (tp.topic, str(tp.partition))
-        epochs = self.history.merge(tp, view.epochs)
         active = view.active
         leo = max(active.base_offset if active else 0, lso)
+        epochs = self.history.merge(tp, view.epochs, ctx.rlmm.list_remote_log_segments(tp), leo)
         copied, _ = find_highest_remote_offset(
             epochs, leo, lambda e: ctx.meta(ctx.rlmm.highest_offset_for_epoch(tp, e))
         )

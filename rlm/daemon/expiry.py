@@ -3,10 +3,12 @@
 Per run: (1) COPY_SEGMENT_STARTED segments nobody is copying are undone (this node's own, left by
 a crash, at once; another node's when older than ``stale_copy_grace_ms``, an age that wall-clock
 jumps cannot change, see :class:`StaleCopyWatch`); (2) DELETE_SEGMENT_STARTED segments are
-deleted again; (3) finished segments not on the current epoch lineage are deleted; (4) lineage
+deleted again; (3) finished segments off the current epoch lineage that no read needs are
+quarantined and deleted only after ``off_lineage_grace_ms`` (:mod:`rlm.daemon.quarantine`; the
+lineage and the verdict come from :mod:`rlm.lineage`, shared with the read core); (4) lineage
 segments past ``retention.ms`` or beyond ``retention.bytes`` (remote + not-yet-tiered local
 bytes) are deleted oldest first, stopping at the first one kept, and the remote log start
-advances past them.
+advances past them; quarantined segments past retention or below that start go with them.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ import structlog
 from rlm.config import ResolvedTopicConfig
 from rlm.daemon.context import EpochHistory, TaskContext, now_ms
 from rlm.daemon.local_log import LocalLogView
+from rlm.daemon.quarantine import OffLineageQuarantine, Quarantined
 from rlm.daemon.remote_ops import delete_remote_segment
-from rlm.lineage import filtered_epochs, is_within_lineage
+from rlm.lineage import LineageVerdict, finished_only, judge_segments
 from rlm.types import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 
 log = structlog.get_logger(__name__)
@@ -36,6 +39,8 @@ class ExpiryResult:
     remote_bytes: int = 0
     remote_segments: int = 0
     gaps: list[tuple[int, int]] = field(default_factory=list)
+    quarantined: list[Quarantined] = field(default_factory=list)
+    retention_moved_start: bool = False
 
 
 def coverage_gaps(kept: list[RemoteLogSegmentMetadata], local_start: int) -> list[tuple[int, int]]:
@@ -53,19 +58,6 @@ def coverage_gaps(kept: list[RemoteLogSegmentMetadata], local_start: int) -> lis
     if covered >= 0 and local_start > covered + 1:
         gaps.append((covered + 1, local_start - 1))
     return gaps
-
-
-def on_lineage(md: RemoteLogSegmentMetadata, leo: int, lineage: list[tuple[int, int]]) -> bool:
-    """Kafka's lineage check, except that segments wholly below the known history are kept.
-
-    Offsets before the first remembered epoch cannot be checked (their epochs are gone from
-    every checkpoint); remote retention, not the lineage check, removes them.
-    """
-    if not lineage:
-        return True
-    if md.end_offset < lineage[0][1]:
-        return True
-    return is_within_lineage(md, leo, lineage)
 
 
 class StaleCopyWatch:
@@ -107,20 +99,17 @@ class RemoteExpirer:
         self.ctx = ctx
         self.history = history
         self.stale = StaleCopyWatch()
+        self.quarantine = OffLineageQuarantine(ctx.work_dir)
 
     def run(
         self, tp: TopicIdPartition, view: LocalLogView, lso: int, cfg: ResolvedTopicConfig
     ) -> ExpiryResult:
         ctx = self.ctx
         res = ExpiryResult()
-        lineage = filtered_epochs(self.history.merge(tp, view.epochs))
-        active = view.active
-        leo = max(active.base_offset if active else 0, lso)
         segments = list(ctx.rlmm.list_remote_log_segments(tp))
         now = now_ms()
         with ctx.in_flight_lock:
             in_flight = set(ctx.in_flight)
-        finished: list[RemoteLogSegmentMetadata] = []
         self.stale.keep_only(
             tp, {m.remote_log_segment_id for m in segments if m.state is S.COPY_SEGMENT_STARTED}
         )
@@ -142,24 +131,66 @@ class RemoteExpirer:
             elif md.state is S.DELETE_SEGMENT_STARTED:
                 delete_remote_segment(ctx, md, "retry_delete")
                 res.deleted += 1
-            elif md.state is S.COPY_SEGMENT_FINISHED:
-                if on_lineage(md, leo, lineage):
-                    finished.append(md)
-                else:
-                    log.warning(
-                        "segment_off_lineage",
-                        topic=tp.topic,
-                        partition=tp.partition,
-                        segment_id=md.remote_log_segment_id.id.text,
-                        start_offset=md.start_offset,
-                        end_offset=md.end_offset,
-                        epochs=[list(e) for e in md.segment_leader_epochs],
-                    )
-                    delete_remote_segment(ctx, md, "off_lineage")
-                    res.deleted += 1
-        finished.sort(key=lambda m: (m.start_offset, m.end_offset))
-        res.deleted += self._retention(tp, view, finished, cfg, now, res)
+        finished = finished_only(segments)
+        active = view.active
+        leo = max(active.base_offset if active else 0, lso)
+        verdict = judge_segments(finished, self.history.merge(tp, view.epochs, finished, leo))
+        due, held = self.quarantine.review(
+            tp, list(verdict.off_lineage), ctx.config.off_lineage_grace_ms, now
+        )
+        for md in due:
+            if ctx.stop.is_set():
+                return res
+            log.warning(
+                "segment_off_lineage",
+                topic=tp.topic,
+                partition=tp.partition,
+                segment_id=md.remote_log_segment_id.id.text,
+                start_offset=md.start_offset,
+                end_offset=md.end_offset,
+                epochs=[list(e) for e in md.segment_leader_epochs],
+                lineage=[list(e) for e in verdict.lineage],
+            )
+            delete_remote_segment(ctx, md, "off_lineage")
+            res.deleted += 1
+        kept = sorted(verdict.kept, key=lambda m: (m.start_offset, m.end_offset))
+        res.deleted += self._retention(tp, view, kept, cfg, now, res)
+        res.deleted += self._expire_quarantined(tp, held, verdict, cfg, now, res)
+        labels = (tp.topic, str(tp.partition))
+        ctx.metrics.quarantined_segments.labels(*labels).set(len(res.quarantined))
+        ctx.status.partition(tp.topic, tp.partition).quarantined = [q.as_list() for q in res.quarantined]
+        if due:
+            self.quarantine.release(tp, {m.remote_log_segment_id for m in due})
         return res
+
+    def _expire_quarantined(
+        self,
+        tp: TopicIdPartition,
+        held: list[Quarantined],
+        verdict: LineageVerdict,
+        cfg: ResolvedTopicConfig,
+        now: int,
+        res: ExpiryResult,
+    ) -> int:
+        """Retention applies to quarantined segments too: past ``retention.ms``, or wholly below
+        the remote log start once retention has moved it past them, they go without waiting."""
+        by_id = {m.remote_log_segment_id.id.text: m for m in verdict.off_lineage}
+        gone: set[RemoteLogSegmentId] = set()
+        for q in held:
+            md = by_id[q.segment_id]
+            reason = None
+            if cfg.retention_ms > -1 and md.max_timestamp_ms <= now - cfg.retention_ms:
+                reason = "retention_ms"
+            elif res.retention_moved_start and md.end_offset < res.remote_start:
+                reason = "below_log_start"
+            if reason is None or self.ctx.stop.is_set():
+                res.quarantined.append(q)
+                continue
+            delete_remote_segment(self.ctx, md, reason)
+            gone.add(md.remote_log_segment_id)
+        if gone:
+            self.quarantine.release(tp, gone)
+        return len(gone)
 
     def _retention(
         self,
@@ -189,6 +220,7 @@ class RemoteExpirer:
             if reason == "retention_bytes" or remaining > 0:
                 remaining -= md.segment_size_in_bytes
             res.remote_start = max(res.remote_start, md.end_offset + 1)
+            res.retention_moved_start = True
             delete_remote_segment(self.ctx, md, reason)
             kept.remove(md)
             deleted += 1

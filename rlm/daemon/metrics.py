@@ -63,6 +63,12 @@ class DaemonMetrics:
         self.remote_segments = Gauge(
             "rlm_remote_log_segments", "Finished remote segments", labels, registry=r
         )
+        self.quarantined_segments = Gauge(
+            "rlm_remote_segments_quarantined",
+            "FINISHED segments off the leader-epoch lineage, kept until off_lineage_grace_ms ends",
+            labels,
+            registry=r,
+        )
         self.local_size = Gauge("rlm_local_log_size_bytes", "Bytes of local segments", labels, registry=r)
         self.local_segments = Gauge("rlm_local_log_segments", "Local segments", labels, registry=r)
         self.gap_segments = Counter(
@@ -132,6 +138,7 @@ class DaemonMetrics:
             self.copy_lag_segments,
             self.remote_log_size,
             self.remote_segments,
+            self.quarantined_segments,
             self.local_size,
             self.local_segments,
             self.copy_lag_near_retention,

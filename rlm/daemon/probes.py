@@ -221,26 +221,53 @@ def metadata_topic_online_check(admin: Any, topic: str, timeout_s: float) -> Non
 def metadata_topic_check(
     admin: Any, topic: str, partitions: int, timeout_s: float, failures: LoginFailures | None = None
 ) -> str:
-    """``present (N partitions)`` or ``creatable`` (a validate-only CreateTopics succeeds); raises else."""
+    """``present (N partitions)`` or ``creatable`` (a validate-only CreateTopics succeeds); raises else.
+
+    Sidecars started together race to create the topic (issue 20): when another one created it
+    between our listing and our validate-only create, the create answers TOPIC_ALREADY_EXISTS,
+    and that is success (only the partition count is checked). A topic listed without leaders
+    may be one being created this instant: it is listed again until ``timeout_s``, and fails
+    as before (dependency unavailable) only if it still has no leader then.
+    """
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.cimpl import NewTopic
 
+    leaderless = (KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION)
+
+    def present(count: int, how: str = "") -> str:
+        if count and count != partitions:
+            raise PreflightError(f"topic {topic!r} has {count} partitions, configured {partitions}")
+        return f"present ({count} partitions{how})" if count else f"present ({how.lstrip(', ')})"
+
     try:
-        md = admin.list_topics(topic=topic, timeout=timeout_s)
-        t = md.topics.get(topic)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            md = admin.list_topics(topic=topic, timeout=timeout_s)
+            t = md.topics.get(topic)
+            if t is None or t.error is None or t.error.code() not in leaderless:
+                break
+            if time.monotonic() >= deadline:
+                raise KafkaException(t.error)
+            time.sleep(0.2)
         if t is not None and t.error is None:
-            if len(t.partitions) != partitions:
-                raise PreflightError(
-                    f"topic {topic!r} has {len(t.partitions)} partitions, configured {partitions}"
-                )
-            return f"present ({len(t.partitions)} partitions)"
+            return present(len(t.partitions))
         if t is not None and t.error is not None and t.error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
             raise KafkaException(t.error)
         rf = min(3, max(1, len(md.brokers)))
         fut = admin.create_topics(
             [NewTopic(topic, partitions, rf)], request_timeout=timeout_s, validate_only=True
         )[topic]
-        fut.result(timeout=timeout_s + 1)
+        try:
+            fut.result(timeout=timeout_s + 1)
+        except KafkaException as e:
+            err = e.args[0] if e.args else None
+            if not (isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS):
+                raise
+            # another sidecar created it since our listing: check what it created, if listed yet
+            t = admin.list_topics(topic=topic, timeout=timeout_s).topics.get(topic)
+            listed = t is not None and (t.error is None or t.error.code() in leaderless)
+            count = len(t.partitions) if listed and t is not None else 0
+            return present(count, ", just created by another client")
         return "absent, creatable"
     except KafkaException as e:
         admin.poll(0)

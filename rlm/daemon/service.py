@@ -36,7 +36,8 @@ from rlm.daemon.scheduler import PartitionScheduler
 from rlm.daemon.signals import FORCED_CLOSE_S
 from rlm.daemon.status import StatusBoard
 from rlm.daemon.workdir import atomic_write
-from rlm.errors import LogFileGoneError, WorkDirError
+from rlm.errors import LogFileGoneError, RlmError, WorkDirError
+from rlm.log.partition import PartitionDir
 from rlm.plugin_setup import load_rlmm
 from rlm.types import KafkaUuid, TopicIdPartition, TopicPartition
 
@@ -117,7 +118,7 @@ class Daemon:
             cfg, node_id, rsm, rlmm, self.metrics, CopyQuota(cfg.copy_max_bytes_per_second), status
         )
         self.metrics.watch_in_flight(self.ctx.in_flight_started)
-        history = EpochHistory(cfg.work_dir)
+        history = self.history = EpochHistory(cfg.work_dir)
         self.copier = SegmentCopier(self.ctx, history)
         self.expirer = RemoteExpirer(self.ctx, history)
         self.remover = PartitionRemover(self.ctx)
@@ -233,9 +234,21 @@ class Daemon:
         for tip in followers:
             st = self.ctx.status.partition(tip.topic, tip.partition)
             st.role, st.topic_id = "follower", tip.topic_id.text
+            self._learn_epochs(tip, scan.partitions[tip.topic_partition])
         self.metrics.partitions.labels("leader").set(len(managed))
         self.metrics.partitions.labels("follower").set(len(followers))
         self.scheduler.sync(managed)
+
+    def _learn_epochs(self, tip: TopicIdPartition, found: FoundPartition) -> None:
+        """A follower remembers its broker's epochs too: if it leads again after local retention
+        truncated them, it still knows where the epochs it saw began (:class:`EpochHistory`)."""
+        try:
+            epochs = [(e.epoch, e.start_offset) for e in PartitionDir(found.dir).leader_epochs()]
+        except (RlmError, ValueError, OSError) as e:  # the broker may be rewriting or removing it
+            log.debug("follower_epochs_unreadable", topic=tip.topic, partition=tip.partition, error=str(e))
+            return
+        if epochs:
+            self.history.merge(tip, epochs)
 
     def _still_leads(self, tip: TopicIdPartition) -> bool:
         """Asked before a copy is marked FINISHED: the cluster's answer now, or the last view."""

@@ -44,6 +44,8 @@ class PartitionStatus:
     last_error_ms: int = -1
     gap_offsets: int = 0
     gaps: list[list[int]] = field(default_factory=list)  # [first, last] offset ranges never copied
+    # off-lineage segments kept for now: [segment id, first offset, last offset, delete-after ms]
+    quarantined: list[list[int | str]] = field(default_factory=list)
     note: str | None = None
 
     @property

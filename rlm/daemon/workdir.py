@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from rlm.errors import WorkDirError
+from rlm.types import TopicIdPartition, check_topic_name
 
 #: the errnos that mean "this file system cannot take the write now", not a bug of ours
 DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})
@@ -60,3 +61,10 @@ def atomic_write(path: Path, data: bytes, *, fsync: bool = False) -> None:
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
+
+
+def partition_state_file(directory: Path, tp: TopicIdPartition) -> Path:
+    """``<dir>/<topic>-<partition>-<topic id>.json``: one small state file per partition in the
+    work dir (the topic id keeps a re-created topic's state apart; the name is checked before
+    it becomes a path)."""
+    return directory / f"{check_topic_name(tp.topic)}-{tp.partition}-{tp.topic_id.text}.json"

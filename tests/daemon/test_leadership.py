@@ -80,7 +80,8 @@ def test_only_leader_copies_and_new_leader_resumes(cluster3: KafkaCluster, tmp_p
         wait_for("leader tiered its segments", lambda: [m.start_offset for m in finished(rlmm, tip)] == first)
         segs_before = finished(rlmm, tip)
         assert {m.broker_id for m in segs_before} == {old}
-        assert copied_by(daemons[old]) == len(first)
+        # the counter moves right after the FINISHED record is written: wait for it, not a race
+        wait_for("the leader counted its copies", lambda: copied_by(daemons[old]) == len(first))
         assert all(copied_by(d) == 0 for n, d in daemons.items() if n != old)
 
         # the leader's machine dies: its sidecar and its broker

@@ -22,6 +22,7 @@ import yaml
 import rsm_plugins
 from rlm.config import DaemonConfig, load_config
 from rlm.daemon.service import Daemon
+from rlm.daemon.status import read_status
 from rlm.exit_codes import ExitCode
 from rlm.log.checkpoints import MetaProperties
 from rlm.log.partition import PartitionDir
@@ -254,16 +255,25 @@ def test_expiry_cleans_off_lineage_and_abandoned_copies(tmp_path: Path) -> None:
             m.add_remote_log_segment_metadata(s)
     finally:
         m.close()
-    run_once(cfg_for(logs, work))
-    m = FileRemoteLogMetadataManager.open(work / "metadata")
-    try:
-        m.on_partition_leadership_changes({tip}, set())
-        listed = {s.remote_log_segment_id: s.state for s in m.list_remote_log_segments(tip)}
-    finally:
-        m.close()
-    assert off.remote_log_segment_id not in listed
-    assert mine.remote_log_segment_id not in listed and old_other.remote_log_segment_id not in listed
-    assert listed[recent_other.remote_log_segment_id] is RemoteLogSegmentState.COPY_SEGMENT_STARTED
+    def listed() -> dict[RemoteLogSegmentId, RemoteLogSegmentState]:
+        m = FileRemoteLogMetadataManager.open(work / "metadata")
+        try:
+            m.on_partition_leadership_changes({tip}, set())
+            return {s.remote_log_segment_id: s.state for s in m.list_remote_log_segments(tip)}
+        finally:
+            m.close()
+
+    run_once(cfg_for(logs, work))  # the default grace: the off-lineage segment is quarantined, kept
+    assert listed()[off.remote_log_segment_id] is RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+    held = read_status(work).partitions["x-0"].quarantined
+    assert [q[:3] for q in held] == [[off.remote_log_segment_id.id.text, 0, 10]]
+    run_once(cfg_for(logs, work, off_lineage_grace_ms=0))  # grace over: deleted
+    assert read_status(work).partitions["x-0"].quarantined == []
+    listed_after = listed()
+    assert off.remote_log_segment_id not in listed_after
+    assert mine.remote_log_segment_id not in listed_after
+    assert old_other.remote_log_segment_id not in listed_after
+    assert listed_after[recent_other.remote_log_segment_id] is RemoteLogSegmentState.COPY_SEGMENT_STARTED
     assert remote_view(work, tip) == good
     del rsm
 

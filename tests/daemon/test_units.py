@@ -1,4 +1,5 @@
-"""Pure parts of the daemon: epoch lineage rules, the scheduler, the copy quota, the epoch history."""
+"""Pure parts of the daemon: epoch rules, the scheduler, the copy quota, the epoch history
+(the lineage verdicts: ``test_lineage.py``)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ from rlm.lineage import (
     epochs_for_range,
     filtered_epochs,
     find_highest_remote_offset,
-    is_within_lineage,
 )
 from rlm.types import KafkaUuid, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 
@@ -49,17 +49,6 @@ def test_highest_remote_offset_walks_epochs_backwards() -> None:
     # remote holds more of epoch 0 than this replica's epoch 0 (divergence): cap at the epoch end
     assert find_highest_remote_offset(epochs, 300, {0: 150}.get) == (99, 0)
     assert find_highest_remote_offset(epochs, 300, {}.get) == (-1, -1)
-
-
-def test_lineage_check() -> None:
-    lineage = [(0, 0), (2, 100), (5, 250)]
-    assert is_within_lineage(md(0, 99, [(0, 0)]), 400, lineage)
-    assert is_within_lineage(md(50, 180, [(0, 50), (2, 100)]), 400, lineage)
-    assert not is_within_lineage(md(50, 180, [(0, 50), (1, 100)]), 400, lineage)  # unknown epoch
-    assert not is_within_lineage(md(50, 180, [(0, 50), (2, 90)]), 400, lineage)  # epoch 2 started elsewhere
-    assert not is_within_lineage(md(200, 260, [(2, 200)]), 400, lineage)  # epoch 2 ended at 249
-    assert not is_within_lineage(md(300, 400, [(5, 300)]), 400, lineage)  # beyond the log end
-    assert not is_within_lineage(md(300, 310, [(7, 300)]), 400, lineage)  # epoch after the last known
 
 
 def test_epoch_history_keeps_what_the_broker_truncated(tmp_path: Path) -> None:

@@ -8,98 +8,25 @@ read their status and metrics; the storage plugin holds chosen copies at a gate
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from rlm.config import load_config
 from rlm.daemon import clock
 from rlm.daemon.service import Daemon
 from rlm.log.partition import PartitionDir
 from rlm.types import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
-from tests.daemon.helpers import create_topic, produce, topic_rlmm, wait_for
+from tests.daemon.helpers import create_topic, produce, wait_for
 from tests.faults import gated_rsm
-from tests.faults.proc_helpers import (
-    GATED,
-    all_segments,
-    local_storage,
-    rolled_end,
-    stored_segment_ids,
-    verify,
-    write_config,
-)
+from tests.faults.cluster_helpers import leader_of, listed, sidecar, verify_config
+from tests.faults.proc_helpers import all_segments, rolled_end, stored_segment_ids, verify
 from tests.services.kafka import KafkaCluster
-from tests.services.proc import kill
 
 pytestmark = [pytest.mark.faults, pytest.mark.kafka, pytest.mark.slow]
 S = RemoteLogSegmentState
 DAY_MS = 24 * 3600 * 1000
-
-
-@pytest.fixture(scope="module")
-def cluster3() -> Iterator[KafkaCluster]:
-    c = KafkaCluster(nodes=3, name="kafka3-faults").start()
-    try:
-        yield c
-    finally:
-        # its data is thrown away: no controlled shutdown (the last node's waits for a quorum
-        # that is gone, until the 30 s grace ends)
-        for n in c.node_ids:
-            proc = c.node(n).proc
-            if proc is not None:
-                kill(proc)
-                c.node(n).proc = None
-        c.stop()
-
-
-def leader_of(bs: str, topic: str) -> int:
-    md = AdminClient({"bootstrap.servers": bs}).list_topics(topic, timeout=10)
-    return int(md.topics[topic].partitions[0].leader)
-
-
-def settings(
-    c: KafkaCluster, node_id: int, tmp: Path, topic: str, meta_topic: str, rf: int, **extra: Any
-) -> dict[str, Any]:
-    work = tmp / f"work{node_id}"
-    meta = topic_rlmm(c.bootstrap, work, partitions=1)
-    meta["config"].update(
-        {"remote.log.metadata.topic.name": meta_topic, "remote.log.metadata.topic.replication.factor": rf}
-    )
-    return {
-        "log_dirs": [str(c.node(node_id).log_dir)],
-        "work_dir": str(work),
-        "bootstrap_servers": c.bootstrap,
-        "storage": local_storage(tmp / "remote", GATED),
-        "metadata": meta,
-        "topics": [{"pattern": topic, "remote.storage.enable": True}],
-        "task_interval_ms": 200,
-        "leadership_refresh_interval_ms": 300,
-        "rescan_interval_ms": 300,
-        "retry_backoff_ms": 200,
-        "retry_backoff_max_ms": 2000,
-        "http": {"enabled": False},
-        **extra,
-    }
-
-
-def sidecar(
-    c: KafkaCluster, node_id: int, tmp: Path, topic: str, meta_topic: str, rf: int = 3, **extra: Any
-) -> Daemon:
-    return Daemon(load_config(None, **settings(c, node_id, tmp, topic, meta_topic, rf, **extra))).start()
-
-
-def verify_config(c: KafkaCluster, tmp: Path, topic: str, meta_topic: str, rf: int = 3) -> Path:
-    s = settings(c, c.node_ids[0], tmp / "verify", topic, meta_topic, rf)
-    s["storage"] = local_storage(tmp / "remote")
-    return write_config(tmp / "verify.yaml", **s)
-
-
-def listed(d: Daemon, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
-    assert d.ctx is not None
-    return sorted(d.ctx.rlmm.list_remote_log_segments(tip), key=lambda m: (m.start_offset, m.end_offset))
 
 
 def all_finished_to(segs: list[RemoteLogSegmentMetadata], end: int) -> bool:

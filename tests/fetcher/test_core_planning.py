@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from fetcher.planning import lineage_from_segments, plan_partition
+from fetcher.planning import plan_partition
 from rlm.errors import FencedLeaderEpochError, OffsetOutOfRangeError, UnknownLeaderEpochError
+from rlm.lineage import lineage_from_segments
 from rlm.types import (
     KafkaUuid,
     RemoteLogSegmentId,

@@ -147,8 +147,10 @@ def stop(proc: subprocess.Popen[bytes] | None, *, grace: float = 30.0) -> None:
 def kill(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL the whole process group at once (crash simulation, or a hung stop)."""
     _LIVE.discard(proc)
-    with contextlib.suppress(ProcessLookupError):
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()  # a process that is no group leader (no session of its own): killpg missed it
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(10)
 
