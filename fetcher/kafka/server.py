@@ -200,9 +200,11 @@ class Connection:
             )
         finally:
             await self.pending.put(None)
-            with contextlib.suppress(Exception):
-                await writer_task
-            self.writer.close()
+            try:
+                with contextlib.suppress(Exception):
+                    await writer_task  # the answers of requests already read (drain)
+            finally:
+                self.writer.close()  # also when stop() cancels a drain that took too long
             with contextlib.suppress(Exception):
                 await self.writer.wait_closed()
 

@@ -5,6 +5,7 @@ and a listener that cannot start leaves nothing open behind it.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import signal
 import socket
@@ -20,9 +21,12 @@ import yaml
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
+from fetcher import RemoteFetcher
 from fetcher.kafka import EndpointThread, ListenerSettings
 from rlm.cli import main as cli_main
+from rlm.config import ReadConfig
 from rlm.exit_codes import ExitCode
+from tests.fetcher_http.controlled_rsm import ControlledRSM
 from tests.kafka_endpoint.conftest import TOPIC, Served
 from tests.kafka_endpoint.test_bad_input import _api_versions, _frame, _response
 
@@ -145,3 +149,26 @@ def test_listener_that_cannot_start_is_a_config_error(
     assert code == ExitCode.CONFIG
     err = capsys.readouterr().err
     assert "Kafka listener" in err and f"127.0.0.1:{port}" in err
+
+
+def test_stop_is_bounded_by_a_request_that_never_ends(served: Served, tmp_path: Path) -> None:
+    """A request stuck in storage does not hold the listener's shutdown: after the grace period
+    its connection is closed (no answer) and stop returns while the read is still held."""
+    rsm = ControlledRSM()
+    rsm.configure({"root": str(served.work / "work" / "remote")})
+    read = ReadConfig.model_validate({"fetch_max_wait_ms": 120_000})
+    f = RemoteFetcher(rsm, served.fetcher.rlmm, work_dir=tmp_path / "work", read=read)
+    ep = EndpointThread(f, ListenerSettings(port=0, merged=False), tmp_path / "state")
+    try:
+        ControlledRSM.mode = "block"
+        with socket.create_connection(("127.0.0.1", ep.port), timeout=_WAIT_S) as s:
+            s.sendall(_frame(1, 12, 1, _long_poll(0)))
+            assert ControlledRSM.entered.wait(_WAIT_S)  # the Fetch is held in storage
+            stopping = asyncio.run_coroutine_threadsafe(ep.endpoint.stop(), ep._loop)
+            stopping.result(timeout=60)  # returns although the read is still held
+            assert not ControlledRSM.gate.is_set()
+            assert s.recv(1) == b""  # closed without an answer
+    finally:
+        ControlledRSM.reset()  # releases the held read
+        ep.close()
+        f.close()
