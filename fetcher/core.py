@@ -86,6 +86,8 @@ class RemoteFetcher:
         self.stable = StableOffsets(rsm, frontier)
         self.pool = ReaderPool(rc.reader_threads, rc.reader_max_pending_tasks, rc.fetch_max_wait_ms)
         self._plans: dict[TopicIdPartition, tuple[float, PartitionPlan]] = {}
+        self._catalog_cache: tuple[float, dict[str, list[TopicIdPartition]],
+                                   dict[tuple[str, int], TopicIdPartition]] | None = None
         self._lock = threading.Lock()
         self._closed = False
         rlmm.follow_all()
@@ -135,14 +137,32 @@ class RemoteFetcher:
     # ---- catalog ---------------------------------------------------------------------------
     def topics(self) -> dict[str, list[TopicIdPartition]]:
         """Every topic with remote data, its partitions sorted (one topic id per name: the one
-        with the most segments, if a name was deleted and re-created)."""
+        with the most segments, if a name was deleted and re-created). Always listed afresh;
+        reads look partitions up in a copy kept for about a second (:meth:`partition`)."""
+        return {name: list(tps) for name, tps in self._catalog(max_age_s=0.0)[0].items()}
+
+    def _catalog(self, max_age_s: float) -> tuple[dict[str, list[TopicIdPartition]],
+                                                  dict[tuple[str, int], TopicIdPartition]]:
+        """(topics, (topic, partition) -> id), listed again when older than ``max_age_s``."""
+        now = time.monotonic()
+        with self._lock:
+            cached = self._catalog_cache
+        if cached is not None and now - cached[0] < max_age_s:
+            return cached[1], cached[2]
+        topics = self._list_topics()
+        index = {(tp.topic, tp.partition): tp for tps in topics.values() for tp in tps}
+        with self._lock:
+            self._catalog_cache = (now, topics, index)
+        return topics, index
+
+    def _list_topics(self) -> dict[str, list[TopicIdPartition]]:
         by_name: dict[str, dict[Any, list[TopicIdPartition]]] = {}
         for tp in self.rlmm.known_partitions():
             by_name.setdefault(tp.topic, {}).setdefault(tp.topic_id, []).append(tp)
         out: dict[str, list[TopicIdPartition]] = {}
         for name, ids in sorted(by_name.items()):
-            # Counting segments costs a metadata object per segment, and every read calls this:
-            # count only when a name really has two topic ids (it was deleted and re-created).
+            # Counting segments costs a metadata object per segment: count only when a name
+            # really has two topic ids (it was deleted and re-created).
             if len(ids) == 1:
                 best = next(iter(ids.values()))
             else:
@@ -155,8 +175,14 @@ class RemoteFetcher:
                    if md.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED)
 
     def partition(self, topic: str, partition: int) -> TopicIdPartition:
-        """The partition's id; :class:`UnknownTopicOrPartitionError` when nothing is remote."""
-        tps = self.topics().get(topic)
+        """The partition's id; :class:`UnknownTopicOrPartitionError` when nothing is remote.
+        Every read asks this: it is a lookup in the catalog kept for about a second (a name not
+        found there is looked up again in a fresh listing: it may be new)."""
+        for max_age_s in (_PLAN_TTL_S, 0.0):
+            found = self._catalog(max_age_s)[1].get((topic, partition))
+            if found is not None:
+                return found
+        tps = self._catalog(_PLAN_TTL_S)[0].get(topic)
         if tps is None:
             raise UnknownTopicOrPartitionError(f"topic {topic!r} has no remote data")
         for tp in tps:

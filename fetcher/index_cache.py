@@ -9,6 +9,14 @@ many readers want it at the same time, and re-fetches a file that fails to parse
 Readers get parsed, in-memory index objects; eviction only removes files, so an entry is never
 deleted under a reader (the reader keeps its objects, the next reader fetches again). A missing
 remote transaction index is cached as an empty file, as Kafka does.
+
+Several processes may share one directory (``rlm serve``, ``rlm fetch``, Spark executors on one
+work dir). So: temporary files are named per process and write (``.<pid>-<random>.tmp``), and only
+those older than ``stale_after_s`` are cleaned at start (younger ones may be another process's
+write in progress), as are incomplete entries; a fetched entry is parsed from the bytes fetched,
+not re-read from disk where another process may already have evicted it; a file that vanished is
+fetched again, not an error; and the byte bound is kept for the directory as a whole: eviction
+counts other processes' entries too (removing theirs oldest first, then ours least recently used).
 """
 
 from __future__ import annotations
@@ -16,6 +24,8 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,6 +47,9 @@ _SUFFIX = {IndexType.OFFSET: ".index", IndexType.TIMESTAMP: ".timeindex", IndexT
 
 FetchIndex = Callable[[RemoteLogSegmentMetadata, IndexType], BinaryIO]
 
+#: a temporary file or an incomplete entry older than this is a crashed writer's leftover
+STALE_AFTER_S = 600.0
+
 
 @dataclass(frozen=True, slots=True)
 class SegmentIndexes:
@@ -57,9 +70,11 @@ class RemoteIndexCache:
     """Byte-bounded LRU of remote segment indexes on disk; thread-safe."""
 
     def __init__(self, directory: Path, max_bytes: int, fetch_index: FetchIndex,
-                 on_fetch: Callable[[IndexType, int], None] | None = None) -> None:
+                 on_fetch: Callable[[IndexType, int], None] | None = None,
+                 stale_after_s: float = STALE_AFTER_S) -> None:
         self.directory = directory
         self.max_bytes = max_bytes
+        self.stale_after_s = stale_after_s
         self._fetch_index = fetch_index
         self._on_fetch = on_fetch
         self._lock = threading.Lock()
@@ -80,28 +95,40 @@ class RemoteIndexCache:
         return len(self._sizes)
 
     def _scan_existing(self) -> None:
-        """Adopt complete entries left by a previous run; drop ``.tmp``/partial leftovers."""
-        stems: dict[str, int] = {}
+        """Adopt complete entries found on disk (a previous run's, or another process's); drop
+        only stale ``.tmp``/``.deleted`` files and stale incomplete entries (a young one may be
+        another process's write in progress)."""
+        stale_before = time.time() - self.stale_after_s
         for p in self.directory.iterdir():
             if p.suffix in (".tmp", ".deleted"):
-                p.unlink(missing_ok=True)
-                continue
-            stem, suffix = p.stem, p.suffix
-            if suffix in _SUFFIX.values():
-                stems[stem] = stems.get(stem, 0) + p.stat().st_size
-        for stem, _size in sorted(stems.items(), key=lambda kv: self._mtime(kv[0])):
-            if all((self.directory / f"{stem}{s}").exists() for s in _SUFFIX.values()):
-                self._sizes[stem] = _size
-                self._total += _size
-            else:
+                with contextlib.suppress(FileNotFoundError):
+                    if p.stat().st_mtime < stale_before:
+                        p.unlink()
+        on_disk = self._on_disk()
+        for stem, (size, mtime, complete) in sorted(on_disk.items(), key=lambda kv: kv[1][1]):
+            if complete:
+                self._sizes[stem] = size
+                self._total += size
+            elif mtime < stale_before:
                 self._remove_files(stem)
         self._evict()
 
-    def _mtime(self, stem: str) -> float:
-        try:
-            return (self.directory / f"{stem}.index").stat().st_mtime
-        except OSError:
-            return 0.0
+    def _on_disk(self) -> dict[str, tuple[int, float, bool]]:
+        """stem -> (bytes, newest mtime, all three files present) of every entry in the directory,
+        whichever process wrote it; files removed meanwhile are skipped."""
+        found: dict[str, tuple[int, float, int]] = {}
+        with os.scandir(self.directory) as it:
+            for e in it:
+                stem, dot, suffix = e.name.rpartition(".")
+                if not dot or f".{suffix}" not in _SUFFIX.values():
+                    continue
+                try:
+                    st = e.stat()
+                except FileNotFoundError:
+                    continue
+                size, mtime, files = found.get(stem, (0, 0.0, 0))
+                found[stem] = (size + st.st_size, max(mtime, st.st_mtime), files + 1)
+        return {stem: (size, mtime, files == len(_SUFFIX)) for stem, (size, mtime, files) in found.items()}
 
     def get(self, md: RemoteLogSegmentMetadata) -> SegmentIndexes:
         """The indexes of ``md``: from memory, from disk, or fetched once from remote storage."""
@@ -136,23 +163,34 @@ class RemoteIndexCache:
             done.set()
 
     def _load(self, md: RemoteLogSegmentMetadata, stem: str) -> SegmentIndexes:
-        on_disk = stem in self._sizes
-        if on_disk:
+        if stem in self._sizes or self._complete_on_disk(stem):  # ours, or another process's
             try:
-                return self._parse(md, stem)
+                return self._parse(md, stem, self._read_files(stem))
+            except FileNotFoundError:
+                log.info("index_cache_entry_gone", entry=stem)  # evicted by another process
+                with self._lock:
+                    self._total -= self._sizes.pop(stem, 0)
             except (IndexFormatError, OSError) as e:
                 log.warning("index_cache_entry_corrupt", entry=stem, error=str(e))
                 with self._lock:
                     self._total -= self._sizes.pop(stem, 0)
                 self._remove_files(stem)
         self.misses += 1
+        raw: dict[IndexType, bytes] = {}
+        tag = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         for index_type, suffix in _SUFFIX.items():
-            data = self._fetch(md, index_type)
-            tmp = self.directory / f"{stem}{suffix}.tmp"
+            raw[index_type] = data = self._fetch(md, index_type)
+            tmp = self.directory / f"{stem}{suffix}.{tag}.tmp"
             with open(tmp, "wb") as f:
                 f.write(data)
             os.replace(tmp, self.directory / f"{stem}{suffix}")
-        return self._parse(md, stem)
+        return self._parse(md, stem, raw)
+
+    def _complete_on_disk(self, stem: str) -> bool:
+        return all((self.directory / f"{stem}{s}").exists() for s in _SUFFIX.values())
+
+    def _read_files(self, stem: str) -> dict[IndexType, bytes]:
+        return {t: (self.directory / f"{stem}{s}").read_bytes() for t, s in _SUFFIX.items()}
 
     def _fetch(self, md: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
         try:
@@ -166,10 +204,10 @@ class RemoteIndexCache:
             self._on_fetch(index_type, len(data))
         return data
 
-    def _parse(self, md: RemoteLogSegmentMetadata, stem: str) -> SegmentIndexes:
+    def _parse(self, md: RemoteLogSegmentMetadata, stem: str,
+               raw: dict[IndexType, bytes]) -> SegmentIndexes:
         base = md.start_offset
         paths = {t: self.directory / f"{stem}{s}" for t, s in _SUFFIX.items()}
-        raw = {t: p.read_bytes() for t, p in paths.items()}
         offset = parse_offset_index(raw[IndexType.OFFSET], base, path=paths[IndexType.OFFSET])
         time_index = parse_time_index(raw[IndexType.TIMESTAMP], base, path=paths[IndexType.TIMESTAMP])
         txn = parse_txn_index(raw[IndexType.TRANSACTION], base_offset=base, path=paths[IndexType.TRANSACTION])
@@ -180,16 +218,33 @@ class RemoteIndexCache:
         return SegmentIndexes(offset, time_index, tuple(txn), sum(len(b) for b in raw.values()))
 
     def _evict(self, keep: str | None = None) -> None:
-        """Drop least recently used entries until within the byte bound (caller holds the lock,
-        or runs single-threaded at start-up)."""
-        while self._total > self.max_bytes and self._sizes:
+        """Drop entries until the directory is within the byte bound: other processes' entries
+        first, oldest first (their readers keep their parsed copies in memory), then ours, least
+        recently used first (caller holds the lock, or runs single-threaded at start-up)."""
+        on_disk = self._on_disk()
+        for stem in [s for s in self._sizes if s not in on_disk and s != keep]:
+            self._total -= self._sizes.pop(stem)  # removed by another process
+            self._entries.pop(stem, None)
+        disk_total = sum(size for size, _, _ in on_disk.values())
+        busy = set(self._loading) | {keep}  # entries our own threads are writing now
+        foreign = sorted((v[1], stem) for stem, v in on_disk.items()
+                         if stem not in self._sizes and stem not in busy)
+        for _, stem in foreign:
+            if disk_total <= self.max_bytes:
+                break
+            self._remove_files(stem)
+            disk_total -= on_disk[stem][0]
+            log.debug("index_cache_evicted", entry=stem, owner="other")
+        while (self._total > self.max_bytes or disk_total > self.max_bytes) and self._sizes:
             stem = next(iter(self._sizes))
             if stem == keep:
                 if len(self._sizes) == 1:
                     return
                 self._sizes.move_to_end(stem)
                 continue
-            self._total -= self._sizes.pop(stem)
+            size = self._sizes.pop(stem)
+            self._total -= size
+            disk_total -= on_disk[stem][0] if stem in on_disk else 0
             self._entries.pop(stem, None)
             self._remove_files(stem)
             log.debug("index_cache_evicted", entry=stem)

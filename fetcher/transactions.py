@@ -8,7 +8,10 @@ written) is undecided, so read_committed reads stop at its first offset. It come
 producer snapshot stored with the last remote segment: the first offsets of the transactions
 open at that segment's end. Where the broker's log dir is known, the outcome of those
 transactions is read from it (:mod:`fetcher.frontier`) and the bound is the partition's LSO, as
-the broker's own read_committed fetch has it (:meth:`StableOffsets.committed_bound`).
+the broker's own read_committed fetch has it (:meth:`StableOffsets.committed_bound`). Every copy
+stores that snapshot (Kafka's and the daemon's), so a missing one is a lost file and an
+integrity error naming the segment, never "nothing open": that would silently raise the LSO past
+undecided transactions.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from dataclasses import dataclass
 from fetcher.frontier import LogDirFrontier
 from fetcher.index_cache import RemoteIndexCache
 from fetcher.planning import PartitionPlan, PlannedSegment
-from rlm.errors import RemoteResourceNotFoundError
+from rlm.errors import RemoteResourceNotFoundError, RemoteStorageIntegrityError
 from rlm.log.producer_snapshot import parse_snapshot
 from rlm.log.txn_index import AbortedTxn, collect_aborted
 from rlm.types import IndexType
@@ -98,8 +101,11 @@ class StableOffsets:
         try:
             with self._rsm.fetch_index(md, IndexType.PRODUCER_SNAPSHOT) as stream:
                 data = stream.read()
-        except RemoteResourceNotFoundError:
-            return md.end_offset + 1  # copied without a snapshot: nothing known to be open
+        except RemoteResourceNotFoundError as e:
+            raise RemoteStorageIntegrityError(
+                f"remote segment {md.remote_log_segment_id} (offsets {md.start_offset}..{md.end_offset}) "
+                f"has no producer snapshot in remote storage, so the transactions open at its end, and "
+                f"the last stable offset, are unknown: {e}") from e
         opened = [e.current_txn_first_offset for e in parse_snapshot(data, path=f"{md.remote_log_segment_id}")
                   if e.current_txn_first_offset >= 0]
         return min(opened) if opened else md.end_offset + 1

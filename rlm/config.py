@@ -269,6 +269,16 @@ class ReadConfig(_Strict):
         description="Kafka-protocol endpoint: a connection idle this long, or a request or response "
         "stalled this long, is closed.",
     )
+    kafka_fetch_max_bytes: int = Field(
+        57_671_680, ge=1024, json_schema_extra=_kafka("fetch.max.bytes"),
+        description="Kafka-protocol endpoint: a Fetch's max_bytes is capped at this (the broker's "
+        "fetch.max.bytes, 55 MiB); the first batch is still returned whole.",
+    )
+    kafka_max_partition_fetch_bytes: int = Field(
+        16 * 1024 * 1024, ge=1024, json_schema_extra=_kafka("max.partition.fetch.bytes"),
+        description="Kafka-protocol endpoint: a Fetch's partition_max_bytes is capped at this, so one "
+        "request cannot read a whole segment from remote storage; the first batch is still returned whole.",
+    )
 
 
 _PREFIX_TARGETS = (

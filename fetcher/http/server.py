@@ -10,6 +10,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Callable
 
 import structlog
 import uvicorn
@@ -57,8 +58,10 @@ class HttpApiServer:
                 return int(sock.getsockname()[1])
         return self.port
 
-    def serve(self) -> None:
-        """Serve in the calling (main) thread until SIGTERM/SIGINT; then close the fetcher.
+    def serve(self, on_stop: Callable[[], None] | None = None) -> None:
+        """Serve in the calling (main) thread until SIGTERM/SIGINT; then run ``on_stop`` (other
+        faces on the same fetcher, e.g. the Kafka listener, finish their requests) and close the
+        fetcher last.
 
         uvicorn handles the signals (graceful shutdown; a second SIGINT forces it) and re-raises
         them afterwards to the previous handlers: ours only note it, so the process exits 0."""
@@ -69,7 +72,11 @@ class HttpApiServer:
             if not self._server.started:
                 raise ConfigError(f"read.http_host/http_port: cannot serve on {self.host}:{self.port}")
         finally:
-            self._close_fetcher()
+            try:
+                if on_stop is not None:
+                    on_stop()
+            finally:
+                self._close_fetcher()
 
     def start(self) -> HttpApiServer:
         """Serve on a background thread; returns once the socket is listening."""

@@ -41,6 +41,12 @@ async def handle_find_coordinator(ctx: EndpointContext, req: Any, version: int, 
 
 
 async def handle_offset_fetch(ctx: EndpointContext, req: Any, version: int, header: Any) -> Any:
+    """Committed offsets, read on the executor: the store's lock may be held by a commit that is
+    writing and fsyncing its file, and the event loop serves every other connection meanwhile."""
+    return await ctx.call(lambda: _offset_fetch(ctx, req, version))
+
+
+def _offset_fetch(ctx: EndpointContext, req: Any, version: int) -> Any:
     cls = response_class(9, version)
     if version >= 8:
         gcls = nested(cls, "OffsetFetchResponseGroup")

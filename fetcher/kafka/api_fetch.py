@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import structlog
 from kio.schema.errors import ErrorCode
 
 from fetcher.fetch import AbortedTransaction, FetchResult, IsolationLevel
@@ -27,6 +28,8 @@ from fetcher.kafka.codec import has_field, make, nested, response_class
 from fetcher.kafka.context import Catalog, EndpointContext
 from fetcher.kafka.errors import error_code_for
 from rlm.errors import FetchTimeoutError, RlmError
+
+log = structlog.get_logger(__name__)
 
 _MAX_WAIT_CAP_MS = 5_000
 
@@ -48,7 +51,8 @@ class _Part:
     aborted: tuple[AbortedTransaction, ...] | None = None
 
 
-def _wanted(req: Any, catalog: Catalog) -> list[tuple[Any, list[_Part]]]:
+def _wanted(req: Any, catalog: Catalog, partition_cap: int) -> list[tuple[Any, list[_Part]]]:
+    """The request's partitions; ``partition_max_bytes`` capped at ``partition_cap``."""
     out = []
     for t in req.topics:
         key = getattr(t, "topic_id", None) if has_field(type(t), "topic_id") else t.topic
@@ -64,7 +68,7 @@ def _wanted(req: Any, catalog: Catalog) -> list[tuple[Any, list[_Part]]]:
                 entry.name if entry else None,
                 p.partition,
                 int(p.fetch_offset),
-                int(p.partition_max_bytes),
+                min(int(p.partition_max_bytes), partition_cap),
                 int(getattr(p, "current_leader_epoch", -1)),
             )
             if entry is None:
@@ -100,10 +104,20 @@ def _prepare(ctx: EndpointContext, p: _Part, isolation: IsolationLevel) -> bool:
 def _read_one(
     ctx: EndpointContext, p: _Part, size: int, isolation: IsolationLevel, min_one: bool
 ) -> FetchResult:
-    """The core's read (or its read-ahead result), then read-ahead of the next one."""
+    """The core's read (or its read-ahead result), then read-ahead of the next one.
+
+    A read-ahead that failed is a miss, not an answer: its error may be seconds old (a storage
+    fault since cleared), so the read is done again now and reports its own outcome.
+    """
     assert p.topic is not None
     ahead = ctx.prefetch.take((p.topic, p.partition, p.offset, size, int(isolation)))
-    r = ahead.result() if ahead is not None else None
+    r = None
+    if ahead is not None:
+        try:
+            r = ahead.result()
+        except Exception as e:  # storage errors, a cancelled read-ahead: read again
+            log.info("kafka_read_ahead_failed", topic=p.topic, partition=p.partition, offset=p.offset,
+                     error=str(e))
     if r is None or (not min_one and len(r.records) > size):
         r = ctx.fetcher.fetch(
             p.topic, p.partition, p.offset, max_bytes=size, isolation=isolation, min_one_message=min_one
@@ -179,11 +193,13 @@ async def handle_fetch(ctx: EndpointContext, req: Any, version: int, header: Any
             responses=(),
         )
     isolation = IsolationLevel(int(getattr(req, "isolation_level", 0)) or 0)
-    max_bytes = int(getattr(req, "max_bytes", 0x7FFFFFFF))
+    # client-sent limits are capped as a broker caps them (fetch.max.bytes): one request must
+    # not turn into a GET of a whole segment
+    max_bytes = min(int(getattr(req, "max_bytes", 0x7FFFFFFF)), ctx.settings.fetch_max_bytes)
     max_wait_ms = min(int(req.max_wait.total_seconds() * 1000), _MAX_WAIT_CAP_MS)
     deadline = time.monotonic() + max_wait_ms / 1000
     catalog = await ctx.topics()
-    wanted = _wanted(req, catalog)
+    wanted = _wanted(req, catalog, ctx.settings.max_partition_fetch_bytes)
     flat = [p for _, ps in wanted for p in ps]
     if ctx.forwarder is not None:
         await merged.route(ctx, flat)
@@ -191,6 +207,9 @@ async def handle_fetch(ctx: EndpointContext, req: Any, version: int, header: Any
     tail = [p for p in flat if p.forward]
     if tail:
         await merged.forward(ctx, tail, isolation, 0 if got else max_wait_ms, max_bytes - got)
+        back = [p for p in tail if not p.forward]  # below the broker's new local start: remote
+        if back:
+            await ctx.call(lambda: _read(ctx, back, max(1, max_bytes - got), isolation))
     elif got < max(int(req.min_bytes), 1) and not any(p.error is not ErrorCode.none for p in flat):
         remaining = deadline - time.monotonic()
         if remaining > 0:

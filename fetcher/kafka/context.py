@@ -44,6 +44,10 @@ class ListenerSettings:
     max_in_flight: int = 8
     idle_timeout_ms: int = 600_000
     cluster_id: str = "rlm-remote-tier"
+    #: caps on what a client may ask for in one Fetch (the broker's fetch.max.bytes; a partition
+    #: limit so one request cannot make the reader GET a whole segment)
+    fetch_max_bytes: int = 57_671_680
+    max_partition_fetch_bytes: int = 16 * 1024 * 1024
     merged: bool | None = (
         None  # forward reads at/above the broker's local log start; None: when one is configured
     )
@@ -61,6 +65,8 @@ class ListenerSettings:
             max_request_bytes=rc.kafka_max_request_bytes,
             max_in_flight=rc.kafka_max_in_flight,
             idle_timeout_ms=rc.kafka_idle_timeout_ms,
+            fetch_max_bytes=rc.kafka_fetch_max_bytes,
+            max_partition_fetch_bytes=rc.kafka_max_partition_fetch_bytes,
             merged=None if rc.kafka_merged else False,
         )
 

@@ -31,6 +31,7 @@ log = structlog.get_logger(__name__)
 
 _LEADER_TTL_S = 30.0
 _LOCAL_START_TTL_S = 2.0
+_MAX_IDLE_S = 540.0  # Kafka clients' connections.max.idle.ms: under the broker's 600 s
 
 
 @dataclass(slots=True)
@@ -50,6 +51,16 @@ class _BrokerConn:
         self.reader = reader
         self.writer = writer
         self.corr = 0
+        self.idle_since = time.monotonic()
+
+    def reusable(self, max_idle_s: float) -> bool:
+        """Whether a pooled connection may carry another request: the broker has not closed it
+        (restart, its ``connections.max.idle.ms``, a proxy), nothing unsolicited arrived, and it
+        has not been idle past ``max_idle_s`` (closed first from this side, as Kafka's clients
+        do with ``connections.max.idle.ms``)."""
+        if self.writer.is_closing() or self.reader.at_eof() or self.reader.exception() is not None:
+            return False
+        return time.monotonic() - self.idle_since < max_idle_s
 
     async def call(self, req: Any, timeout_s: float) -> Any:
         self.corr += 1
@@ -71,19 +82,31 @@ class BrokerForwarder:
     """Leaders, local log starts and forwarded fetches (used from the event loop only)."""
 
     def __init__(
-        self, bootstrap_servers: str, timeout_s: float = 30.0, login: BrokerLogin | None = None
+        self,
+        bootstrap_servers: str,
+        timeout_s: float = 30.0,
+        login: BrokerLogin | None = None,
+        max_idle_s: float = _MAX_IDLE_S,
     ) -> None:
         self.bootstrap = [_host_port(b) for b in bootstrap_servers.split(",") if b.strip()]
         self.timeout_s = timeout_s
+        self.max_idle_s = max_idle_s
         self.login = login or BrokerLogin()
         self._idle: dict[tuple[str, int], list[_BrokerConn]] = {}
         self._leaders: dict[tuple[str, int], tuple[float, tuple[str, int]]] = {}
         self._local_start: dict[tuple[str, int], tuple[float, int]] = {}
 
-    async def _conn(self, addr: tuple[str, int]) -> _BrokerConn:
+    async def _conn(self, addr: tuple[str, int]) -> tuple[_BrokerConn, bool]:
+        """A connection to ``addr`` and whether it came from the pool (checked before reuse)."""
         idle = self._idle.get(addr)
-        if idle:
-            return idle.pop()
+        while idle:
+            pooled = idle.pop()
+            if pooled.reusable(self.max_idle_s):
+                return pooled, True
+            pooled.close()
+        return await self._connect(addr), False
+
+    async def _connect(self, addr: tuple[str, int]) -> _BrokerConn:
         tls = self.login.tls
         r, w = await asyncio.wait_for(
             asyncio.open_connection(*addr, ssl=tls, server_hostname=addr[0] if tls is not None else None),
@@ -98,14 +121,25 @@ class BrokerForwarder:
         return conn
 
     async def _call(self, addr: tuple[str, int], req: Any, timeout_s: float) -> Any:
-        conn = await self._conn(addr)
-        try:
-            resp = await conn.call(req, timeout_s)
-        except BaseException:
-            conn.close()
-            raise
-        self._idle.setdefault(addr, []).append(conn)
-        return resp
+        """One request on a pooled or new connection. Every request sent here is a read
+        (Metadata, ListOffsets, Fetch), so one that failed on a pooled connection the broker
+        closed meanwhile is sent again on a new one."""
+        while True:
+            conn, pooled = await self._conn(addr)
+            try:
+                resp = await conn.call(req, timeout_s)
+            except (ConnectionError, asyncio.IncompleteReadError) as e:
+                conn.close()
+                if not pooled:
+                    raise
+                log.info("kafka_broker_connection_stale", broker=f"{addr[0]}:{addr[1]}", error=str(e))
+                continue
+            except BaseException:
+                conn.close()
+                raise
+            conn.idle_since = time.monotonic()
+            self._idle.setdefault(addr, []).append(conn)
+            return resp
 
     async def leader(self, topic: str, partition: int) -> tuple[str, int]:
         hit = self._leaders.get((topic, partition))
@@ -170,6 +204,10 @@ class BrokerForwarder:
             raise ConnectionError(f"broker ListOffsets for {topic}-{partition}: {p.error_code.name}")
         self._local_start[(topic, partition)] = (time.monotonic(), int(p.offset))
         return int(p.offset)
+
+    def forget_local_start(self, topic: str, partition: int) -> None:
+        """Ask the broker again at the next routing (its local log start has moved)."""
+        self._local_start.pop((topic, partition), None)
 
     async def fetch(
         self, topic: str, partition: int, offset: int, max_bytes: int, isolation: int, max_wait_ms: int

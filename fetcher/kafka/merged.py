@@ -4,6 +4,14 @@ A partition is forwarded when its fetch offset is at or above the broker's local
 or at/after the remote end (the live tail); below the local log start only the remote tier has
 the records. The log start reported for forwarded partitions is the remote one (the whole log
 starts there); high watermark and LSO are the broker's.
+
+A broker problem is never turned into a reset: when the broker cannot be asked (routing) or
+does not answer (forwarding), an offset the remote tier does not hold gets NOT_LEADER_OR_FOLLOWER,
+which clients retry after a metadata refresh. OFFSET_OUT_OF_RANGE would make them apply
+``auto.offset.reset`` and skip or re-read records. Offsets the remote tier holds are served from
+it as usual, so history stays readable while the broker is down. A broker that answers
+OFFSET_OUT_OF_RANGE below its (just moved) local log start is not believed either: the remote tier
+is asked instead.
 """
 
 from __future__ import annotations
@@ -23,7 +31,8 @@ log = structlog.get_logger(__name__)
 
 
 async def route(ctx: EndpointContext, parts: list[Any]) -> None:
-    """Mark ``part.forward`` on partitions the leader should serve."""
+    """Mark ``part.forward`` on partitions the leader should serve; without an answer from the
+    broker, a retriable error on those whose offset lies past the remote end."""
     fwd = ctx.forwarder
     assert fwd is not None
     for p in parts:
@@ -31,18 +40,26 @@ async def route(ctx: EndpointContext, parts: list[Any]) -> None:
             continue
         try:
             plan = await ctx.call(partial(ctx.fetcher.plan, p.topic, p.partition))
+        except RlmError as e:
+            log.warning("kafka_merged_route_failed", topic=p.topic, partition=p.partition, error=str(e))
+            continue  # the remote read reports it
+        p.remote_start = plan.log_start
+        try:
             local_start = await fwd.local_log_start(p.topic, p.partition)
         except (RlmError, OSError, TimeoutError, asyncio.IncompleteReadError) as e:
             log.warning("kafka_merged_route_failed", topic=p.topic, partition=p.partition, error=str(e))
-            continue  # serve what the remote tier has
-        p.remote_start = plan.log_start
+            if p.offset >= plan.log_end:  # only the broker has it: retry, never reset
+                p.error = ErrorCode.not_leader_or_follower
+            continue  # the remote tier has it: serve it
         p.forward = p.offset >= local_start or p.offset >= plan.log_end
 
 
 async def forward(
     ctx: EndpointContext, parts: list[Any], isolation: IsolationLevel, max_wait_ms: int, max_bytes: int
 ) -> None:
-    """Fetch the forwarded partitions from their leaders, at once."""
+    """Fetch the forwarded partitions from their leaders, at once. A partition the broker
+    answers out of range below its local log start while the remote tier holds the offset is
+    handed back (``forward`` cleared) for the caller to read remotely."""
     fwd = ctx.forwarder
     assert fwd is not None
 
@@ -60,10 +77,20 @@ async def forward(
             log.warning("kafka_merged_forward_failed", topic=p.topic, partition=p.partition, error=str(e))
             p.error = ErrorCode.not_leader_or_follower  # retriable: the client refreshes and retries
             return
+        remote_start = getattr(p, "remote_start", None)
+        if (
+            f.error is ErrorCode.offset_out_of_range
+            and remote_start is not None
+            and remote_start <= p.offset < f.log_start
+        ):
+            # the broker's local start moved past the offset since routing (local retention)
+            log.info("kafka_merged_below_local_start", topic=p.topic, partition=p.partition, offset=p.offset)
+            fwd.forget_local_start(p.topic, p.partition)
+            p.forward = False
+            return
         p.error = f.error
         p.records = f.records
         p.hw, p.lso = f.high_watermark, f.last_stable_offset
-        remote_start = getattr(p, "remote_start", None)
         p.log_start = (
             f.log_start if remote_start is None or f.log_start < 0 else min(remote_start, f.log_start)
         )

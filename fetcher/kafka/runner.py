@@ -35,8 +35,9 @@ class EndpointThread:
         try:
             self._loop.run_until_complete(self.endpoint.start())
         except BaseException as e:
-            started.set_exception(e)
+            self.endpoint.ctx.close()  # cleaned up before the caller hears of the failure
             self._loop.close()
+            started.set_exception(e)
             return
         started.set_result(None)
         self._loop.run_forever()

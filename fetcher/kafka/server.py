@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import ssl
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +94,7 @@ class KafkaEndpoint:
         self.ctx = EndpointContext(fetcher, settings, state_dir)
         self._ssl = ssl_context
         self._server: asyncio.Server | None = None
-        self._conns: set[asyncio.Task[None]] = set()
+        self._conns: dict[asyncio.Task[None], Connection] = {}
         self.port = settings.port
 
     async def start(self) -> KafkaEndpoint:
@@ -116,13 +116,21 @@ class KafkaEndpoint:
     def connections(self) -> int:
         return len(self._conns)
 
-    async def stop(self) -> None:
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """Stop accepting, let every connection finish the requests it has read (at most
+        ``grace_s``; a tail long-poll is at most 5 s), then close what is left and the executors.
+        The read core is the caller's: close it only after this returns."""
         if self._server is not None:
             self._server.close()
-        for t in list(self._conns):
-            t.cancel()
+        for conn in self._conns.values():
+            conn.drain()
         if self._conns:
-            await asyncio.gather(*self._conns, return_exceptions=True)
+            _, late = await asyncio.wait(set(self._conns), timeout=grace_s)
+            if late:
+                log.warning("kafka_endpoint_drain_timeout", connections=len(late), grace_s=grace_s)
+            for t in late:
+                t.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
         self.ctx.close()
@@ -141,13 +149,14 @@ class KafkaEndpoint:
             return
         task = asyncio.current_task()
         assert task is not None
-        self._conns.add(task)
+        conn = Connection(self.ctx, reader, writer, str(peer))
+        self._conns[task] = conn
         try:
-            await Connection(self.ctx, reader, writer, str(peer)).run()
+            await conn.run()
         except asyncio.CancelledError:
             pass  # stop(): asyncio's stream callback would otherwise report the cancellation
         finally:
-            self._conns.discard(task)
+            self._conns.pop(task, None)
 
 
 class _Close(Exception):
@@ -168,13 +177,18 @@ class Connection:
         self.idle_s = s.idle_timeout_ms / 1000
         self.slots = asyncio.Semaphore(s.max_in_flight)
         self.pending: asyncio.Queue[asyncio.Task[bytes] | None] = asyncio.Queue()
+        self._draining = asyncio.Event()
+
+    def drain(self) -> None:
+        """Read no further request; answer those already read, then close (listener shutdown)."""
+        self._draining.set()
 
     async def run(self) -> None:
         writer_task = asyncio.create_task(self._write_loop())
         try:
-            while not writer_task.done():
+            while not writer_task.done() and not self._draining.is_set():
                 await self.slots.acquire()
-                frame = await self._read_frame()
+                frame = await self._unless_draining(self._read_frame())
                 if frame is None:
                     break
                 await self.pending.put(asyncio.create_task(self._answer(frame)))
@@ -186,11 +200,27 @@ class Connection:
             )
         finally:
             await self.pending.put(None)
-            with contextlib.suppress(Exception):
-                await writer_task
-            self.writer.close()
+            try:
+                with contextlib.suppress(Exception):
+                    await writer_task  # the answers of requests already read (drain)
+            finally:
+                self.writer.close()  # also when stop() cancels a drain that took too long
             with contextlib.suppress(Exception):
                 await self.writer.wait_closed()
+
+    async def _unless_draining(self, read: Coroutine[Any, Any, bytes | None]) -> bytes | None:
+        """The next frame, or None as soon as :meth:`drain` is called (the partial read is dropped:
+        that request was never started)."""
+        reading = asyncio.ensure_future(read)
+        draining = asyncio.ensure_future(self._draining.wait())
+        await asyncio.wait((reading, draining), return_when=asyncio.FIRST_COMPLETED)
+        draining.cancel()
+        if reading.done():
+            return reading.result()
+        reading.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await reading
+        return None
 
     async def _read_frame(self) -> bytes | None:
         try:

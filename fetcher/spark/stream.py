@@ -7,6 +7,12 @@ the checkpoint reads the same records; offsets that remote retention removed bef
 read are the ``failOnDataLoss`` case. ``Trigger.AvailableNow`` works through Spark's wrapper
 (it takes ``latestOffset`` once). ``read()`` runs on a reader Spark creates on the executor, so
 a task carries everything it needs (:class:`fetcher.spark.planner.Task`).
+
+The driver's instance lives as long as the query and asks for offsets and partitions on every
+micro-batch, so it opens one read core (storage, metadata followed, index cache in a scratch
+dir) on first use and keeps it until Spark calls :meth:`TieredStreamReader.stop`: opening one per
+call would reload the metadata (and wait for the metadata topic) twice a micro-batch. The
+metadata stores follow new segments by themselves; the core caches plans for about a second.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
+from fetcher.core import RemoteFetcher
 from fetcher.spark import planner
 from fetcher.spark.options import SourceOptions
 
@@ -40,17 +47,45 @@ class TieredStreamReader(DataSourceStreamReader):
 
         self.opts = opts
         self.batch = TieredReader(opts, schema)  # storage plugin + Arrow target, for read()
+        self._core: RemoteFetcher | None = None
+        self._scratch: tempfile.TemporaryDirectory[str] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What executors get for ``read()``: never the driver's open core."""
+        state = self.__dict__.copy()
+        state["_core"] = state["_scratch"] = None
+        return state
+
+    def _fetcher(self) -> RemoteFetcher:
+        """The driver's read core, opened on first use and kept for the query's life."""
+        if self._core is None:
+            scratch = tempfile.TemporaryDirectory(prefix="rlm-spark-stream-")
+            try:
+                self._core = planner.open_fetcher(planner.daemon_config(self.opts), Path(scratch.name))
+            except BaseException:
+                scratch.cleanup()
+                raise
+            self._scratch = scratch
+        return self._core
+
+    def stop(self) -> None:
+        """Spark ends the query: close the core and remove its scratch dir."""
+        core, scratch, self._core, self._scratch = self._core, self._scratch, None, None
+        try:
+            if core is not None:
+                core.close()
+        finally:
+            if scratch is not None:
+                scratch.cleanup()
 
     def _points(self, start: bool) -> Offsets:
-        config = planner.daemon_config(self.opts)
-        with tempfile.TemporaryDirectory(prefix="rlm-spark-stream-") as scratch, \
-                planner.open_fetcher(config, Path(scratch)) as fetcher:
-            points = {}
-            for tp in planner.selected_partitions(fetcher, self.opts, planner.PushedBounds()):
-                plan = fetcher.plan(tp)
-                points[(tp.topic, tp.partition)] = (planner.resolve_range(fetcher, plan, self.opts)[0]
-                                                    if start else plan.log_end)
-            return _json(points)
+        fetcher = self._fetcher()
+        points = {}
+        for tp in planner.selected_partitions(fetcher, self.opts, planner.PushedBounds()):
+            plan = fetcher.plan(tp)
+            points[(tp.topic, tp.partition)] = (planner.resolve_range(fetcher, plan, self.opts)[0]
+                                                if start else plan.log_end)
+        return _json(points)
 
     def initialOffset(self) -> Offsets:
         return self._points(start=True)
@@ -63,18 +98,16 @@ class TieredStreamReader(DataSourceStreamReader):
 
         if start == end:
             return []
-        config = planner.daemon_config(self.opts)
+        fetcher = self._fetcher()
         tasks: list[planner.Task] = []
-        with tempfile.TemporaryDirectory(prefix="rlm-spark-stream-") as scratch, \
-                planner.open_fetcher(config, Path(scratch)) as fetcher:
-            for tp in planner.selected_partitions(fetcher, self.opts, planner.PushedBounds()):
-                hi = end.get(tp.topic, {}).get(str(tp.partition))
-                if hi is None:
-                    continue
-                plan = fetcher.plan(tp)
-                lo = start.get(tp.topic, {}).get(str(tp.partition), plan.log_start)
-                planner.check_data_loss(plan, lo, min(hi, plan.log_end), self.opts.fail_on_data_loss)
-                tasks += planner.range_tasks(fetcher, plan, lo, hi, self.opts.split_bytes)
+        for tp in planner.selected_partitions(fetcher, self.opts, planner.PushedBounds()):
+            hi = end.get(tp.topic, {}).get(str(tp.partition))
+            if hi is None:
+                continue
+            plan = fetcher.plan(tp)
+            lo = start.get(tp.topic, {}).get(str(tp.partition), plan.log_start)
+            planner.check_data_loss(plan, lo, min(hi, plan.log_end), self.opts.fail_on_data_loss)
+            tasks += planner.range_tasks(fetcher, plan, lo, hi, self.opts.split_bytes)
         return [TieredPartition(t) for t in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -57,7 +57,12 @@ def start_kafka_listener(fetcher: RemoteFetcher, host: str | None = None, port: 
     from fetcher.kafka import EndpointThread, ListenerSettings
 
     settings = ListenerSettings.from_read_config(fetcher.read_config, host, port)
-    return EndpointThread(fetcher, settings, state_dir or fetcher.work_dir / "kafka-endpoint")
+    try:
+        return EndpointThread(fetcher, settings, state_dir or fetcher.work_dir / "kafka-endpoint")
+    except OSError as e:
+        raise ConfigError(
+            f"Kafka listener (--kafka-listener / read.kafka_host, read.kafka_port): cannot listen on "
+            f"{settings.host}:{settings.port}: {e}") from e
 
 
 def run(args: argparse.Namespace) -> int:

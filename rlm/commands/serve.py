@@ -53,12 +53,14 @@ def serve(args: argparse.Namespace) -> int:
     if args.kafka_listener:
         from rlm.commands.kafka_serve import parse_listener, start_kafka_listener
 
-        host, port = parse_listener(args.kafka_listener)
-        listener = start_kafka_listener(server.fetcher, host, port)
+        try:
+            host, port = parse_listener(args.kafka_listener)
+            listener = start_kafka_listener(server.fetcher, host, port)
+        except BaseException:
+            server.stop()  # never started: this only closes its fetcher
+            raise
         print(f"kafka endpoint listening on {listener.bootstrap}", flush=True)
-    try:
-        server.serve()
-    finally:
-        if listener is not None:
-            listener.close()
+    # shutdown order: HTTP, then the Kafka listener (its in-flight requests answered), then the
+    # fetcher both read through
+    server.serve(on_stop=listener.close if listener is not None else None)
     return 0

@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+import yaml
 
 from fetcher import RemoteFetcher
 from fetcher.index_cache import DIR_NAME, RemoteIndexCache
 from fetcher.pool import ReaderPool
+from rlm.cli import main as cli_main
 from rlm.errors import (
     FetchTimeoutError,
     ReaderBusyError,
@@ -22,6 +24,7 @@ from rlm.errors import (
     RemoteSegmentIncompleteError,
     RemoteStorageIntegrityError,
 )
+from rlm.exit_codes import ExitCode
 from rlm.log.records import iter_batches
 from rlm.types import RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState
 from rlmm.file import FileRemoteLogMetadataManager
@@ -235,3 +238,25 @@ def test_short_range_read_is_never_silently_fewer_records(fetcher: RemoteFetcher
         fetcher.fetch("mixed", 0, link.first, max_bytes=1 << 20)
     with pytest.raises(RemoteSegmentIncompleteError):
         list(fetcher.scan("mixed", 0))
+
+
+def test_missing_producer_snapshot_is_an_integrity_error(
+    tiered: Tiered, fetcher: RemoteFetcher, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The remote LSO comes from the last segment's producer snapshot; without it the open
+    transactions are unknown, which is an error naming the segment, not "none open"."""
+    plan = fetcher.plan("mixed", 0)
+    last = plan.segments[-1].metadata
+    sid = last.remote_log_segment_id.id.text
+    remote_log_of(tiered, sid, ".snapshot").unlink()
+    with pytest.raises(RemoteStorageIntegrityError, match=sid):
+        fetcher.last_stable_offset("mixed", 0)
+    with pytest.raises(RemoteStorageIntegrityError, match=sid):
+        fetcher.fetch("mixed", 0, plan.log_start, max_bytes=1000, isolation="read_committed")
+    assert fetcher.fetch("mixed", 0, plan.log_start, max_bytes=1000).records  # read_uncommitted reads on
+    cfg = tmp_path / "rlm.yaml"
+    cfg.write_text(yaml.safe_dump({"work_dir": str(tiered.work)}))  # its local storage and metadata
+    code = cli_main(["fetch", "--config", str(cfg), "--topic", "mixed", "--partition", "0",
+                     "--offset", str(plan.log_start), "--count", "1", "--isolation", "read_committed"])
+    assert code == ExitCode.FAILURE
+    assert sid in capsys.readouterr().err

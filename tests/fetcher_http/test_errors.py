@@ -156,6 +156,7 @@ def test_503_when_metadata_is_down(tiered: Tiered, tmp_path: Path) -> None:
         assert api.get(RECORDS, offset=10).status_code == 200
         ControlledFileRemoteLogMetadataManager.down = True
         try:
+            time.sleep(1.1)  # reads use the catalog and plans of the last second: let them expire
             for path, params in (("/v1/topics", {}), (RECORDS, {"offset": 10}), ("/health", {})):
                 r = api.get(path, **params)
                 body = _json_error(r, 503, "metadata_unavailable")
