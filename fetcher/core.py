@@ -20,6 +20,7 @@ import structlog
 from fetcher.broker import BrokerOffsets
 from fetcher.fetch import FetchRequest, FetchResult, IsolationLevel, fetch_from_plan
 from fetcher.index_cache import DIR_NAME, RemoteIndexCache
+from fetcher.log_start import LogStart, LogStartSources, bounded_plan
 from fetcher.planning import PartitionPlan, plan_partition
 from fetcher.pool import ReaderPool
 from fetcher.reader import ByteRateLimiter, ReadStats, SegmentReader
@@ -61,7 +62,8 @@ class RemoteFetcher:
 
     def __init__(self, rsm: RemoteStorageManager, rlmm: RemoteLogMetadataManager, *, work_dir: Path,
                  read: ReadConfig | None = None, index_cache_bytes: int = 1 << 30,
-                 broker: BrokerOffsets | None = None, owns_plugins: bool = False) -> None:
+                 broker: BrokerOffsets | None = None, owns_plugins: bool = False,
+                 log_dirs: list[Path] | None = None) -> None:
         self.read_config = read or ReadConfig.model_validate({})
         rc = self.read_config
         self.rsm = rsm
@@ -76,6 +78,8 @@ class RemoteFetcher:
                                     read_ahead_chunks=rc.read_ahead_chunks, parallel_gets=rc.parallel_gets,
                                     limiter=ByteRateLimiter(rc.fetch_max_bytes_per_second), stats=self.stats)
         self.stable = StableOffsets(rsm)
+        self.log_starts = LogStartSources(rsm, broker=broker, log_dirs=log_dirs,
+                                          refresh_s=rc.log_start_refresh_ms / 1000)
         self.pool = ReaderPool(rc.reader_threads, rc.reader_max_pending_tasks, rc.fetch_max_wait_ms)
         self._plans: dict[TopicIdPartition, tuple[float, PartitionPlan]] = {}
         self._lock = threading.Lock()
@@ -99,7 +103,7 @@ class RemoteFetcher:
         try:
             return cls(rsm, rlmm, work_dir=config.work_dir, read=config.read,
                        index_cache_bytes=config.index_file_cache_total_size_bytes, broker=broker,
-                       owns_plugins=True)
+                       owns_plugins=True, log_dirs=list(config.log_dirs))
         except BaseException:
             rlmm.close()
             rsm.close()
@@ -158,17 +162,26 @@ class RemoteFetcher:
             f"{topic}-{partition} has no remote data (partitions with data: {[t.partition for t in tps]})")
 
     def plan(self, topic: str | TopicIdPartition, partition: int | None = None) -> PartitionPlan:
-        """The partition's lineage chain (cached for about a second; metadata changes show after)."""
+        """The partition's lineage chain from its log start on (cached for about a second;
+        metadata changes show after). Offsets below the log start (:meth:`log_start`) are not in
+        it, so every face reading through it answers out of range for them."""
         tp = topic if isinstance(topic, TopicIdPartition) else self.partition(topic, int(partition or 0))
         now = time.monotonic()
         with self._lock:
             cached = self._plans.get(tp)
             if cached is not None and now - cached[0] < _PLAN_TTL_S:
                 return cached[1]
-        plan = plan_partition(tp, self.rlmm.list_remote_log_segments(tp))
+        raw = plan_partition(tp, self.rlmm.list_remote_log_segments(tp))
+        plan = bounded_plan(raw, self.log_starts.get(raw).offset)
         with self._lock:
             self._plans[tp] = (now, plan)
         return plan
+
+    def log_start(self, topic: str | TopicIdPartition, partition: int | None = None) -> LogStart:
+        """The partition's log start offset — ``max(remote log start, DeleteRecords bound)`` — and
+        what each source said (see :mod:`fetcher.log_start`). No face returns a record below it."""
+        tp = topic if isinstance(topic, TopicIdPartition) else self.partition(topic, int(partition or 0))
+        return self.log_starts.get(plan_partition(tp, self.rlmm.list_remote_log_segments(tp)))
 
     def _invalidate(self, tp: TopicIdPartition) -> None:
         with self._lock:

@@ -158,8 +158,22 @@ class RemoteExpirer:
                     delete_remote_segment(ctx, md, "off_lineage")
                     res.deleted += 1
         finished.sort(key=lambda m: (m.start_offset, m.end_offset))
+        res.deleted += self._log_start_breach(tp, view, finished)
         res.deleted += self._retention(tp, view, finished, cfg, now, res)
         return res
+
+    # ---- log-start breach (issue 21: DeleteRecords honoured; see rlm/daemon/log_start.py) ----
+    def _log_start_breach(
+        self, tp: TopicIdPartition, view: LocalLogView, finished: list[RemoteLogSegmentMetadata]
+    ) -> int:
+        """Publish the partition's log start for readers and delete the lineage segments wholly
+        below it (reason ``log_start``), removing them from ``finished`` before retention runs."""
+        from rlm.daemon.log_start import LogStartKeeper
+
+        keeper = self.__dict__.get("_log_start_keeper")
+        if keeper is None:
+            keeper = self.__dict__["_log_start_keeper"] = LogStartKeeper(self.ctx)
+        return keeper.enforce(tp, view, finished)
 
     def _retention(
         self,

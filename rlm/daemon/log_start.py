@@ -1,0 +1,131 @@
+"""The log start offset on the leader's side: learn it, publish it to readers, delete below it.
+
+Kafka bounds every read by the partition's log start offset and its RemoteLogManager deletes
+remote segments that lie wholly below it (the log-start breach). This sidecar's broker does not
+know about tiering, so the daemon — which runs beside the leader and sees its log dir — learns
+the ``DeleteRecords`` bound from the broker (ListOffsets EARLIEST, fresh) and the log dir's
+``log-start-offset-checkpoint`` (rewritten every minute), keeping only what local retention
+cannot explain (:func:`rlm.log.log_start.deletion_bound`). It then:
+
+1. publishes it beside the segments (:mod:`rsm_plugins.log_start`) when it grew, so a reader with
+   neither log dir nor broker honours it too (and keeps honouring it after the broker's own
+   retention has forgotten it: once local retention passes the bound, the broker's log start is
+   a segment base again and the checkpoint entry disappears);
+2. deletes the lineage segments wholly below it (DELETE_SEGMENT_STARTED → RSM delete →
+   DELETE_SEGMENT_FINISHED, reason ``log_start``), before remote retention runs, as Kafka does.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import structlog
+
+from rlm.daemon.context import TaskContext
+from rlm.daemon.local_log import LocalLogView
+from rlm.daemon.remote_ops import delete_remote_segment
+from rlm.errors import LogFormatError, RemoteStorageIntegrityError
+from rlm.log.log_start import checkpoint_log_start, deletion_bound, first_segment_offset
+from rlm.secrets import reveal_all
+from rlm.types import RemoteLogSegmentMetadata, TopicIdPartition, TopicPartition
+
+log = structlog.get_logger(__name__)
+
+
+class LogStartKeeper:
+    """Per daemon: the bound each led partition published, and a lazily made admin client."""
+
+    def __init__(self, ctx: TaskContext) -> None:
+        self.ctx = ctx
+        self._published: dict[TopicIdPartition, int] = {}
+        self._admin: Any = None
+        self._lock = threading.Lock()
+
+    def enforce(
+        self, tp: TopicIdPartition, view: LocalLogView, finished: list[RemoteLogSegmentMetadata]
+    ) -> int:
+        """Learn and publish ``tp``'s bound, then delete the segments of ``finished`` (lineage
+        segments, oldest first) wholly below it; they are removed from ``finished``. Returns the
+        number deleted."""
+        bound = self.learn(tp, view, finished)
+        st = self.ctx.status.partition(tp.topic, tp.partition)
+        st.log_start = bound
+        deleted = 0
+        for md in [m for m in finished if bound > m.end_offset]:
+            if self.ctx.stop.is_set():
+                break
+            delete_remote_segment(self.ctx, md, "log_start")
+            finished.remove(md)
+            deleted += 1
+        return deleted
+
+    def learn(
+        self, tp: TopicIdPartition, view: LocalLogView, finished: list[RemoteLogSegmentMetadata]
+    ) -> int:
+        """The partition's bound (-1: none known), published when it grew."""
+        remote = [(m.start_offset, m.end_offset) for m in finished]
+        ktp = TopicPartition(tp.topic, tp.partition)
+        broker = self._broker_earliest(ktp)
+        try:
+            entry = checkpoint_log_start(view.dir.parent, ktp)
+        except LogFormatError as e:
+            log.warning("log_start_checkpoint_unreadable", topic=tp.topic, partition=tp.partition,
+                        error=str(e))
+            entry = None
+        first = first_segment_offset(view.dir)  # listed after both answers: see deletion_bound
+        candidates = (deletion_bound(broker, remote, first), deletion_bound(entry, remote, first))
+        found = max((v for v in candidates if v is not None), default=-1)
+        stored, rewrite = self._stored(tp)
+        bound = max(found, stored)
+        if bound >= 0 and (bound > stored or rewrite):
+            if self.ctx.rsm.write_log_start_offset(tp, bound):
+                log.info("log_start_published", topic=tp.topic, partition=tp.partition,
+                         log_start_offset=bound, previous=stored, broker=broker, checkpoint=entry,
+                         local_start=first)
+            self._published[tp] = bound
+        return bound
+
+    def _stored(self, tp: TopicIdPartition) -> tuple[int, bool]:
+        """(published bound or -1, whether the stored object must be rewritten: it is corrupt)."""
+        if tp in self._published:
+            return self._published[tp], False
+        try:
+            got = self.ctx.rsm.read_log_start_offset(tp)
+        except RemoteStorageIntegrityError as e:
+            log.error("log_start_object_corrupt", topic=tp.topic, partition=tp.partition, error=str(e))
+            return -1, True
+        value = -1 if got is None else got
+        self._published[tp] = value
+        return value, False
+
+    def _broker_earliest(self, tp: TopicPartition) -> int | None:
+        """The broker's log start (ListOffsets EARLIEST), ``None`` without a broker or when it does
+        not answer (the checkpoint and the published value still count)."""
+        cfg = self.ctx.config
+        if not cfg.bootstrap_servers:
+            return None
+        from confluent_kafka import KafkaException
+        from confluent_kafka import TopicPartition as CkTopicPartition
+        from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
+
+        from rlm.daemon.probes import admin_client
+
+        with self._lock:
+            if self._admin is None:
+                conf: dict[str, Any] = {"bootstrap.servers": cfg.bootstrap_servers,
+                                        "client.id": "rlm-sidecar"}
+                conf.update(reveal_all(cfg.kafka_client))
+                self._admin = admin_client(conf, "log_start")
+            admin = self._admin
+        timeout = cfg.metadata_request_timeout_ms / 1000
+        try:
+            spec = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+            futs = admin.list_offsets({CkTopicPartition(tp.topic, tp.partition): spec},
+                                      request_timeout=timeout)
+            for fut in futs.values():
+                return int(fut.result(timeout=timeout).offset)
+        except (KafkaException, TimeoutError) as e:
+            log.warning("log_start_broker_unavailable", topic=tp.topic, partition=tp.partition, error=str(e))
+        return None
+
