@@ -18,17 +18,20 @@ cannot explain (:func:`rlm.log.log_start.deletion_bound`). It then:
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 import structlog
 
-from rlm.daemon.context import TaskContext
+from rlm.daemon.context import TaskContext, now_ms
 from rlm.daemon.local_log import LocalLogView
 from rlm.daemon.remote_ops import delete_remote_segment
+from rlm.daemon.workdir import atomic_write
 from rlm.errors import LogFormatError, RemoteStorageIntegrityError
 from rlm.log.log_start import checkpoint_log_start, deletion_bound, first_segment_offset
 from rlm.secrets import reveal_all
-from rlm.types import RemoteLogSegmentMetadata, TopicIdPartition, TopicPartition
+from rlm.types import RemoteLogSegmentMetadata, TopicIdPartition, TopicPartition, check_topic_name
+from rsm_plugins import log_start as log_start_object
 
 log = structlog.get_logger(__name__)
 
@@ -79,6 +82,7 @@ class LogStartKeeper:
         stored, rewrite = self._stored(tp)
         bound = max(found, stored)
         if bound >= 0 and (bound > stored or rewrite):
+            self._save_local(tp, bound)
             if self.ctx.rsm.write_log_start_offset(tp, bound):
                 log.info("log_start_published", topic=tp.topic, partition=tp.partition,
                          log_start_offset=bound, previous=stored, broker=broker, checkpoint=entry,
@@ -87,17 +91,42 @@ class LogStartKeeper:
         return bound
 
     def _stored(self, tp: TopicIdPartition) -> tuple[int, bool]:
-        """(published bound or -1, whether the stored object must be rewritten: it is corrupt)."""
+        """(highest bound known: published or remembered in the work dir, or -1; whether the
+        published object must be written: it is missing, behind or corrupt)."""
         if tp in self._published:
             return self._published[tp], False
+        local = self._load_local(tp)
         try:
             got = self.ctx.rsm.read_log_start_offset(tp)
         except RemoteStorageIntegrityError as e:
-            log.error("log_start_object_corrupt", topic=tp.topic, partition=tp.partition, error=str(e))
-            return -1, True
-        value = -1 if got is None else got
-        self._published[tp] = value
-        return value, False
+            log.error("log_start_object_corrupt", topic=tp.topic, partition=tp.partition, error=str(e),
+                      remembered=local)
+            return local, True
+        value = max(local, -1 if got is None else got)
+        if value == (-1 if got is None else got):
+            self._published[tp] = value
+            return value, False
+        return value, True  # the work dir knows more than storage: publish it again
+
+    # The work dir keeps its own copy: the published object is the only other memory of a bound
+    # once local retention passed it (the broker then forgets it), so a lost or corrupt object
+    # must be rewritable by the leader that published it.
+    def _local_path(self, tp: TopicIdPartition) -> Path:
+        name = f"{check_topic_name(tp.topic)}-{tp.partition}-{tp.topic_id.text}.json"
+        return self.ctx.work_dir / "log-start" / name
+
+    def _load_local(self, tp: TopicIdPartition) -> int:
+        path = self._local_path(tp)
+        try:
+            return log_start_object.decode(tp, path.read_bytes(), str(path))
+        except FileNotFoundError:
+            return -1
+        except (OSError, RemoteStorageIntegrityError) as e:
+            log.warning("log_start_local_copy_unreadable", path=str(path), error=str(e))
+            return -1
+
+    def _save_local(self, tp: TopicIdPartition, bound: int) -> None:
+        atomic_write(self._local_path(tp), log_start_object.encode(tp, bound, now_ms()), fsync=True)
 
     def _broker_earliest(self, tp: TopicPartition) -> int | None:
         """The broker's log start (ListOffsets EARLIEST), ``None`` without a broker or when it does
