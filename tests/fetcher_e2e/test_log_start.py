@@ -119,7 +119,7 @@ def deleted(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> It
         "work_dir": str(tmp / "reader"),
         "storage": {"plugin": "local", "config": {"root": str(work / "remote")}},
         "metadata": {"manager": "file", "config": {"dir": str(work / "metadata")}},
-        "read": {"fetch_max_wait_ms": 30_000, "log_start_refresh_ms": 0},
+        "read": {"fetch_max_wait_ms": 30_000},
     }
     with RemoteFetcher.from_config(load_config(None, **reader)) as f:
         segs = [link.metadata for link in f.plan(topic, 0).segments]
@@ -143,7 +143,7 @@ def deleted(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> It
     all_stamps = [
         segs[0].max_timestamp_ms - 10**6,
         segs[1].max_timestamp_ms,
-        *stamps[:: max(1, len(stamps) // 40)],
+        *stamps[:: max(1, len(stamps) // 100)],
     ]
     answers = broker_offsets_for_times(bs, topic, sorted(set(all_stamps)))
 
@@ -152,8 +152,7 @@ def deleted(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> It
     with RemoteFetcher.from_config(
         load_config(None, **{**reader, "work_dir": str(tmp / "broker-reader"), "bootstrap_servers": bs})
     ) as f:
-        broker_reader = f.log_start(topic, 0)
-        assert broker_reader.published is None
+        broker_reader = f.plan(topic, 0).log_start  # nothing published yet: the broker's answer
     _run_daemon(daemon_cfg)  # learns, publishes, deletes below
     # the broker's own retention deletes every tiered segment: its log start is a segment base again
     _set_topic_config(bs, topic, **{"retention.bytes": "1"})
@@ -175,7 +174,7 @@ def deleted(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> It
         [md for md in segs if md.end_offset < log_start],
         records,
         answers,
-        broker_reader.offset,
+        broker_reader,
     )
 
 
@@ -240,14 +239,16 @@ def test_scan_equals_broker(deleted: Deleted, bare: RemoteFetcher) -> None:
 def test_offsets_equal_broker(deleted: Deleted, bare: RemoteFetcher) -> None:
     earliest = bare.offset_for_timestamp(deleted.topic, 0, -2)
     assert earliest is not None and earliest.offset == deleted.log_start
-    compared = 0
+    compared, wrong = 0, []
     for ts, want in deleted.list_offsets.items():
         if want is None or want >= deleted.remote_end:
             continue
         got = bare.offset_for_timestamp(deleted.topic, 0, ts)
-        assert got is not None and got.offset == want, ts
+        if got is None or got.offset != want:
+            wrong.append((ts, want, got))
         compared += 1
-    assert compared >= 10
+    assert not wrong, (wrong, deleted.log_start, deleted.remote_end)
+    assert compared >= 5, deleted.list_offsets
     assert deleted.list_offsets[min(deleted.list_offsets)] == deleted.log_start
 
 
