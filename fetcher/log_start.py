@@ -29,12 +29,20 @@ import structlog
 
 from fetcher.broker import BrokerOffsets
 from fetcher.planning import PartitionPlan
-from rlm.errors import LogFormatError, MetadataUnavailableError
+from rlm.errors import (
+    LogFormatError,
+    MetadataUnavailableError,
+    RemoteStorageError,
+    RemoteStorageIntegrityError,
+)
 from rlm.log.log_start import checkpoint_log_start, deletion_bound, first_segment_offset
 from rlm.types import TopicIdPartition, TopicPartition
 from rsm_plugins.api import RemoteStorageManager
 
 log = structlog.get_logger(__name__)
+
+#: After the broker did not answer, its log start is not asked again for this long.
+_BROKER_RETRY_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,14 +97,16 @@ class LogStartSources:
         self.broker_timeout_s = broker_timeout_s
         self._cache: dict[TopicIdPartition, tuple[float, LogStart]] = {}
         self._high: dict[TopicIdPartition, int] = {}
+        self._broker_down_until = 0.0
         self._lock = threading.Lock()
 
     def get(self, plan: PartitionPlan) -> LogStart:
         """The log start of ``plan``'s partition (``plan``: the unbounded lineage plan).
 
         Raises :class:`rlm.errors.RemoteStorageIntegrityError` when a published object exists but
-        cannot be read as one (a bound exists that this reader cannot know), and
-        :class:`rlm.errors.RemoteStorageError` when storage cannot be read."""
+        cannot be read as one (a bound exists that this reader cannot know). Storage or a broker
+        that does not answer is skipped (logged): the other sources and the highest bound this
+        process saw still apply."""
         tp = plan.tp
         now = time.monotonic()
         with self._lock:
@@ -104,7 +114,15 @@ class LogStartSources:
             if hit is not None and now - hit[0] < self.refresh_s and hit[1].remote == plan.log_start:
                 return hit[1]
         remote = [(s.metadata.start_offset, s.last) for s in plan.segments]
-        published = self.rsm.read_log_start_offset(tp)
+        try:
+            published = self.rsm.read_log_start_offset(tp)
+        except RemoteStorageIntegrityError:
+            raise
+        except RemoteStorageError as e:
+            # storage down: the records themselves cannot be read either, so keep answering
+            # (metadata, offsets) with the highest bound seen; the next refresh asks again
+            log.warning("log_start_object_unreadable", topic=tp.topic, partition=tp.partition, error=str(e))
+            published = None
         from_dir = self._from_log_dirs(tp, remote)
         from_broker = self._from_broker(tp, remote)
         bound = max((v for v in (published, from_dir, from_broker) if v is not None), default=-1)
@@ -134,12 +152,15 @@ class LogStartSources:
         return None
 
     def _from_broker(self, tp: TopicIdPartition, remote: list[tuple[int, int]]) -> int | None:
-        if self.broker is None:
+        if self.broker is None or time.monotonic() < self._broker_down_until:
             return None
         try:
             earliest = self.broker.local_log_start(tp.topic, tp.partition, timeout_s=self.broker_timeout_s)
         except MetadataUnavailableError as e:
-            # remote reads must keep working without the broker: the other sources still bound them
+            # remote reads must keep working without the broker: the other sources still bound
+            # them, and no partition waits for it again for a while (a Metadata request plans
+            # every partition)
+            self._broker_down_until = time.monotonic() + max(self.refresh_s, _BROKER_RETRY_S)
             log.warning("log_start_broker_unavailable", topic=tp.topic, partition=tp.partition, error=str(e))
             return None
         first = None
