@@ -56,6 +56,7 @@ class Deleted:
     records: list[Rec]  # what the broker served from the log start on (before local deletion)
     list_offsets: dict[int, int | None]  # timestamp -> the broker's answer (before local deletion)
     broker_reader_log_start: int  # what a broker-only reader said before the daemon published
+    dir_reader_log_start: int  # what a log-dir-only reader said before the daemon published
 
     def reader_cfg(self, name: str, **extra: Any) -> DaemonConfig:
         return load_config(None, **{**self.reader, "work_dir": str(self.tmp / name), **extra})
@@ -153,6 +154,15 @@ def deleted(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> It
         load_config(None, **{**reader, "work_dir": str(tmp / "broker-reader"), "bootstrap_servers": bs})
     ) as f:
         broker_reader = f.plan(topic, 0).log_start  # nothing published yet: the broker's answer
+    # a reader with only the log dir: the broker writes log-start-offset-checkpoint every 60 s
+    # (log.flush.start.offset.checkpoint.interval.ms); its entry lies above the first local segment
+    checkpoint = kafka.log_dir / "log-start-offset-checkpoint"
+    wait_for("log start checkpointed", lambda: f" {log_start}\n" in checkpoint.read_text(), timeout=90)
+    dir_cfg = load_config(
+        None, **{**reader, "work_dir": str(tmp / "dir-reader"), "log_dirs": [str(kafka.log_dir)]}
+    )
+    with RemoteFetcher.from_config(dir_cfg) as f:
+        dir_reader = f.plan(topic, 0).log_start
     _run_daemon(daemon_cfg)  # learns, publishes, deletes below
     # the broker's own retention deletes every tiered segment: its log start is a segment base again
     _set_topic_config(bs, topic, **{"retention.bytes": "1"})
@@ -175,6 +185,7 @@ def deleted(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> It
         records,
         answers,
         broker_reader,
+        dir_reader,
     )
 
 
@@ -187,6 +198,29 @@ def bare(deleted: Deleted) -> Iterator[RemoteFetcher]:
 
 def test_broker_only_reader_honours_delete_records(deleted: Deleted) -> None:
     assert deleted.broker_reader_log_start == deleted.log_start
+
+
+def test_log_dir_only_reader_honours_delete_records(deleted: Deleted) -> None:
+    assert deleted.dir_reader_log_start == deleted.log_start
+
+
+def test_spark_plan_starts_at_log_start(deleted: Deleted) -> None:
+    """The Spark source's driver-side plan (also ``rlm backfill``'s): earliest is the log start,
+    and an explicit start below it is data loss, as Spark's Kafka source says for deleted offsets."""
+    from fetcher.spark.options import parse_options
+    from fetcher.spark.planner import DataLossError, PushedBounds, plan_tasks
+
+    opts = {
+        "subscribe": deleted.topic,
+        "rlm.config": str(deleted.tmp / "reader.yaml"),
+        "rlm.workdir": str(deleted.tmp / "spark"),
+    }
+    tasks = plan_tasks(parse_options(opts), PushedBounds())
+    assert tasks[0].rng.start == deleted.log_start
+    assert sum(t.rng.end - t.rng.start for t in tasks) == deleted.remote_end - deleted.log_start
+    below = json.dumps({deleted.topic: {"0": deleted.log_start - 1}})
+    with pytest.raises(DataLossError):
+        plan_tasks(parse_options({**opts, "startingoffsets": below}), PushedBounds())
 
 
 def test_segments_below_log_start_deleted(deleted: Deleted, bare: RemoteFetcher) -> None:
