@@ -18,6 +18,7 @@ cannot explain (:func:`rlm.log.log_start.deletion_bound`). It then:
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +36,16 @@ from rsm_plugins import log_start as log_start_object
 
 log = structlog.get_logger(__name__)
 
+#: How often the published object is read back (a lost or corrupt one is then written again).
+RECHECK_S = 600.0
+
 
 class LogStartKeeper:
     """Per daemon: the bound each led partition published, and a lazily made admin client."""
 
     def __init__(self, ctx: TaskContext) -> None:
         self.ctx = ctx
-        self._published: dict[TopicIdPartition, int] = {}
+        self._published: dict[TopicIdPartition, tuple[int, float]] = {}  # bound, monotonic s checked
         self._admin: Any = None
         self._lock = threading.Lock()
 
@@ -87,14 +91,15 @@ class LogStartKeeper:
                 log.info("log_start_published", topic=tp.topic, partition=tp.partition,
                          log_start_offset=bound, previous=stored, broker=broker, checkpoint=entry,
                          local_start=first)
-            self._published[tp] = bound
+            self._published[tp] = (bound, time.monotonic())
         return bound
 
     def _stored(self, tp: TopicIdPartition) -> tuple[int, bool]:
         """(highest bound known: published or remembered in the work dir, or -1; whether the
         published object must be written: it is missing, behind or corrupt)."""
-        if tp in self._published:
-            return self._published[tp], False
+        known = self._published.get(tp)
+        if known is not None and time.monotonic() - known[1] < RECHECK_S:
+            return known[0], False
         local = self._load_local(tp)
         try:
             got = self.ctx.rsm.read_log_start_offset(tp)
@@ -102,11 +107,12 @@ class LogStartKeeper:
             log.error("log_start_object_corrupt", topic=tp.topic, partition=tp.partition, error=str(e),
                       remembered=local)
             return local, True
-        value = max(local, -1 if got is None else got)
-        if value == (-1 if got is None else got):
-            self._published[tp] = value
+        stored = -1 if got is None else got
+        value = max(local, stored, -1 if known is None else known[0])
+        if value == stored:
+            self._published[tp] = (value, time.monotonic())
             return value, False
-        return value, True  # the work dir knows more than storage: publish it again
+        return value, True  # this daemon knows more than storage (object lost or behind): publish again
 
     # The work dir keeps its own copy: the published object is the only other memory of a bound
     # once local retention passed it (the broker then forgets it), so a lost or corrupt object
