@@ -1,4 +1,5 @@
-"""When a broker log start is a DeleteRecords bound, and the published object's format.
+"""When a broker log start is a DeleteRecords bound, the published object's format, and the plan
+cut at the log start that every face reads through.
 
 The end-to-end behaviour is tested against a real broker in tests/fetcher_e2e/test_log_start.py;
 these pin the rule for the cases that broker run cannot produce on demand (another leader's
@@ -8,12 +9,21 @@ retention propagated to a replica, retention past a copy gap) and the object's f
 from __future__ import annotations
 
 import json
+import pickle
 
 import pytest
 
-from rlm.errors import RemoteStorageIntegrityError
+from fetcher.log_start import bounded_plan
+from fetcher.planning import PartitionPlan, plan_partition
+from rlm.errors import OffsetOutOfRangeError, RemoteStorageIntegrityError
 from rlm.log.log_start import deletion_bound
-from rlm.types import KafkaUuid, TopicIdPartition
+from rlm.types import (
+    KafkaUuid,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+)
 from rsm_plugins import log_start
 
 REMOTE = [(0, 999), (1000, 1999), (2000, 2999)]  # remote segments on the lineage; remote end 3000
@@ -66,3 +76,41 @@ def test_object_round_trip() -> None:
 def test_object_corrupt(data: bytes) -> None:
     with pytest.raises(RemoteStorageIntegrityError):
         log_start.decode(TP, data, "s3://bucket/key")
+
+
+def _plan_with_gap() -> PartitionPlan:
+    """Remote segments 0..999, 1000..1999, (gap 2000..2499), 2500..2999 on epoch 0."""
+    tp = TopicIdPartition(KafkaUuid.random(), "orders", 0)
+    segs = [
+        RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(tp), lo, hi, 1_700_000_000_000, 0,
+                                 1_700_000_000_001, 1000, ((0, lo),),
+                                 RemoteLogSegmentState.COPY_SEGMENT_FINISHED)
+        for lo, hi in ((0, 999), (1000, 1999), (2500, 2999))
+    ]
+    return plan_partition(tp, segs)
+
+
+def test_bounded_plan_cuts_below_the_log_start() -> None:
+    plan = _plan_with_gap()
+    assert (plan.log_start, plan.log_end, plan.gaps) == (0, 3000, ((2000, 2499),))
+    cut = bounded_plan(plan, 1137)
+    assert (cut.log_start, cut.log_end, cut.gaps) == (1137, 3000, ((2000, 2499),))
+    assert [(s.first, s.last) for s in cut.segments] == [(1137, 1999), (2500, 2999)]
+    with pytest.raises(OffsetOutOfRangeError) as e:
+        cut.index_of(1136)
+    assert (e.value.log_start, e.value.log_end) == (1137, 3000)
+    assert cut.segment_for(1137).metadata.start_offset == 1000  # read from inside the segment
+    shipped = pickle.loads(pickle.dumps(cut))  # Spark ships plans to executors
+    assert (shipped.log_start, shipped.segments) == (cut.log_start, cut.segments)
+    inside_gap = bounded_plan(plan, 2100)  # the gap below the new start is no gap any more
+    assert (inside_gap.log_start, inside_gap.gaps) == (2500, ())
+    assert bounded_plan(plan, 0) is plan
+
+
+def test_bounded_plan_past_every_segment_is_empty_at_the_bound() -> None:
+    """Everything remote was deleted: the range is [bound, bound), not [0, 0)."""
+    cut = bounded_plan(_plan_with_gap(), 4000)
+    assert (cut.segments, cut.log_start, cut.log_end) == ((), 4000, 4000)
+    with pytest.raises(OffsetOutOfRangeError) as e:
+        cut.index_of(2500)
+    assert (e.value.log_start, e.value.log_end) == (4000, 4000)
