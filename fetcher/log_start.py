@@ -35,6 +35,7 @@ from rlm.errors import (
     RemoteStorageError,
     RemoteStorageIntegrityError,
 )
+from rlm.log import read_partition_metadata
 from rlm.log.log_start import checkpoint_log_start, deletion_bound, first_segment_offset
 from rlm.types import TopicIdPartition, TopicPartition
 from rsm_plugins.api import RemoteStorageManager
@@ -140,6 +141,8 @@ class LogStartSources:
             if not pdir.is_dir():
                 continue
             try:
+                if read_partition_metadata(pdir / "partition.metadata") != tp.topic_id:
+                    continue  # a re-created topic of the same name: its log start is not this one's
                 entry = checkpoint_log_start(d, ktp)
                 first = first_segment_offset(pdir)  # after the checkpoint: see deletion_bound
             except LogFormatError as e:
