@@ -189,6 +189,10 @@ class RemoteStorageManager(ABC, Generic[C]):
         :class:`RemoteStorageIntegrityError` (see :mod:`rsm_plugins.log_start` for why)."""
         return None
 
+    def delete_log_start_offset(self, tp: TopicIdPartition) -> None:
+        """Remove the stored value (the partition was deleted). Idempotent; the default does
+        nothing. Raises :class:`RemoteStorageError`."""
+
     def open_source(self, path: Path) -> BinaryIO:
         """Open one local file of a :class:`LogSegmentData` for reading.
 

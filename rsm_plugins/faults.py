@@ -242,6 +242,9 @@ class FaultInjectingRSM(RemoteStorageManager):
     def read_log_start_offset(self, tp: TopicIdPartition) -> int | None:
         return self.inner.read_log_start_offset(tp)
 
+    def delete_log_start_offset(self, tp: TopicIdPartition) -> None:
+        self.inner.delete_log_start_offset(tp)
+
 def _source_path(data: LogSegmentData, file_type: SegmentFileType) -> Path | None:
     return {
         SegmentFileType.SEGMENT: data.log_segment,

@@ -257,6 +257,13 @@ class FsspecRemoteStorageManager(RemoteStorageManager[FsspecConfig]):
             raise err from e
         return log_start.decode(tp, data, path)
 
+    def delete_log_start_offset(self, tp: TopicIdPartition) -> None:
+        path = self.log_start_path(tp)
+        try:
+            self._rm_quiet(self.fs, path)
+        except Exception as e:
+            raise _map(e, path, "delete") from e
+
     # ---- fetch ------------------------------------------------------------------------------
     def list_segment_objects(self, tp: TopicIdPartition) -> list[StoredObject]:
         pdir = f"{self._root.rstrip('/')}/{layout.kafka_partition_dir(tp)}"

@@ -237,6 +237,13 @@ class LocalRemoteStorageManager(RemoteStorageManager[LocalConfig]):
             raise RemoteStorageError(f"{path}: cannot read: {e}", retriable=True) from e
         return log_start.decode(tp, data, str(path))
 
+    def delete_log_start_offset(self, tp: TopicIdPartition) -> None:
+        path = self.log_start_path(tp)
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as e:
+            raise RemoteStorageError(f"{path}: cannot delete: {e}", retriable=True) from e
+
     # ---- listing (rlm verify) -------------------------------------------------------------
     def list_segment_objects(self, tp: TopicIdPartition) -> list[StoredObject]:
         pdir = self.root / layout.kafka_partition_dir(tp)

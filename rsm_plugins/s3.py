@@ -368,6 +368,9 @@ class S3RemoteStorageManager(RemoteStorageManager[S3Config]):
             raise err from e
         return log_start.decode(tp, data, f"s3://{bucket}/{key}")
 
+    def delete_log_start_offset(self, tp: TopicIdPartition) -> None:
+        self._delete_keys(self.config.bucket, [self.log_start_key(tp)])
+
     def list_segment_objects(self, tp: TopicIdPartition) -> list[StoredObject]:
         cfg = self.config
         bucket, prefix = cfg.bucket, f"{cfg.prefix}{tp.topic}-{tp.topic_id.text}/{tp.partition}/"

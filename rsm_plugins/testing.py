@@ -422,6 +422,9 @@ class RemoteStorageManagerContract:
         assert rsm.write_log_start_offset(a, 5000) is True  # overwritten in place
         assert rsm.read_log_start_offset(a) == 5000
         assert pickle.loads(pickle.dumps(rsm)).read_log_start_offset(a) == 5000  # Spark executors
+        rsm.delete_log_start_offset(a)  # the partition was deleted
+        assert rsm.read_log_start_offset(a) is None
+        rsm.delete_log_start_offset(a)  # idempotent
 
     def test_log_start_offset_beside_segments(
         self, rsm: RemoteStorageManager, segments: SegmentFactory

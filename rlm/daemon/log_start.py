@@ -121,6 +121,12 @@ class LogStartKeeper:
         name = f"{check_topic_name(tp.topic)}-{tp.partition}-{tp.topic_id.text}.json"
         return self.ctx.work_dir / "log-start" / name
 
+    def forget(self, tp: TopicIdPartition) -> None:
+        """The partition was deleted: drop the published object and the work dir's copy."""
+        self.ctx.rsm.delete_log_start_offset(tp)
+        self._local_path(tp).unlink(missing_ok=True)
+        self._published.pop(tp, None)
+
     def _load_local(self, tp: TopicIdPartition) -> int:
         path = self._local_path(tp)
         try:

@@ -12,15 +12,19 @@ tests/fetcher_e2e/test_log_start.py.
 from __future__ import annotations
 
 import shutil
+import uuid
 from pathlib import Path
 
 import pytest
 
 from fetcher import RemoteFetcher
 from rlm.config import load_config
+from rlm.daemon.service import Daemon
 from rlm.errors import OffsetOutOfRangeError, RemoteResourceNotFoundError
 from rlm.log.checkpoints import encode_offset_checkpoint, encode_partition_metadata
 from rlm.types import KafkaUuid, TopicPartition
+from rsm_plugins import log_start
+from tests.daemon.helpers import wait_for
 from tests.daemon.test_standalone import cfg_for, run_once, write_partition
 
 TOPIC = "ledger"
@@ -78,3 +82,17 @@ def test_checkpoint_bounds_readers_and_the_daemon(tmp_path: Path) -> None:
         assert {
             m.remote_log_segment_id for m in f.rlmm.list_remote_log_segments(segs[0].topic_id_partition)
         } & {m.remote_log_segment_id for m in segs[:2]} == set()
+
+    # the topic is deleted (standalone: Kafka renames the dir ``<topic>-<p>.<uuid>-delete``): the
+    # partition remover deletes the published object with the segments, and the work dir's copy
+    tp = segs[0].topic_id_partition
+    published = work / "remote" / f"{TOPIC}-0-{tp.topic_id.text}" / log_start.OBJECT_NAME
+    remembered = work / "log-start" / f"{TOPIC}-0-{tp.topic_id.text}.json"
+    assert published.is_file() and remembered.is_file()
+    (logs / f"{TOPIC}-0").rename(logs / f"{TOPIC}-0.{uuid.uuid4().hex}-delete")
+    d = Daemon(cfg_for(logs, work, partition_remover_interval_ms=200)).start()
+    try:
+        wait_for("partition removed", lambda: not any(p.suffix == ".log" for p in published.parent.iterdir()))
+        wait_for("published log start removed", lambda: not published.exists() and not remembered.exists())
+    finally:
+        d.stop(10)
