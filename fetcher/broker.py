@@ -35,7 +35,8 @@ class BrokerOffsets:
                 self._consumer = Consumer(conf)
             return self._consumer
 
-    def offset_for_timestamp(self, topic: str, partition: int, timestamp: int) -> tuple[int, int, int] | None:
+    def offset_for_timestamp(self, topic: str, partition: int, timestamp: int, *,
+                             timeout_s: float = _TIMEOUT_S) -> tuple[int, int, int] | None:
         """(offset, timestamp, leader epoch) as the broker answers; ``None`` when no record is that
         late. -1 = latest (log end), -2 = earliest (the broker's local log start)."""
         from confluent_kafka import KafkaException, TopicPartition
@@ -43,9 +44,9 @@ class BrokerOffsets:
         c = self._client()
         try:
             if timestamp in (-1, -2):
-                low, high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=_TIMEOUT_S)
+                low, high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)
                 return (high if timestamp == -1 else low), -1, -1
-            got = c.offsets_for_times([TopicPartition(topic, partition, timestamp)], timeout=_TIMEOUT_S)
+            got = c.offsets_for_times([TopicPartition(topic, partition, timestamp)], timeout=timeout_s)
         except KafkaException as e:
             raise MetadataUnavailableError(
                 f"broker {self.bootstrap_servers}: ListOffsets for {topic}-{partition} failed: {e}") from e
@@ -76,9 +77,10 @@ class BrokerOffsets:
             return []
         return sorted(int(p) for p in md.partitions)
 
-    def local_log_start(self, topic: str, partition: int) -> int:
-        """The broker's earliest offset: below it only the remote tier has records."""
-        got = self.offset_for_timestamp(topic, partition, -2)
+    def local_log_start(self, topic: str, partition: int, *, timeout_s: float = _TIMEOUT_S) -> int:
+        """The broker's earliest offset: below it only the remote tier has records (a broker that
+        does not know about tiering; see :mod:`rlm.log.log_start` for when it bounds reads)."""
+        got = self.offset_for_timestamp(topic, partition, -2, timeout_s=timeout_s)
         assert got is not None
         return got[0]
 

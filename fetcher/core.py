@@ -21,6 +21,7 @@ from fetcher.broker import BrokerOffsets
 from fetcher.fetch import FetchRequest, FetchResult, IsolationLevel, fetch_from_plan
 from fetcher.frontier import LogDirFrontier
 from fetcher.index_cache import DIR_NAME, RemoteIndexCache
+from fetcher.log_start import LogStart, LogStartSources, bounded_plan
 from fetcher.planning import PartitionPlan, plan_partition
 from fetcher.pool import ReaderPool
 from fetcher.reader import ByteRateLimiter, ReadStats, SegmentReader
@@ -84,6 +85,8 @@ class RemoteFetcher:
                    else lambda tp: broker.last_stable_offset(tp.topic, tp.partition))
             frontier = LogDirFrontier(log_dirs, lso)
         self.stable = StableOffsets(rsm, frontier)
+        self.log_starts = LogStartSources(rsm, broker=broker, log_dirs=list(log_dirs),
+                                          refresh_s=rc.log_start_refresh_ms / 1000)
         self.pool = ReaderPool(rc.reader_threads, rc.reader_max_pending_tasks, rc.fetch_max_wait_ms)
         self._plans: dict[TopicIdPartition, tuple[float, PartitionPlan]] = {}
         self._catalog_cache: tuple[float, dict[str, list[TopicIdPartition]],
@@ -192,17 +195,26 @@ class RemoteFetcher:
             f"{topic}-{partition} has no remote data (partitions with data: {[t.partition for t in tps]})")
 
     def plan(self, topic: str | TopicIdPartition, partition: int | None = None) -> PartitionPlan:
-        """The partition's lineage chain (cached for about a second; metadata changes show after)."""
+        """The partition's lineage chain from its log start on (cached for about a second;
+        metadata changes show after). Offsets below the log start (:meth:`log_start`) are not in
+        it, so every face reading through it answers out of range for them."""
         tp = topic if isinstance(topic, TopicIdPartition) else self.partition(topic, int(partition or 0))
         now = time.monotonic()
         with self._lock:
             cached = self._plans.get(tp)
             if cached is not None and now - cached[0] < _PLAN_TTL_S:
                 return cached[1]
-        plan = plan_partition(tp, self.rlmm.list_remote_log_segments(tp))
+        raw = plan_partition(tp, self.rlmm.list_remote_log_segments(tp))
+        plan = bounded_plan(raw, self.log_starts.get(raw).offset)
         with self._lock:
             self._plans[tp] = (now, plan)
         return plan
+
+    def log_start(self, topic: str | TopicIdPartition, partition: int | None = None) -> LogStart:
+        """The partition's log start offset — ``max(remote log start, DeleteRecords bound)`` — and
+        what each source said (see :mod:`fetcher.log_start`). No face returns a record below it."""
+        tp = topic if isinstance(topic, TopicIdPartition) else self.partition(topic, int(partition or 0))
+        return self.log_starts.get(plan_partition(tp, self.rlmm.list_remote_log_segments(tp)))
 
     def _invalidate(self, tp: TopicIdPartition) -> None:
         with self._lock:

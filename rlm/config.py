@@ -231,6 +231,12 @@ class ReadConfig(_Strict):
         2, ge=0, description="Chunks prefetched after a sequential read, continuing into the next segment.",
     )
     parallel_gets: int = Field(4, ge=1, description="Ranged GETs in flight for one large read.")
+    log_start_refresh_ms: int = Field(
+        5000, ge=0,
+        description="How long a reader keeps a partition's log start (the published object, the log dir's "
+        "log-start-offset-checkpoint, the broker's earliest offset) before asking again; records below it "
+        "(DeleteRecords) are never served.",
+    )
     serve_http: bool = Field(
         False, description="`rlm run` also serves the read HTTP API (as `rlm serve` does) on "
         "http_host:http_port.",

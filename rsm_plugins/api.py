@@ -175,6 +175,24 @@ class RemoteStorageManager(ABC, Generic[C]):
         Raises :class:`RemoteStorageError` when the store cannot be listed."""
         return None
 
+    # ---- optional: the published log start offset (see rsm_plugins.log_start) ----------------
+    def write_log_start_offset(self, tp: TopicIdPartition, log_start_offset: int) -> bool:
+        """Store the partition's log start offset (``DeleteRecords`` and remote-retention bound)
+        for readers that have neither a log dir nor a broker; atomically: a reader sees the old
+        or the new value. Returns ``False`` when the plugin cannot store it (the default): such
+        readers then bound reads by remote metadata alone. Raises :class:`RemoteStorageError`."""
+        return False
+
+    def read_log_start_offset(self, tp: TopicIdPartition) -> int | None:
+        """The value stored by :meth:`write_log_start_offset`, ``None`` when none was stored or the
+        plugin cannot store one (the default). A stored object that cannot be decoded raises
+        :class:`RemoteStorageIntegrityError` (see :mod:`rsm_plugins.log_start` for why)."""
+        return None
+
+    def delete_log_start_offset(self, tp: TopicIdPartition) -> None:
+        """Remove the stored value (the partition was deleted). Idempotent; the default does
+        nothing. Raises :class:`RemoteStorageError`."""
+
     def open_source(self, path: Path) -> BinaryIO:
         """Open one local file of a :class:`LogSegmentData` for reading.
 

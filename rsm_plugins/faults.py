@@ -19,7 +19,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, BinaryIO
 
-from rlm.types import IndexType, LogSegmentData, RemoteLogSegmentMetadata
+from rlm.types import IndexType, LogSegmentData, RemoteLogSegmentMetadata, TopicIdPartition
 
 from .api import RemoteStorageManager
 from .layout import SegmentFileType
@@ -235,6 +235,15 @@ class FaultInjectingRSM(RemoteStorageManager):
             raise
         self._record("delete", metadata, None)
 
+
+    def write_log_start_offset(self, tp: TopicIdPartition, log_start_offset: int) -> bool:
+        return self.inner.write_log_start_offset(tp, log_start_offset)  # passed through, no faults
+
+    def read_log_start_offset(self, tp: TopicIdPartition) -> int | None:
+        return self.inner.read_log_start_offset(tp)
+
+    def delete_log_start_offset(self, tp: TopicIdPartition) -> None:
+        self.inner.delete_log_start_offset(tp)
 
 def _source_path(data: LogSegmentData, file_type: SegmentFileType) -> Path | None:
     return {

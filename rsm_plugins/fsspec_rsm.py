@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 import uuid
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -21,7 +22,7 @@ from typing import Any, BinaryIO
 import structlog
 from pydantic import Field, SecretStr, model_validator
 
-from . import integrity, layout, streams
+from . import integrity, layout, log_start, streams
 from .api import (
     ConfigError,
     IndexType,
@@ -227,6 +228,42 @@ class FsspecRemoteStorageManager(RemoteStorageManager[FsspecConfig]):
         with contextlib.suppress(FileNotFoundError):
             fs.rm_file(path)
 
+    # ---- published log start offset (rsm_plugins.log_start) -------------------------------
+    def log_start_path(self, tp: TopicIdPartition) -> str:
+        return f"{self._root.rstrip('/')}/{layout.kafka_partition_dir(tp)}/{log_start.OBJECT_NAME}"
+
+    def write_log_start_offset(self, tp: TopicIdPartition, log_start_offset: int) -> bool:
+        final = self.log_start_path(tp)
+        data = log_start.encode(tp, log_start_offset, int(time.time() * 1000))
+        fs = self.fs
+        try:
+            fs.makedirs(final.rsplit("/", 1)[0], exist_ok=True)
+            self._write(fs, SourceFile(SegmentFileType.SEGMENT, data=data), final)
+        except Exception as e:
+            raise _map(e, final, "write") from e
+        return True
+
+    def read_log_start_offset(self, tp: TopicIdPartition) -> int | None:
+        path = self.log_start_path(tp)
+        try:
+            with self.fs.open(path, "rb") as f:
+                data = f.read(log_start.MAX_BYTES + 1)
+        except FileNotFoundError:
+            return None
+        except Exception as e:
+            err = _map(e, path, "read")
+            if isinstance(err, RemoteResourceNotFoundError):
+                return None
+            raise err from e
+        return log_start.decode(tp, data, path)
+
+    def delete_log_start_offset(self, tp: TopicIdPartition) -> None:
+        path = self.log_start_path(tp)
+        try:
+            self._rm_quiet(self.fs, path)
+        except Exception as e:
+            raise _map(e, path, "delete") from e
+
     # ---- fetch ------------------------------------------------------------------------------
     def list_segment_objects(self, tp: TopicIdPartition) -> list[StoredObject]:
         pdir = f"{self._root.rstrip('/')}/{layout.kafka_partition_dir(tp)}"
@@ -238,7 +275,7 @@ class FsspecRemoteStorageManager(RemoteStorageManager[FsspecConfig]):
             raise _map(e, pdir, "list") from e
         out = []
         for info in entries:
-            if info.get("type") != "file":
+            if info.get("type") != "file" or str(info["name"]).endswith("/" + log_start.OBJECT_NAME):
                 continue
             mtime = info.get("mtime") or info.get("LastModified") or info.get("last_modified") or 0
             ms = int(mtime.timestamp() * 1000) if hasattr(mtime, "timestamp") else int(float(mtime) * 1000)

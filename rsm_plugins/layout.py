@@ -133,6 +133,11 @@ def s3_key(prefix: str, metadata: RemoteLogSegmentMetadata, file_type: SegmentFi
     return f"{prefix}{topic}-{tp.topic_id.text}/{tp.partition}/{segment_file_name(metadata, file_type)}"
 
 
+def s3_partition_prefix(prefix: str, tp: TopicIdPartition) -> str:
+    """``<prefix><topic>-<topicId>/<partition>/``: where the ``s3`` layout keeps a partition."""
+    return f"{prefix}{check_topic_name(tp.topic)}-{tp.topic_id.text}/{tp.partition}/"
+
+
 def describe(metadata: RemoteLogSegmentMetadata) -> dict[str, object]:
     """Log fields naming a segment (structlog context)."""
     tp = metadata.topic_id_partition

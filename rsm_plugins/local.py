@@ -17,6 +17,7 @@ import ctypes
 import errno
 import os
 import stat
+import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -25,7 +26,7 @@ from typing import Any, BinaryIO
 import structlog
 from pydantic import Field, model_validator
 
-from . import integrity, layout, streams
+from . import integrity, layout, log_start, streams
 from .api import (
     ConfigError,
     IndexType,
@@ -209,6 +210,40 @@ class LocalRemoteStorageManager(RemoteStorageManager[LocalConfig]):
         manifest = integrity.decode(metadata.custom_metadata)
         return manifest.checksum(file_type) if manifest else None
 
+    # ---- published log start offset (rsm_plugins.log_start) -------------------------------
+    def log_start_path(self, tp: TopicIdPartition) -> Path:
+        return self.root / layout.kafka_partition_dir(tp) / log_start.OBJECT_NAME
+
+    def write_log_start_offset(self, tp: TopicIdPartition, log_start_offset: int) -> bool:
+        final = self.log_start_path(tp)
+        data = log_start.encode(tp, log_start_offset, int(time.time() * 1000))
+        try:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            self._write_atomic(SourceFile(SegmentFileType.SEGMENT, data=data), final)
+            if self.config.fsync:
+                _fsync_dir(final.parent)
+        except OSError as e:
+            raise RemoteStorageError(f"{final}: cannot write: {e}", retriable=True) from e
+        return True
+
+    def read_log_start_offset(self, tp: TopicIdPartition) -> int | None:
+        path = self.log_start_path(tp)
+        try:
+            with open(path, "rb") as f:
+                data = f.read(log_start.MAX_BYTES + 1)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise RemoteStorageError(f"{path}: cannot read: {e}", retriable=True) from e
+        return log_start.decode(tp, data, str(path))
+
+    def delete_log_start_offset(self, tp: TopicIdPartition) -> None:
+        path = self.log_start_path(tp)
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as e:
+            raise RemoteStorageError(f"{path}: cannot delete: {e}", retriable=True) from e
+
     # ---- listing (rlm verify) -------------------------------------------------------------
     def list_segment_objects(self, tp: TopicIdPartition) -> list[StoredObject]:
         pdir = self.root / layout.kafka_partition_dir(tp)
@@ -221,7 +256,7 @@ class LocalRemoteStorageManager(RemoteStorageManager[LocalConfig]):
             raise RemoteStorageError(f"{pdir}: cannot list: {e}", retriable=True) from e
         for entry in entries:
             with contextlib.suppress(FileNotFoundError):  # deleted while listing
-                if entry.is_file(follow_symlinks=False):
+                if entry.is_file(follow_symlinks=False) and entry.name != log_start.OBJECT_NAME:
                     st = entry.stat(follow_symlinks=False)
                     out.append(parse_name(entry.path, st.st_size, st.st_mtime_ns // 1_000_000))
         return sorted(out, key=lambda o: o.key)

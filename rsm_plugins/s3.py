@@ -13,6 +13,7 @@ A failed copy aborts its multipart upload and deletes what it wrote.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, BinaryIO, Literal
@@ -20,13 +21,14 @@ from typing import Any, BinaryIO, Literal
 import structlog
 from pydantic import Field, SecretStr
 
-from . import integrity, layout, streams
+from . import integrity, layout, log_start, streams
 from .api import (
     IndexType,
     LogSegmentData,
     PluginConfig,
     RemoteLogSegmentMetadata,
     RemoteRangeError,
+    RemoteResourceNotFoundError,
     RemoteStorageError,
     RemoteStorageManager,
     TopicIdPartition,
@@ -337,6 +339,38 @@ class S3RemoteStorageManager(RemoteStorageManager[S3Config]):
         except Exception as e:
             raise map_error(e, bucket, key, "HeadObject") from e
 
+    # ---- published log start offset (rsm_plugins.log_start) -------------------------------
+    def log_start_key(self, tp: TopicIdPartition) -> str:
+        return layout.s3_partition_prefix(self.config.prefix, tp) + log_start.OBJECT_NAME
+
+    def write_log_start_offset(self, tp: TopicIdPartition, log_start_offset: int) -> bool:
+        # a PUT is atomic (readers see the old or the new object); no storage class: the object
+        # is read often and is tiny, so an archive class would only slow every reader down
+        bucket, key = self.config.bucket, self.log_start_key(tp)
+        extra = {k: v for k, v in self._extra_args().items() if k != "StorageClass"}
+        body = log_start.encode(tp, log_start_offset, int(time.time() * 1000))
+        try:
+            self.client.put_object(Bucket=bucket, Key=key, Body=body, ContentType="application/json", **extra)
+        except Exception as e:
+            raise map_error(e, bucket, key, "PutObject") from e
+        return True
+
+    def read_log_start_offset(self, tp: TopicIdPartition) -> int | None:
+        bucket, key = self.config.bucket, self.log_start_key(tp)
+        try:
+            resp = self.client.get_object(Bucket=bucket, Key=key)
+            data = resp["Body"].read(log_start.MAX_BYTES + 1)
+            resp["Body"].close()
+        except Exception as e:
+            err = map_error(e, bucket, key, "GetObject")
+            if isinstance(err, RemoteResourceNotFoundError):
+                return None
+            raise err from e
+        return log_start.decode(tp, data, f"s3://{bucket}/{key}")
+
+    def delete_log_start_offset(self, tp: TopicIdPartition) -> None:
+        self._delete_keys(self.config.bucket, [self.log_start_key(tp)])
+
     def list_segment_objects(self, tp: TopicIdPartition) -> list[StoredObject]:
         cfg = self.config
         bucket, prefix = cfg.bucket, f"{cfg.prefix}{tp.topic}-{tp.topic_id.text}/{tp.partition}/"
@@ -344,6 +378,8 @@ class S3RemoteStorageManager(RemoteStorageManager[S3Config]):
         try:
             for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
                 for o in page.get("Contents", []):
+                    if str(o["Key"]).endswith("/" + log_start.OBJECT_NAME):
+                        continue  # not a segment file (published log start offset)
                     ms = int(o["LastModified"].timestamp() * 1000)
                     out.append(parse_name(str(o["Key"]), int(o["Size"]), ms))
         except Exception as e:

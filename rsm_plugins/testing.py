@@ -181,6 +181,9 @@ class RemoteStorageManagerContract:
     records_checksums: ClassVar[bool] = True
     #: The broker's cap on custom metadata (``remote.log.metadata.custom.metadata.max.bytes``).
     custom_metadata_max_bytes: ClassVar[int] = 128
+    #: Whether the plugin implements the optional published log start offset
+    #: (:meth:`RemoteStorageManager.write_log_start_offset`); ``False`` checks the defaults instead.
+    stores_log_start: ClassVar[bool] = True
 
     @pytest.fixture
     def rsm(self) -> Iterator[RemoteStorageManager]:
@@ -401,3 +404,42 @@ class RemoteStorageManagerContract:
             read_all(rsm.fetch_index(bad, IndexType.OFFSET))
         # a partial range cannot be checked against a whole-file checksum, and is served
         assert read_all(rsm.fetch_log_segment(bad, 1)) == seg.log[1:]
+
+    # ---- optional: the published log start offset ---------------------------------------------
+    def test_log_start_offset_round_trip(
+        self, rsm: RemoteStorageManager, segments: SegmentFactory
+    ) -> None:
+        a = segments.make(1000, partition=0).metadata.topic_id_partition
+        b = segments.make(1000, partition=1).metadata.topic_id_partition
+        assert rsm.read_log_start_offset(a) is None  # nothing published: readers fall back
+        if not self.stores_log_start:
+            assert rsm.write_log_start_offset(a, 5) is False
+            assert rsm.read_log_start_offset(a) is None
+            return
+        assert rsm.write_log_start_offset(a, 2793) is True
+        assert rsm.read_log_start_offset(a) == 2793
+        assert rsm.read_log_start_offset(b) is None  # per partition
+        assert rsm.write_log_start_offset(a, 5000) is True  # overwritten in place
+        assert rsm.read_log_start_offset(a) == 5000
+        assert pickle.loads(pickle.dumps(rsm)).read_log_start_offset(a) == 5000  # Spark executors
+        rsm.delete_log_start_offset(a)  # the partition was deleted
+        assert rsm.read_log_start_offset(a) is None
+        rsm.delete_log_start_offset(a)  # idempotent
+
+    def test_log_start_offset_beside_segments(
+        self, rsm: RemoteStorageManager, segments: SegmentFactory
+    ) -> None:
+        """The object lives with the partition's segments but is not one: copies and deletes leave
+        it alone, and the partition listing (``rlm verify``'s orphan check) does not show it."""
+        if not self.stores_log_start:
+            pytest.skip("the plugin does not store a log start offset")
+        seg = segments.make(10_000)
+        tp = seg.metadata.topic_id_partition
+        md = self.copy(rsm, seg)
+        assert rsm.write_log_start_offset(tp, 7)
+        listing = rsm.list_segment_objects(tp)
+        if listing is not None:
+            assert {o.segment_id for o in listing} == {md.remote_log_segment_id.id.text}, listing
+        rsm.delete_log_segment_data(md)
+        assert rsm.read_log_start_offset(tp) == 7
+        self.assert_gone(rsm, md)

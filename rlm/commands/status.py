@@ -7,6 +7,8 @@ that has not been rewritten for several heartbeats is reported as ``DEAD`` / ``S
 Current dependency problems (storage, metadata, cluster unreachable) are shown while they last,
 and the topics found in the log dirs that are not tiered are listed with the reason.
 
+LOG START = the partition's log start offset: no reader serves a record below it (remote retention
+and ``DeleteRecords`` move it; the daemon publishes it to readers);
 LAG = offsets in rolled segments below the LSO not yet copied (the active segment never counts);
 GAP = offsets missing from remote storage because the broker deleted them before they were copied.
 """
@@ -22,7 +24,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from rlm.config import load_config
-from rlm.daemon.status import DaemonStatus, pid_alive, read_status
+from rlm.daemon.status import DaemonStatus, PartitionStatus, pid_alive, read_status
 
 # A heartbeat may be late by a health check's own timeouts; this many missed beats means stale.
 STALE_HEARTBEATS = 4
@@ -65,6 +67,13 @@ def liveness(st: DaemonStatus, now_ms: int) -> tuple[str, str | None]:
     return st.state, None
 
 
+def log_start_of(p: PartitionStatus) -> int:
+    """The partition's log start: no record below it is served (remote retention moves the remote
+    start, ``DeleteRecords`` the published bound; with nothing remote, the local log start)."""
+    first = p.remote_start if p.remote_end >= 0 else p.local_start
+    return max(p.log_start, first)
+
+
 def render_table(st: DaemonStatus, now: int | None = None) -> str:
     now = int(time.time() * 1000) if now is None else now
     state, why = liveness(st, now)
@@ -76,7 +85,8 @@ def render_table(st: DaemonStatus, now: int | None = None) -> str:
         out.append(f"  {state}: {why}")
     for dep, prob in sorted(st.problems.items()):
         out.append(f"  ERROR {dep} (since {_ago(int(prob.get('since_ms', -1)), now)}): {prob.get('error')}")
-    cols = ("PARTITION", "ROLE", "LOCAL", "LSO", "REMOTE", "SEGS", "LAG", "GAP", "LAST COPY", "LAST ERROR")
+    cols = ("PARTITION", "ROLE", "LOG START", "LOCAL", "LSO", "REMOTE", "SEGS", "LAG", "GAP", "LAST COPY",
+            "LAST ERROR")
     rows = [cols]
     for key in sorted(st.partitions):
         p = st.partitions[key]
@@ -85,6 +95,7 @@ def render_table(st: DaemonStatus, now: int | None = None) -> str:
             (
                 key,
                 p.role,
+                str(log_start_of(p)),
                 f"{p.local_start}..{p.local_end}",
                 str(p.lso),
                 remote,

@@ -22,6 +22,7 @@ import structlog
 from rlm.config import ResolvedTopicConfig
 from rlm.daemon.context import EpochHistory, TaskContext, now_ms
 from rlm.daemon.local_log import LocalLogView
+from rlm.daemon.log_start import LogStartKeeper
 from rlm.daemon.quarantine import OffLineageQuarantine, Quarantined
 from rlm.daemon.remote_ops import delete_remote_segment
 from rlm.lineage import LineageVerdict, finished_only, judge_segments
@@ -41,6 +42,7 @@ class ExpiryResult:
     gaps: list[tuple[int, int]] = field(default_factory=list)
     quarantined: list[Quarantined] = field(default_factory=list)
     retention_moved_start: bool = False
+    log_start: int = -1
 
 
 def coverage_gaps(kept: list[RemoteLogSegmentMetadata], local_start: int) -> list[tuple[int, int]]:
@@ -100,6 +102,7 @@ class RemoteExpirer:
         self.history = history
         self.stale = StaleCopyWatch()
         self.quarantine = OffLineageQuarantine(ctx.work_dir)
+        self.log_start = LogStartKeeper(ctx)
 
     def run(
         self, tp: TopicIdPartition, view: LocalLogView, lso: int, cfg: ResolvedTopicConfig
@@ -154,6 +157,9 @@ class RemoteExpirer:
             delete_remote_segment(ctx, md, "off_lineage")
             res.deleted += 1
         kept = sorted(verdict.kept, key=lambda m: (m.start_offset, m.end_offset))
+        # Kafka's log-start breach (DeleteRecords): publish the bound, delete what lies wholly below
+        res.deleted += self.log_start.enforce(tp, view, kept)
+        res.log_start = ctx.status.partition(tp.topic, tp.partition).log_start
         res.deleted += self._retention(tp, view, kept, cfg, now, res)
         res.deleted += self._expire_quarantined(tp, held, verdict, cfg, now, res)
         labels = (tp.topic, str(tp.partition))
@@ -172,8 +178,9 @@ class RemoteExpirer:
         now: int,
         res: ExpiryResult,
     ) -> int:
-        """Retention applies to quarantined segments too: past ``retention.ms``, or wholly below
-        the remote log start once retention has moved it past them, they go without waiting."""
+        """Retention applies to quarantined segments too: past ``retention.ms``, wholly below the
+        partition's log start (DeleteRecords), or wholly below the remote log start once retention
+        has moved it past them, they go without waiting."""
         by_id = {m.remote_log_segment_id.id.text: m for m in verdict.off_lineage}
         gone: set[RemoteLogSegmentId] = set()
         for q in held:
@@ -181,6 +188,8 @@ class RemoteExpirer:
             reason = None
             if cfg.retention_ms > -1 and md.max_timestamp_ms <= now - cfg.retention_ms:
                 reason = "retention_ms"
+            elif md.end_offset < res.log_start:
+                reason = "log_start"
             elif res.retention_moved_start and md.end_offset < res.remote_start:
                 reason = "below_log_start"
             if reason is None or self.ctx.stop.is_set():

@@ -13,6 +13,7 @@ import threading
 import structlog
 
 from rlm.daemon.context import TaskContext, now_ms
+from rlm.daemon.log_start import LogStartKeeper
 from rlm.daemon.remote_ops import delete_remote_segment
 from rlm.types import (
     RemoteLogSegmentState,
@@ -91,5 +92,6 @@ class PartitionRemover:
                 continue
             delete_remote_segment(self.ctx, md, "partition_deleted")
             n += 1
+        LogStartKeeper(self.ctx).forget(tp)  # the published log start offset goes with the segments
         self._put(tp, P.DELETE_PARTITION_FINISHED)
         log.info("partition_delete_finished", topic=tp.topic, partition=tp.partition, segments=n)

@@ -34,6 +34,7 @@ class PartitionStatus:
     local_end: int = -1
     lso: int = -1
     remote_start: int = -1
+    log_start: int = -1  # DeleteRecords bound the daemon published (-1: none); see rlm/daemon/log_start.py
     remote_end: int = -1
     remote_segments: int = 0
     remote_bytes: int = 0

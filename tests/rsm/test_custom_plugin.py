@@ -31,6 +31,7 @@ def test_found_by_entry_point(installed_example: str) -> None:
 
 class TestCustomPluginContract(RemoteStorageManagerContract):
     records_checksums = False  # the example returns no custom metadata
+    stores_log_start = False  # nor implements the optional published log start offset
 
     @pytest.fixture
     def rsm(self, installed_example: str, request: pytest.FixtureRequest) -> Iterator[RemoteStorageManager]:
