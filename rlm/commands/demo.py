@@ -5,8 +5,8 @@
    a leader-epoch change, a compacted topic (which the daemon refuses to tier).
 2. Runs the daemon once (``rlm run --once``) standalone with the ``local`` storage plugin and the
    embedded ``file`` metadata store.
-3. Prints ``rlm status`` and reads one historical record back from remote storage: the segment is
-   found in the metadata store, fetched through the storage plugin and decoded with ``rlm.log``.
+3. Prints ``rlm status`` and reads one historical record back from remote storage through the
+   read core (:class:`fetcher.RemoteFetcher`), as ``rlm fetch`` does.
 """
 
 from __future__ import annotations
@@ -147,35 +147,18 @@ def demo_config(root: Path) -> dict[str, Any]:
     }
 
 
-def read_back(root: Path, topic: str, partition: int, offset: int) -> tuple[str, Any]:
-    """Find ``offset`` in the metadata store, fetch its segment from remote storage, decode the record."""
-    import rsm_plugins
-    from rlm.log.checkpoints import read_partition_metadata
-    from rlm.log.records import iter_records
-    from rlm.types import TopicIdPartition
-    from rlmm.file import FileRemoteLogMetadataManager
+def read_back(cfg: Any, topic: str, partition: int, offset: int) -> tuple[str, Any]:
+    """Read ``offset`` back through the read core every face uses (lineage plan, offset index,
+    ranged GETs), as ``rlm fetch`` would; the record and the remote segment it came from."""
+    from fetcher import RemoteFetcher
+    from rlm.log.records import ControlRecord, iter_records
 
-    cfg = demo_config(root)
-    topic_id = read_partition_metadata(root / "kafka-logs" / f"{topic}-{partition}" / "partition.metadata")
-    tp = TopicIdPartition(topic_id, topic, partition)
-    rlmm = FileRemoteLogMetadataManager.open(cfg["metadata"]["config"]["dir"])
-    rsm = rsm_plugins.load("local", cfg["storage"]["config"])
-    try:
-        rlmm.on_partition_leadership_changes({tp}, set())
-        md = next(
-            (m for m in rlmm.list_remote_log_segments(tp) if m.start_offset <= offset <= m.end_offset), None
-        )
-        if md is None:
-            raise ConfigError(f"{tp}: offset {offset} is not in remote storage")
-        with rsm.fetch_log_segment(md, 0) as stream:
-            data = stream.read()
-        for header, rec in iter_records(bytes(data)):
-            if getattr(rec, "offset", -1) == offset and not header.is_control:
-                return md.remote_log_segment_id.id.text, rec
-        raise ConfigError(f"{tp}: offset {offset} not found in remote segment {md.remote_log_segment_id}")
-    finally:
-        rlmm.close()
-        rsm.close()
+    with RemoteFetcher.from_config(cfg) as f:
+        r = f.fetch(topic, partition, offset, max_bytes=64 * 1024)
+        for _header, rec in iter_records(r.records, path=f"{topic}-{partition}@{offset}"):
+            if not isinstance(rec, ControlRecord) and rec.offset == offset:
+                return str(r.segment_id), rec
+    raise ConfigError(f"{topic}-{partition}: offset {offset} not found in remote storage")
 
 
 def demo(args: argparse.Namespace) -> int:
@@ -213,7 +196,7 @@ def demo(args: argparse.Namespace) -> int:
     print(f"   copied {segs} segments, {nbytes / 1e6:.1f} MB to {root / 'remote-storage'}")
     print(f"3. rlm status --work-dir {cfg.work_dir}   [{time.monotonic() - t0:.1f}s]")
     print(render_table(read_status(cfg.work_dir)))
-    seg_id, rec = read_back(root, "orders", 0, 0)
+    seg_id, rec = read_back(cfg, "orders", 0, 0)
     print(
         "4. one historical record, read back from remote storage (segment "
         f"{seg_id}, {root / 'remote-storage'}):"
