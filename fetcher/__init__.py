@@ -11,9 +11,14 @@ from fetcher.fetch import AbortedTransaction, FetchResult, IsolationLevel
 from fetcher.log_start import LogStart
 from fetcher.planning import PartitionPlan, PlannedSegment, plan_partition
 from fetcher.scan import ScanRange
+from fetcher.timestamps import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from fetcher.transactions import CommittedBound
 
 __all__ = [
+    "EARLIEST_TIMESTAMP",
+    "LATEST_TIMESTAMP",
     "AbortedTransaction",
+    "CommittedBound",
     "FetchResult",
     "IsolationLevel",
     "LogStart",

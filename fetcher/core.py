@@ -25,9 +25,9 @@ from fetcher.log_start import LogStart, LogStartSources, bounded_plan
 from fetcher.planning import PartitionPlan, plan_partition
 from fetcher.pool import ReaderPool
 from fetcher.reader import ByteRateLimiter, ReadStats, SegmentReader
-from fetcher.scan import ScanRange, plan_scan, scan_range
+from fetcher.scan import ScanRange, plan_scan, scan_range, split_scan_range
 from fetcher.timestamps import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TimestampAnswer, offset_for_timestamp
-from fetcher.transactions import CommittedBound, StableOffsets
+from fetcher.transactions import CommittedBound, StableOffsets, collect_aborted_txns
 from rlm.config import DaemonConfig, ReadConfig
 from rlm.errors import RemoteSegmentDeletedError, UnknownTopicOrPartitionError
 from rlm.log.txn_index import AbortedTxn
@@ -287,6 +287,25 @@ class RemoteFetcher:
         """The read_committed bound of the partition's remote tier, the aborted transactions past
         it, and whether it is limited to the remote LSO (say so to the user when it is)."""
         return self.stable.committed_bound(self.plan(topic, partition))
+
+    def locate_timestamp(self, tp: TopicIdPartition, timestamp: int) -> int | None:
+        """KIP-33 over the remote log on the caller's thread (bulk planning, e.g. Spark's driver,
+        not a consumer's request: no reader-pool slot, no short wait budget); ``None`` when no
+        remote record is that late."""
+        found = offset_for_timestamp(self.plan(tp), timestamp, self.reader, self.indexes)
+        return None if found is None else found.offset
+
+    def split_range(self, rng: ScanRange, split_bytes: int) -> list[ScanRange]:
+        """``rng`` cut on its segment's offset-index entries into pieces of about ``split_bytes``."""
+        return split_scan_range(rng, self.indexes.get(rng.link.metadata).offset, split_bytes)
+
+    def aborted_transactions(self, plan: PartitionPlan, rng: ScanRange,
+                             bound: CommittedBound) -> tuple[AbortedTxn, ...]:
+        """The aborted transactions overlapping ``rng``, collected over the whole plan and past
+        its end from ``bound`` (:meth:`committed_bound`), for a reader that carries only its own
+        range (a Spark task)."""
+        return tuple(collect_aborted_txns(plan, rng.link, rng.start, rng.end, self.indexes,
+                                          bound.frontier_aborted))
 
     def plan_scan(self, topic: str, partition: int, *, start_offset: int | None = None,
                   end_offset: int | None = None, start_timestamp: int | None = None,

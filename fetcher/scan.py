@@ -10,6 +10,7 @@ A segment is checked complete: its bytes must end at its recorded end offset and
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
@@ -25,6 +26,7 @@ from fetcher.transactions import collect_aborted_txns
 from rlm.errors import RemoteSegmentIncompleteError
 from rlm.log.arrow import iter_arrow_batches
 from rlm.log.model import HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, MIN_ENTRY_SIZE
+from rlm.log.offset_index import OffsetIndex
 from rlm.log.records import BatchHeader, iter_batches
 from rlm.log.txn_index import AbortedTxn
 from rlm.types import RemoteLogSegmentMetadata
@@ -49,6 +51,30 @@ def plan_scan(plan: PartitionPlan, start: int, end: int) -> list[ScanRange]:
         if lo < hi:
             out.append(ScanRange(link, lo, hi))
     return out
+
+
+def split_scan_range(rng: ScanRange, index: OffsetIndex, split_bytes: int) -> list[ScanRange]:
+    """Cut ``rng`` on its segment's offset-index entries into pieces of about ``split_bytes`` of
+    segment data (the unit of a Spark task: a large segment becomes several)."""
+    md = rng.link.metadata
+    if md.segment_size_in_bytes <= split_bytes:
+        return [rng]
+    offsets, positions = index.offsets, index.positions
+    p0 = index.lookup(rng.start).position
+    p1 = (index.lookup(rng.end).position if rng.end <= md.end_offset else md.segment_size_in_bytes)
+    if p1 - p0 <= split_bytes or not len(offsets):
+        return [rng]
+    cuts = []
+    target = p0 + split_bytes
+    for i in range(int(np.searchsorted(positions, target)), len(offsets)):
+        off = int(offsets[i])
+        if off <= rng.start or off >= rng.end:
+            continue
+        if int(positions[i]) >= target:
+            cuts.append(off)
+            target = int(positions[i]) + split_bytes
+    bounds = [rng.start, *cuts, rng.end]
+    return [ScanRange(rng.link, a, b) for a, b in itertools.pairwise(bounds) if a < b]
 
 
 def scan_range(plan: PartitionPlan, rng: ScanRange, reader: SegmentReader, indexes: RemoteIndexCache, *,

@@ -6,10 +6,10 @@ from datetime import UTC, datetime
 
 from starlette.requests import Request
 
+from fetcher import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from fetcher.fetch import IsolationLevel
 from fetcher.http.encoders import MEDIA_TYPES, NDJSON
 from fetcher.http.errors import ApiError, BadParameter
-from fetcher.timestamps import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1

@@ -11,11 +11,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from fetcher import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from fetcher.kafka.api_meta import ZERO
 from fetcher.kafka.codec import make, nested, response_class
 from fetcher.kafka.context import EndpointContext
 from fetcher.kafka.errors import error_code_for
-from fetcher.timestamps import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from rlm.errors import RlmError
 
 

@@ -10,23 +10,19 @@ about ``rlm.splitBytes`` so a large segment becomes several tasks.
 
 from __future__ import annotations
 
-import itertools
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import structlog
 
+from fetcher import CommittedBound, ScanRange
 from fetcher.broker import BrokerOffsets
 from fetcher.core import RemoteFetcher
 from fetcher.fetch import IsolationLevel
 from fetcher.planning import PartitionPlan, PlannedSegment
-from fetcher.scan import ScanRange
 from fetcher.spark.options import EARLIEST, LATEST, SourceOptions
-from fetcher.timestamps import offset_for_timestamp
-from fetcher.transactions import CommittedBound, collect_aborted_txns
 from rlm.config import DaemonConfig, load_config
 from rlm.errors import ConfigError, OffsetOutOfRangeError
 from rlm.log.txn_index import AbortedTxn
@@ -135,8 +131,7 @@ def selected_partitions(fetcher: RemoteFetcher, opts: SourceOptions,
 def _ts_offset(fetcher: RemoteFetcher, tp: TopicIdPartition, ts: int) -> int | None:
     """KIP-33 lookup in the remote log, on this thread: planning is bulk work, not a consumer's
     request, so it does not go through the reader pool and its short wait budget."""
-    ans = offset_for_timestamp(fetcher.plan(tp), ts, fetcher.reader, fetcher.indexes)
-    return None if ans is None else ans.offset
+    return fetcher.locate_timestamp(tp, ts)
 
 
 def resolve_range(fetcher: RemoteFetcher, plan: PartitionPlan, opts: SourceOptions) -> tuple[int, int]:
@@ -190,28 +185,19 @@ def check_data_loss(plan: PartitionPlan, start: int, end: int, fail: bool) -> No
     log.warning("spark.data_loss_skipped", partition=str(plan.tp), offsets=text)
 
 
-def split_range(fetcher: RemoteFetcher, rng: ScanRange, split_bytes: int) -> list[ScanRange]:
-    """Cut ``rng`` on offset-index entries into pieces of about ``split_bytes`` of segment data."""
-    md = rng.link.metadata
-    if md.segment_size_in_bytes <= split_bytes:
-        return [rng]
-    idx = fetcher.indexes.get(md).offset
-    offsets, positions = idx.offsets, idx.positions
-    p0 = idx.lookup(rng.start).position
-    p1 = (idx.lookup(rng.end).position if rng.end <= md.end_offset else md.segment_size_in_bytes)
-    if p1 - p0 <= split_bytes or not len(offsets):
-        return [rng]
-    cuts = []
-    target = p0 + split_bytes
-    for i in range(int(np.searchsorted(positions, target)), len(offsets)):
-        off = int(offsets[i])
-        if off <= rng.start or off >= rng.end:
-            continue
-        if int(positions[i]) >= target:
-            cuts.append(off)
-            target = int(positions[i]) + split_bytes
-    bounds = [rng.start, *cuts, rng.end]
-    return [ScanRange(rng.link, a, b) for a, b in itertools.pairwise(bounds) if a < b]
+def committed_bound(fetcher: RemoteFetcher, tp: TopicIdPartition, opts: SourceOptions,
+                    end: int) -> CommittedBound | None:
+    """read_committed: how far tasks may read (the partition's LSO, or the remote LSO when a
+    transaction open at the remote end cannot be decided: logged) and the aborts past the remote
+    end; ``None`` for read_uncommitted."""
+    if opts.isolation is not IsolationLevel.READ_COMMITTED:
+        return None
+    committed = fetcher.committed_bound(tp.topic, tp.partition)
+    if committed.limited and end > committed.stable_offset:
+        log.warning("spark.read_committed_limited", partition=str(tp), stable_offset=committed.stable_offset,
+                    why="a transaction open at the remote end is decided by records not tiered yet; "
+                        "name the broker's log_dirs in rlm.config to read past it")
+    return committed
 
 
 def range_tasks(fetcher: RemoteFetcher, plan: PartitionPlan, start: int, end: int,
@@ -225,11 +211,8 @@ def range_tasks(fetcher: RemoteFetcher, plan: PartitionPlan, start: int, end: in
     tasks: list[Task] = []
     for rng in ranges:
         nxt = plan.after(rng.link)
-        for piece in split_range(fetcher, rng, split_bytes):
-            aborted = None
-            if committed is not None:
-                aborted = tuple(collect_aborted_txns(plan, piece.link, piece.start, piece.end,
-                                                     fetcher.indexes, committed.frontier_aborted))
+        for piece in fetcher.split_range(rng, split_bytes):
+            aborted = None if committed is None else fetcher.aborted_transactions(plan, piece, committed)
             tasks.append(Task(tp, piece, nxt, aborted))
     return tasks
 
@@ -252,14 +235,8 @@ def plan_tasks(opts: SourceOptions, pushed: PushedBounds) -> list[Task]:
                 ms = -(-pushed.ts_lo_us // 1000)  # earlier records all have smaller timestamps
                 found = _ts_offset(fetcher, tp, ms)
                 start = max(start, plan.log_end if found is None else found)
-            committed = None
-            if opts.isolation is IsolationLevel.READ_COMMITTED:
-                committed = fetcher.committed_bound(tp.topic, tp.partition)
-                if committed.limited and end > committed.stable_offset:
-                    log.warning("spark.read_committed_limited", partition=str(tp),
-                                stable_offset=committed.stable_offset,
-                                why="a transaction open at the remote end is decided by records not "
-                                    "tiered yet; name the broker's log_dirs in rlm.config to read past it")
+            committed = committed_bound(fetcher, tp, opts, end)
+            if committed is not None:
                 end = min(end, committed.stable_offset)
             tasks += range_tasks(fetcher, plan, start, end, opts.split_bytes, committed)
         log.info("spark.planned", tasks=len(tasks), partitions=len({t.tp for t in tasks}))

@@ -15,34 +15,27 @@ Every accepted filter is enforced exactly (Spark drops it from its own plan).
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
     Filter,
-    InputPartition,
 )
 
-from fetcher.spark import executor, planner
-from fetcher.spark.options import SourceOptions, parse_options
-from fetcher.spark.planner import PushedBounds, Task
-from fetcher.spark.schema import arrow_schema, check_user_schema, spark_schema
+from fetcher.spark.batch import TieredPartition, TieredReader
+from fetcher.spark.options import parse_options
+from fetcher.spark.planner import PushedBounds
+from fetcher.spark.schema import check_user_schema, spark_schema
+from fetcher.spark.stream import TieredStreamReader
+
+__all__ = ["KafkaTieredPushdownSource", "KafkaTieredSource", "TieredPartition", "TieredReader"]
 
 NAME = "kafka-tiered"
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-
-
-class TieredPartition(InputPartition):
-    """One task: a range of one remote segment (pickled alone and sent to its executor)."""
-
-    def __init__(self, task: Task | None) -> None:
-        super().__init__(task)
-        self.task = task
 
 
 class KafkaTieredSource(DataSource):
@@ -66,8 +59,6 @@ class KafkaTieredSource(DataSource):
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         """``spark.readStream.format("kafka-tiered")``: newly tiered segments as micro-batches."""
-        from fetcher.spark.stream import TieredStreamReader
-
         opts = parse_options(self.options)
         check_user_schema(schema)
         return TieredStreamReader(opts, schema)
@@ -77,31 +68,6 @@ class KafkaTieredPushdownSource(KafkaTieredSource):
     """The same source, taking offset/timestamp/topic/partition filters from Spark."""
 
     pushdown = True
-
-
-class TieredReader(DataSourceReader):
-    """Plans on the driver, reads on executors; small (pickled into every task)."""
-
-    def __init__(self, opts: SourceOptions, schema: Any) -> None:
-        config = planner.daemon_config(opts)
-        self.opts = opts
-        self.target = arrow_schema(schema)
-        self.rsm = planner.load_storage(config)
-        self.key = executor.storage_key(self.rsm)
-        self.pushed = PushedBounds()
-
-    def partitions(self) -> Sequence[InputPartition]:
-        tasks = planner.plan_tasks(self.opts, self.pushed)
-        return [TieredPartition(t) for t in tasks]
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        task = getattr(partition, "task", None)
-        if task is None:  # Spark runs one task with InputPartition(None) when there are none
-            return iter(())
-        return executor.read_task(task, rsm=self.rsm, key=self.key, target=self.target,
-                                  isolation=self.opts.isolation, pushed=self.pushed,
-                                  fail_on_data_loss=self.opts.fail_on_data_loss,
-                                  max_batch_rows=self.opts.max_batch_rows)
 
 
 class PushdownReader(TieredReader):

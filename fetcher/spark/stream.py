@@ -27,6 +27,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from fetcher.core import RemoteFetcher
 from fetcher.spark import planner
+from fetcher.spark.batch import TieredPartition, TieredReader
 from fetcher.spark.options import SourceOptions
 
 Offsets = dict[str, dict[str, int]]
@@ -43,8 +44,6 @@ class TieredStreamReader(DataSourceStreamReader):
     """Micro-batches of tiered records; the driver instance is long-lived, executors get tasks."""
 
     def __init__(self, opts: SourceOptions, schema: Any) -> None:
-        from fetcher.spark.source import TieredReader
-
         self.opts = opts
         self.batch = TieredReader(opts, schema)  # storage plugin + Arrow target, for read()
         self._core: RemoteFetcher | None = None
@@ -83,8 +82,12 @@ class TieredStreamReader(DataSourceStreamReader):
         points = {}
         for tp in planner.selected_partitions(fetcher, self.opts, planner.PushedBounds()):
             plan = fetcher.plan(tp)
-            points[(tp.topic, tp.partition)] = (planner.resolve_range(fetcher, plan, self.opts)[0]
-                                                if start else plan.log_end)
+            if start:
+                points[(tp.topic, tp.partition)] = planner.resolve_range(fetcher, plan, self.opts)[0]
+            else:  # read_committed: a micro-batch never passes the LSO (the next one goes on from it)
+                committed = planner.committed_bound(fetcher, tp, self.opts, plan.log_end)
+                points[(tp.topic, tp.partition)] = (plan.log_end if committed is None
+                                                    else min(plan.log_end, committed.stable_offset))
         return _json(points)
 
     def initialOffset(self) -> Offsets:
@@ -94,8 +97,6 @@ class TieredStreamReader(DataSourceStreamReader):
         return self._points(start=False)
 
     def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
-        from fetcher.spark.source import TieredPartition
-
         if start == end:
             return []
         fetcher = self._fetcher()
@@ -107,7 +108,8 @@ class TieredStreamReader(DataSourceStreamReader):
             plan = fetcher.plan(tp)
             lo = start.get(tp.topic, {}).get(str(tp.partition), plan.log_start)
             planner.check_data_loss(plan, lo, min(hi, plan.log_end), self.opts.fail_on_data_loss)
-            tasks += planner.range_tasks(fetcher, plan, lo, hi, self.opts.split_bytes)
+            committed = planner.committed_bound(fetcher, tp, self.opts, hi)
+            tasks += planner.range_tasks(fetcher, plan, lo, hi, self.opts.split_bytes, committed)
         return [TieredPartition(t) for t in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
