@@ -12,10 +12,12 @@ wherever it can be observed.
 from __future__ import annotations
 
 import bisect
+from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rlm.daemon.quarantine import OffLineageQuarantine
 from rlm.lineage import (
     chain,
     epochs_for_range,
@@ -186,3 +188,19 @@ def test_lineage_never_drops_true_history(h: dict[str, object]) -> None:
             for o in range(a, b + 1):
                 if o in observable:
                     assert epoch_at(list(m.segment_leader_epochs), o) == epoch_at(true, o), (o, m, lin)
+
+
+def test_corrupt_quarantine_file_restarts_the_grace_never_deletes_early(tmp_path: Path) -> None:
+    """Garbage in ``work_dir/quarantine`` is read as "nothing seen yet": the grace period starts
+    again (later deletion, never earlier), and the file is rewritten whole."""
+    q = OffLineageQuarantine(tmp_path)
+    off = seg(100, 200, [(5, 100)])
+    due, held = q.review(TP, [off], grace_ms=1000, now_ms=10_000)
+    assert (due, [h.segment_id for h in held]) == ([], [off.remote_log_segment_id.id.text])
+    path = next((tmp_path / "quarantine").iterdir())
+    for garbage in (b"\x00\xff not json", b"[1, 2]", b'{"x": "not a number"}'):
+        path.write_bytes(garbage)
+        due, held = q.review(TP, [off], grace_ms=1000, now_ms=20_000)
+        assert due == [] and held[0].first_seen_ms == 20_000
+    due, _ = q.review(TP, [off], grace_ms=1000, now_ms=21_000)
+    assert due == [off], "the grace counted from the restart ends"
