@@ -19,7 +19,7 @@ import structlog
 
 from fetcher.broker import BrokerOffsets
 from fetcher.fetch import FetchRequest, FetchResult, IsolationLevel, fetch_from_plan
-from fetcher.frontier import LogDirFrontier
+from fetcher.frontier import FrontierSource, LogDirFrontier
 from fetcher.index_cache import DIR_NAME, RemoteIndexCache
 from fetcher.log_start import LogStart, LogStartSources, bounded_plan
 from fetcher.planning import PartitionPlan, plan_partition
@@ -140,6 +140,15 @@ class RemoteFetcher:
         bounded like every other remote read (``ReaderPoolFullError`` when full, a timeout error
         after ``timeout_ms``, by default ``remote.fetch.max.wait.ms``)."""
         return self.pool.run(fn, timeout_ms, what)
+
+    def add_frontier_source(self, source: FrontierSource) -> None:
+        """Let ``source`` decide transactions open at the remote end when the broker's log dir
+        cannot (not configured here, or a copy gap): the Kafka endpoint in merged mode adds one
+        that asks the broker, so read_committed reads go on to the partition's LSO."""
+        self.stable.add_source(source)
+
+    def remove_frontier_source(self, source: FrontierSource) -> None:
+        self.stable.remove_source(source)
 
     def counters(self) -> dict[str, int]:
         """The core's counters for metrics: remote traffic, chunk and index caches, reader pool."""

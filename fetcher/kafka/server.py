@@ -43,6 +43,7 @@ from fetcher.kafka.api_groups import (
 from fetcher.kafka.api_list_offsets import handle_list_offsets
 from fetcher.kafka.api_meta import api_versions_response, handle_api_versions, handle_metadata
 from fetcher.kafka.api_produce import handle_produce
+from fetcher.kafka.broker_frontier import BrokerFetchFrontier
 from fetcher.kafka.codec import (
     API_VERSIONS_KEY,
     SUPPORTED,
@@ -96,12 +97,16 @@ class KafkaEndpoint:
         self._server: asyncio.Server | None = None
         self._conns: dict[asyncio.Task[None], Connection] = {}
         self.port = settings.port
+        self._frontier: BrokerFetchFrontier | None = None
 
     async def start(self) -> KafkaEndpoint:
         self._server = await asyncio.start_server(
             self._accept, self.settings.host, self.settings.port, ssl=self._ssl, limit=1 << 16
         )
         self.port = self._server.sockets[0].getsockname()[1]
+        if self.ctx.forwarder is not None:  # merged mode: the broker decides the frontier
+            self._frontier = BrokerFetchFrontier(self.ctx.forwarder, asyncio.get_running_loop())
+            self.ctx.fetcher.add_frontier_source(self._frontier)
         if self.settings.port == 0 or self.ctx.advertised_port == 0:
             self.ctx.advertised_port = self.port
         log.info(
@@ -122,6 +127,9 @@ class KafkaEndpoint:
         The read core is the caller's: close it only after this returns."""
         if self._server is not None:
             self._server.close()
+        if self._frontier is not None:
+            self.ctx.fetcher.remove_frontier_source(self._frontier)
+            self._frontier = None
         for conn in self._conns.values():
             conn.drain()
         if self._conns:
