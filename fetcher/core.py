@@ -100,6 +100,8 @@ class RemoteFetcher:
                                           refresh_s=rc.log_start_refresh_ms / 1000)
         self.pool = ReaderPool(rc.reader_threads, rc.reader_max_pending_tasks, rc.fetch_max_wait_ms)
         self._plans: dict[TopicIdPartition, tuple[float, PartitionPlan]] = {}
+        #: the segments of each partition's last chain, to drop cache entries of those that leave it
+        self._chained: dict[TopicIdPartition, dict[Any, Any]] = {}
         self._catalog_cache: tuple[float, dict[str, list[TopicIdPartition]],
                                    dict[tuple[str, int], TopicIdPartition]] | None = None
         self._lock = threading.Lock()
@@ -247,8 +249,15 @@ class RemoteFetcher:
                 return cached[1]
         raw = plan_partition(tp, self.rlmm.list_remote_log_segments(tp))
         plan = bounded_plan(raw, self.log_starts.get(raw).offset)
+        current = {link.metadata.remote_log_segment_id: link.metadata for link in raw.segments}
         with self._lock:
             self._plans[tp] = (now, plan)
+            before = self._chained.get(tp, {})
+            self._chained[tp] = current
+        for sid, md in before.items():  # left the chain (deleted): its cached indexes and chunks go
+            if sid not in current:
+                self.indexes.invalidate(md)
+                self.reader.forget(md)
         return plan
 
     def log_start(self, topic: str | TopicIdPartition, partition: int | None = None) -> LogStart:
