@@ -33,6 +33,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     12: (0, 4),  # Heartbeat
     13: (0, 5),  # LeaveGroup (batched members from 3)
     14: (0, 5),  # SyncGroup
+    15: (0, 5),  # DescribeGroups
+    16: (0, 5),  # ListGroups (types filter from 5)
     18: (0, 3),  # ApiVersions
 }
 

@@ -35,9 +35,11 @@ from fetcher.core import RemoteFetcher
 from fetcher.kafka.api_coordinator import handle_find_coordinator, handle_offset_commit, handle_offset_fetch
 from fetcher.kafka.api_fetch import handle_fetch
 from fetcher.kafka.api_groups import (
+    handle_describe_groups,
     handle_heartbeat,
     handle_join_group,
     handle_leave_group,
+    handle_list_groups,
     handle_sync_group,
 )
 from fetcher.kafka.api_list_offsets import handle_list_offsets
@@ -56,6 +58,7 @@ from fetcher.kafka.codec import (
     response_class,
 )
 from fetcher.kafka.context import EndpointContext, ListenerSettings
+from fetcher.kafka.groups import CLIENT_HOST
 
 log = structlog.get_logger(__name__)
 
@@ -73,6 +76,8 @@ HANDLERS: dict[int, Handler] = {
     12: handle_heartbeat,
     13: handle_leave_group,
     14: handle_sync_group,
+    15: handle_describe_groups,
+    16: handle_list_groups,
     18: handle_api_versions,
 }
 assert set(HANDLERS) == set(SUPPORTED)
@@ -192,6 +197,8 @@ class Connection:
         self._draining.set()
 
     async def run(self) -> None:
+        peer = self.writer.get_extra_info("peername")  # (host, port[, ...]) as Kafka shows "/host"
+        CLIENT_HOST.set(f"/{peer[0]}" if isinstance(peer, tuple) and peer else "/")  # tasks inherit it
         writer_task = asyncio.create_task(self._write_loop())
         try:
             while not writer_task.done() and not self._draining.is_set():
