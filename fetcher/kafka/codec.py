@@ -36,6 +36,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     15: (0, 5),  # DescribeGroups
     16: (0, 5),  # ListGroups (types filter from 5)
     18: (0, 3),  # ApiVersions
+    23: (2, 4),  # OffsetForLeaderEpoch (position validation: librdkafka needs 2, Java 3)
 }
 
 _HEAD = struct.Struct(">hhi")

@@ -222,7 +222,8 @@ class GroupCoordinator:
             # rebalance (in Stable only a follower: a leader's rejoin asks for one)
             return self._join_answer(g, m)
         _cancel(m, joining=True)
-        waiting = m.joining = asyncio.get_running_loop().create_future()
+        waiting: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
+        m.joining = waiting
         if g.state is not GroupState.PREPARING_REBALANCE:
             self._prepare_rebalance(g, now)
         if self._all_joined(g, now):

@@ -33,6 +33,7 @@ from kio.schema.errors import ErrorCode
 
 from fetcher.core import RemoteFetcher
 from fetcher.kafka.api_coordinator import handle_find_coordinator, handle_offset_commit, handle_offset_fetch
+from fetcher.kafka.api_epochs import handle_offset_for_leader_epoch
 from fetcher.kafka.api_fetch import handle_fetch
 from fetcher.kafka.api_groups import (
     handle_describe_groups,
@@ -79,6 +80,7 @@ HANDLERS: dict[int, Handler] = {
     15: handle_describe_groups,
     16: handle_list_groups,
     18: handle_api_versions,
+    23: handle_offset_for_leader_epoch,
 }
 assert set(HANDLERS) == set(SUPPORTED)
 

@@ -160,3 +160,25 @@ def test_committed_offsets_survive_a_restart(served: Served) -> None:
         assert [(c.node_id, c.port, c.error_code) for c in coord.coordinators] == [
             (0, ep.port, ErrorCode.none)
         ]
+
+
+def test_offset_for_leader_epoch_follows_the_lineage(served: Served) -> None:
+    """Kafka's endOffsetFor over partition 0's lineage (two epochs), on the wire, as v2 and v4."""
+    plan = served.fetcher.plan(TOPIC, 0)
+    (e0, _s0), (e1, s1) = plan.lineage
+    asked = [e0, e1, e1 + 5, e0 + 1 if e0 + 1 < e1 else e0]
+    want = {e0: (e0, s1), e1: (e1, plan.log_end), e1 + 5: (-1, -1)}
+    want[asked[-1]] = (e0, s1)  # between the two: the floor epoch, ending where the next begins
+    with _connect(served.endpoint.port) as s:
+        for version, corr in ((2, 1), (4, 2)):
+            extra = {} if version < 3 else {"replica_id": -1}
+            got = _call(s, 23, version, corr, **extra, topics=lambda m: (m.OffsetForLeaderTopic(
+                topic=TOPIC, partitions=tuple(
+                    m.OffsetForLeaderPartition(partition=0, current_leader_epoch=-1, leader_epoch=e)
+                    for e in asked)),))
+            rows = [(p.error_code, p.leader_epoch, p.end_offset) for t in got.topics for p in t.partitions]
+            assert rows == [(ErrorCode.none, *want[e]) for e in asked]
+        unknown = _call(s, 23, 4, 3, replica_id=-1, topics=lambda m: (m.OffsetForLeaderTopic(
+            topic="nope", partitions=(m.OffsetForLeaderPartition(partition=0, current_leader_epoch=-1,
+                                                                 leader_epoch=0),)),))
+        assert unknown.topics[0].partitions[0].error_code == ErrorCode.unknown_topic_or_partition
