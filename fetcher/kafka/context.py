@@ -18,6 +18,7 @@ from typing import TypeVar
 
 from fetcher.core import RemoteFetcher
 from fetcher.kafka.broker_login import BrokerLogin
+from fetcher.kafka.fetch_sessions import FetchSessionCache
 from fetcher.kafka.forward import BrokerForwarder
 from fetcher.kafka.groups import GroupCoordinator, coordinator_index
 from fetcher.kafka.offset_store import OffsetStore
@@ -117,6 +118,7 @@ class EndpointContext:
         self.catalog = Catalog(fetcher)
         self.offsets = OffsetStore(state_dir / "committed-offsets.json")
         self.groups = GroupCoordinator(settings.group_initial_rebalance_delay_ms)
+        self.fetch_sessions = FetchSessionCache()
         self.advertised_port = settings.port
         merged = settings.merged if settings.merged is not None else fetcher.broker is not None
         if merged and fetcher.broker is None:
