@@ -181,9 +181,6 @@ def test_three_members_share_the_topic_exactly_once(history: History) -> None:
     assert set(seen) == history.expected
     assert max(seen.values()) == 1, [k for k, n in seen.items() if n > 1][:10]
     assert all(m.read for m in members), [len(m.read) for m in members]
-    # LeaveGroup on close: the group is empty, its offsets stay (lag 0)
-    rows = _describe(ep.bootstrap, "trio")
-    assert {r[5] for r in rows} == {"0"}, rows
 
 
 def test_a_killed_member_s_partitions_move_from_its_last_commit(history: History, tmp_path: Path) -> None:
@@ -276,10 +273,10 @@ def test_cooperative_sticky_moves_only_what_it_must(history: History) -> None:
 
 def test_java_console_consumers_share_a_group(history: History) -> None:
     """Three instances of Kafka's console consumer with ``--group``: together, every record once."""
-    ep = history.endpoint(group_initial_rebalance_delay_ms=12_000)  # the JVMs join the first round
+    ep = history.endpoint(group_initial_rebalance_delay_ms=10_000)  # the JVMs join the first round
     procs = [subprocess.Popen(
         [*_java_cmd(), "org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server", ep.bootstrap,
-         "--topic", TOPIC, "--group", "java-trio", "--timeout-ms", "12000",
+         "--topic", TOPIC, "--group", "java-trio", "--timeout-ms", "30000",
          "--property", "print.partition=true", "--property", "print.offset=true",
          "--property", "print.value=false", "--consumer-property", "auto.offset.reset=earliest"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
