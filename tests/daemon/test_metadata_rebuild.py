@@ -22,7 +22,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 
 from fetcher import RemoteFetcher
@@ -41,6 +40,7 @@ from rlm.types import (
     TopicIdPartition,
 )
 from rsm_plugins import descriptor
+from tests.daemon.rebuild_helpers import read_path
 from tests.fetcher._tiered import Tiered, tier
 
 S = RemoteLogSegmentState
@@ -154,19 +154,6 @@ def reader() -> Iterator[Any]:
     yield open_
     for f in opened:
         f.close()
-
-
-def read_path(f: RemoteFetcher, topic: str) -> tuple[Any, list[Any]]:
-    """What a reader sees: the plan (segments chosen, ranges, lineage, gaps) and every record, and
-    what a read_committed fetch from offset 0 returns."""
-    plan = f.plan(topic, 0)
-    chosen = [(s.metadata.remote_log_segment_id, s.first, s.last) for s in plan.segments]
-    table = pa.Table.from_batches(list(f.scan(topic, 0)))
-    cols = ("offset", "key", "value", "timestamp")
-    rows = list(zip(*(table.column(c).to_pylist() for c in cols), strict=True))
-    committed = f.fetch(topic, 0, 0, max_bytes=1 << 22, isolation="read_committed")
-    return ((chosen, plan.lineage, plan.gaps, plan.log_start, plan.log_end),
-            [rows, committed.records, committed.aborted_transactions, committed.next_offset])
 
 
 def without_time(md: RemoteLogSegmentMetadata) -> RemoteLogSegmentMetadata:
