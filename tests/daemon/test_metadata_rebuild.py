@@ -27,6 +27,8 @@ import pytest
 from fetcher import RemoteFetcher
 from rlm.cli import main
 from rlm.config import DaemonConfig, load_config
+from rlm.daemon.service import Daemon
+from rlm.errors import RemoteStorageError
 from rlm.lineage import checkpoint_bytes
 from rlm.log.checkpoints import parse_leader_epoch_checkpoint
 from rlm.plugin_setup import load_rlmm, load_rsm
@@ -40,8 +42,9 @@ from rlm.types import (
     TopicIdPartition,
 )
 from rsm_plugins import descriptor
+from rsm_plugins.local import LocalRemoteStorageManager
 from tests.daemon.rebuild_helpers import read_path
-from tests.fetcher._tiered import Tiered, tier
+from tests.fetcher._tiered import Tiered, tier, write_mixed_partition
 
 S = RemoteLogSegmentState
 
@@ -261,3 +264,43 @@ def test_kill_9_mid_rebuild_then_rerun_duplicates_nothing(bucket: Bucket, step: 
     ids = [md.remote_log_segment_id for md in finished(cfg, bucket.tp)]
     assert len(ids) == len(set(ids)) == len(part["keep"])
     assert read_path(reader(cfg), "mixed") == read_path(reader(bucket.cfg), "mixed")
+
+
+class FailingDescriptorRSM(LocalRemoteStorageManager):
+    """Local storage whose first descriptor write fails (class-level: the daemon builds its own)."""
+
+    failures = 1
+
+    def write_segment_descriptor(self, metadata: RemoteLogSegmentMetadata, data: bytes) -> bool:
+        if FailingDescriptorRSM.failures > 0:
+            FailingDescriptorRSM.failures -= 1
+            raise RemoteStorageError("injected: descriptor write failed", retriable=True)
+        return super().write_segment_descriptor(metadata, data)
+
+
+def test_a_failed_descriptor_write_undoes_the_copy(tmp_path: Path) -> None:
+    """No FINISHED segment without its descriptor: the copy is undone and retried."""
+    logs = tmp_path / "logs"
+    tp, _ = write_mixed_partition(logs, batches=60)
+    remote = tmp_path / "remote"
+    cfg = load_config(None, log_dirs=[str(logs)], work_dir=str(tmp_path / "work"), http={"enabled": False},
+                      topic_defaults={"remote.storage.enable": True, "retention.ms": -1},
+                      storage={"plugin": f"{__name__}:FailingDescriptorRSM", "config": {"root": str(remote)}})
+    d = Daemon(cfg, once=True).start()
+    assert d.run_once() == 1  # the partition's task failed on the first segment
+    d.stop()
+    assert not finished(cfg, tp)
+    assert not list(remote.glob(f"{tp.topic}-0-*/*.log")), "the undone copy left its .log"
+    d = Daemon(cfg, once=True).start()
+    assert d.run_once() == 0
+    d.stop()
+    segs = finished(cfg, tp)
+    assert segs
+    rsm = load_rsm(cfg, 1)
+    try:
+        for md in segs:
+            data = rsm.read_segment_descriptor(md)
+            assert data is not None and descriptor.decode(data, "t", md.remote_log_segment_id) == replace(
+                md, event_timestamp_ms=descriptor.decode(data, "t").event_timestamp_ms)
+    finally:
+        rsm.close()
