@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from rlm.config import load_config
+from rlm.daemon.crash import crash_point
 from rlm.errors import RlmError
 from rlm.exit_codes import ExitCode
 from rlm.lineage import chain, checkpoint_bytes, epochs_for_range, lineage_from_segments
@@ -161,6 +162,8 @@ def apply_restore(rsm: RemoteStorageManager, pr: PartitionRestore) -> None:
         stream = rsm.fetch_log_segment(md, 0) if index is None else rsm.fetch_index(md, index)
         _write(path, stream=stream)
         pr.written.append(name)
+        if index is None:
+            crash_point("restore_after_segment")
     _write(pr.target / "leader-epoch-checkpoint", data=checkpoint_bytes(pr.epochs, nxt))
     pr.written.append("leader-epoch-checkpoint")
 
