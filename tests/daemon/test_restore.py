@@ -38,24 +38,25 @@ def new_broker_dir(base: Path, topic: str) -> tuple[Path, KafkaUuid]:
     return pdir, new_id
 
 
-def restore_args(t: Tiered, log_dir: Path, local_bytes: int) -> list[str]:
+def restore_args(t: Tiered, log_dir: Path, local_bytes: int, to_topic: str | None = None) -> list[str]:
     return ["restore", "--config", str(t.work / "rlm.yaml"), "--topic", t.tip.topic,
-            "--log-dir", str(log_dir), "--local-bytes", str(local_bytes), "--execute", "--json"]
+            "--to-topic", to_topic or t.tip.topic, "--log-dir", str(log_dir),
+            "--local-bytes", str(local_bytes), "--execute", "--json"]
 
 
 def test_restored_files_are_the_source_brokers_bytes_even_after_kill_9(
         tiered: Tiered, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     segs = tiered.tiered_segments()
     local_bytes = sum(s.log_path.stat().st_size for s in segs[-3:])
-    pdir, new_id = new_broker_dir(tmp_path / "b", tiered.tip.topic)
+    pdir, new_id = new_broker_dir(tmp_path / "b", "side-by-side")  # --to-topic: another name
     env = {**os.environ, "RLM_TEST_CRASH_AT": "restore_after_segment"}
-    args = restore_args(tiered, tmp_path / "b", local_bytes)
+    args = restore_args(tiered, tmp_path / "b", local_bytes, "side-by-side")
     proc = subprocess.run([sys.executable, "-m", "rlm.cli", *args], env=env, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == -9, proc.stderr
     assert len(list(pdir.glob("*.log"))) == 1  # the first restored segment is in place, the rest not
     capsys.readouterr()
-    assert main(restore_args(tiered, tmp_path / "b", local_bytes)) == 0
+    assert main(restore_args(tiered, tmp_path / "b", local_bytes, "side-by-side")) == 0
     (part,) = json.loads(capsys.readouterr().out)["partitions"]
     assert part["new_topic_id"] == new_id.text
     restored = segs[-3:]
