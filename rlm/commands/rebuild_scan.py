@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlm.errors import RemoteStorageError, RlmError
+from rlm.errors import RemoteStorageError, RemoteStorageIntegrityError, RlmError
 from rlm.lineage import epochs_for_range
 from rlm.log import scan_batches
 from rlm.log.checkpoints import parse_leader_epoch_checkpoint
@@ -58,7 +58,7 @@ class FoundSegment:
 
     metadata: RemoteLogSegmentMetadata
     source: str
-    """``descriptor`` or ``files``."""
+    """``descriptor`` or ``files`` (with why, when a descriptor was there but unusable)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,10 +118,15 @@ def describe(rsm: RemoteStorageManager, tp: TopicIdPartition, sid: str, start: i
     if use_descriptors and SegmentFileType.DESCRIPTOR in files:
         data = rsm.read_segment_descriptor(place)
         if data is not None:
-            md = descriptor.decode(data, files[SegmentFileType.DESCRIPTOR].key, place.remote_log_segment_id)
-            if md.start_offset != start:
-                raise RebuildError(f"descriptor says start offset {md.start_offset}, its name says {start}")
-            return FoundSegment(md, "descriptor")
+            key = files[SegmentFileType.DESCRIPTOR].key
+            try:
+                md = descriptor.decode(data, key, place.remote_log_segment_id)
+                if md.start_offset != start:
+                    raise RemoteStorageIntegrityError(
+                        f"{key}: descriptor says start offset {md.start_offset}, its name says {start}")
+                return FoundSegment(md, "descriptor")
+            except RemoteStorageIntegrityError as e:  # the files still say it all, but more slowly
+                return FoundSegment(_from_files(rsm, place, files), f"files (descriptor unusable: {e})")
     return FoundSegment(_from_files(rsm, place, files), "files")
 
 

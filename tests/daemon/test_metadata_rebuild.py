@@ -304,3 +304,21 @@ def test_a_failed_descriptor_write_undoes_the_copy(tmp_path: Path) -> None:
                 md, event_timestamp_ms=descriptor.decode(data, "t").event_timestamp_ms)
     finally:
         rsm.close()
+
+
+def test_a_corrupt_descriptor_falls_back_to_the_files(bucket: Bucket, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    remote = tmp_path / "remote"
+    shutil.copytree(bucket.tiered.work / "remote", remote)
+    md = bucket.original[1]
+    (bad,) = remote.rglob(f"*-{md.remote_log_segment_id.id.text}.rlm_descriptor")
+    bad.write_bytes(b'{"version": 1, "topic": ')
+    path, _ = bucket.config("corrupt")
+    doc = json.loads(path.read_text())
+    doc["storage"]["config"]["root"] = str(remote)
+    path.write_text(json.dumps(doc))
+    rc, out = rebuild(path, capsys=capsys)
+    assert rc == 0
+    sources = {s["segment_id"]: s["source"] for s in out["partitions"][0]["keep"]}
+    assert sources.pop(md.remote_log_segment_id.id.text).startswith("files (descriptor unusable: ")
+    assert set(sources.values()) == {"descriptor"}

@@ -86,6 +86,8 @@ def test_rebuilt_topic_store_reads_like_the_original(kafka: Any, seaweedfs: Any,
     assert part["written"] == len(want[0][0]) and not part["skip"] and not part["unusable"]
     assert {s["source"] for s in part["keep"]} == {"descriptor"}
     assert read_path(readers(rebuilt), topic) == want
+    capsys.readouterr()
+    assert main(["verify", "--config", str(rebuilt), "--topic", topic]) == 0, capsys.readouterr().out
 
     s3 = boto3.client("s3", endpoint_url=seaweedfs.endpoint_url, region_name=REGION,
                       aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY)
