@@ -86,6 +86,8 @@ def test_rebuilt_topic_store_reads_like_the_original(kafka: Any, seaweedfs: Any,
     assert part["written"] == len(want[0][0]) and not part["skip"] and not part["unusable"]
     assert {s["source"] for s in part["keep"]} == {"descriptor"}
     assert read_path(readers(rebuilt), topic) == want
+    again = rebuild(rebuilt, topic, capsys)["partitions"][0]  # idempotent on the topic store too
+    assert again["written"] == 0 and again["already_present"] == len(want[0][0])
     capsys.readouterr()
     assert main(["verify", "--config", str(rebuilt), "--topic", topic]) == 0, capsys.readouterr().out
 
