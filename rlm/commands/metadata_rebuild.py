@@ -36,7 +36,7 @@ from rlm.daemon.crash import crash_point
 from rlm.daemon.probes import PROBE_TOPIC
 from rlm.errors import RlmError
 from rlm.exit_codes import ExitCode
-from rlm.lineage import judge_segments, lineage_from_segments, lineage_last_offset
+from rlm.lineage import chain, judge_segments, lineage_from_segments, lineage_last_offset
 from rlm.types import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
@@ -63,6 +63,8 @@ class PartitionPlan:
     keep: list[FoundSegment] = field(default_factory=list)
     skip: list[tuple[FoundSegment, str]] = field(default_factory=list)
     unusable: list[Unusable] = field(default_factory=list)
+    unread: set[str] = field(default_factory=set)
+    """Kept segments no reader's chain reads (duplicates of a range another copy serves)."""
     written: int = 0
     already: int = 0
     refused: str | None = None
@@ -76,11 +78,14 @@ def plan_partition(
     lineage = lineage_from_segments(mds)
     verdict = judge_segments(mds, lineage)
     kept_ids = {md.remote_log_segment_id for md in verdict.kept}
+    read = {md.remote_log_segment_id for md, _, _ in chain(verdict.kept, lineage)[0]}
     plan = PartitionPlan(tp, lineage, unusable=list(unusable))
     for f in found:
         md = f.metadata
         if md.remote_log_segment_id in kept_ids:
             plan.keep.append(f)
+            if md.remote_log_segment_id not in read:
+                plan.unread.add(md.remote_log_segment_id.id.text)
         else:
             agree = lineage_last_offset(md, lineage)
             plan.skip.append((f, f"off the leader-epoch lineage from offset {agree + 1} (epochs "
@@ -155,7 +160,9 @@ def _seg(f: FoundSegment) -> dict[str, Any]:
 
 def plan_json(p: PartitionPlan) -> dict[str, Any]:
     return {"topic": p.tp.topic, "topic_id": p.tp.topic_id.text, "partition": p.tp.partition,
-            "lineage": [list(e) for e in p.lineage], "keep": [_seg(f) for f in p.keep],
+            "lineage": [list(e) for e in p.lineage],
+            "keep": [{**_seg(f), "read": f.metadata.remote_log_segment_id.id.text not in p.unread}
+                     for f in p.keep],
             "skip": [{**_seg(f), "reason": why} for f, why in p.skip],
             "unusable": [{"segment_id": u.segment_id, "start_offset": u.start_offset, "reason": u.reason}
                          for u in p.unusable],
@@ -168,8 +175,10 @@ def _print_text(plans: list[PartitionPlan], execute: bool) -> None:
               f"{len(p.skip)} skipped, {len(p.unusable)} unusable; lineage {p.lineage}")
         for f in p.keep:
             md = f.metadata
-            print(f"  keep {md.start_offset}..{md.end_offset} segment {md.remote_log_segment_id.id.text} "
-                  f"epochs {list(md.segment_leader_epochs)} (from {f.source})")
+            sid = md.remote_log_segment_id.id.text
+            dup = ": a duplicate, readers read another copy" if sid in p.unread else ""
+            print(f"  keep {md.start_offset}..{md.end_offset} segment {sid} "
+                  f"epochs {list(md.segment_leader_epochs)} (from {f.source}){dup}")
         for f, why in p.skip:
             md = f.metadata
             print(f"  skip {md.start_offset}..{md.end_offset} segment "

@@ -177,6 +177,9 @@ def test_descriptors_rebuild_the_metadata_exactly(bucket: Bucket, capsys: pytest
     assert "off the leader-epoch lineage" in next(iter(skipped.values()))
     kept = {s["segment_id"] for s in part["keep"]}
     assert bucket.duplicate.remote_log_segment_id.id.text in kept
+    unread = {s["segment_id"] for s in part["keep"] if not s["read"]}
+    assert len(unread) == 1 and unread <= {bucket.duplicate.remote_log_segment_id.id.text,
+                                           bucket.original[0].remote_log_segment_id.id.text}
     assert {s["source"] for s in part["keep"]} == {"descriptor"}
 
     rc, done = rebuild(path, "--execute", capsys=capsys)
