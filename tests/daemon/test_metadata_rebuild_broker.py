@@ -67,10 +67,10 @@ def test_rebuilt_topic_store_reads_like_the_original(kafka: Any, seaweedfs: Any,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     topic, bs = unique_topic, kafka.bootstrap
     create_topic(bs, topic)  # 1 MiB segments (the broker's minimum)
-    produce(bs, topic, 2500, size=1000)
-    produce_txn(bs, topic, f"{topic}-c", 400, commit=True, size=1000)
-    produce_txn(bs, topic, f"{topic}-a", 400, commit=False, size=1000)
-    produce(bs, topic, 2500, size=1000)
+    produce(bs, topic, 1600, size=1000)
+    produce_txn(bs, topic, f"{topic}-c", 300, commit=True, size=1000)
+    produce_txn(bs, topic, f"{topic}-a", 300, commit=False, size=1000)
+    produce(bs, topic, 1600, size=1000)
     storage = s3_storage(seaweedfs, seaweedfs_bucket)
     meta = f"rlm_md_{topic}"
     orig = write_config(tmp_path / "orig" / "rlm.yaml", kafka, storage, topic, meta)
@@ -78,7 +78,7 @@ def test_rebuilt_topic_store_reads_like_the_original(kafka: Any, seaweedfs: Any,
     assert d.run_once() == 0
     assert d.stop()
     want = read_path(readers(orig), topic)
-    assert len(want[0][0]) >= 5 and want[1][0], "several segments, records"
+    assert len(want[0][0]) >= 3 and want[1][0], "several segments, records"
 
     rebuilt = write_config(tmp_path / "rebuilt" / "rlm.yaml", kafka, storage, topic, f"{meta}_rebuilt")
     out = rebuild(rebuilt, topic, capsys)

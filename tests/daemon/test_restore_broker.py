@@ -65,10 +65,10 @@ def test_restored_tail_is_served_at_the_same_offsets(kafka: Any, unique_topic: s
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     topic, bs = unique_topic, kafka.bootstrap
     create_topic(bs, topic)  # 1 MiB segments
-    produce(bs, topic, 2000, size=1000)
+    produce(bs, topic, 1600, size=1000)
     produce_txn(bs, topic, f"{topic}-c", 300, commit=True, size=1000)
     produce_txn(bs, topic, f"{topic}-a", 300, commit=False, size=1000)
-    produce(bs, topic, 2000, size=1000)
+    produce(bs, topic, 1600, size=1000)
     work = tmp_path / "a"
     work.mkdir()
     cfg_file = work / "rlm.yaml"
