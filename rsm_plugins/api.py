@@ -193,6 +193,27 @@ class RemoteStorageManager(ABC, Generic[C]):
         """Remove the stored value (the partition was deleted). Idempotent; the default does
         nothing. Raises :class:`RemoteStorageError`."""
 
+    # ---- optional: self-describing segments (see rsm_plugins.descriptor) ----------------------
+    def write_segment_descriptor(self, metadata: RemoteLogSegmentMetadata, data: bytes) -> bool:
+        """Store the segment's descriptor (its own metadata, :mod:`rsm_plugins.descriptor`) beside
+        its files, atomically; called after :meth:`copy_log_segment_data` and before the segment
+        is COPY_SEGMENT_FINISHED. Idempotent (overwrites). Returns ``False`` when the plugin cannot
+        store one (the default): ``rlm metadata rebuild`` then rebuilds the segment's metadata from
+        its files. Raises :class:`RemoteStorageError`."""
+        return False
+
+    def read_segment_descriptor(self, metadata: RemoteLogSegmentMetadata) -> bytes | None:
+        """The bytes stored by :meth:`write_segment_descriptor` (located by the segment id, start
+        offset and partition of ``metadata``), ``None`` when there is none or the plugin cannot
+        store one (the default). Raises :class:`RemoteStorageError`."""
+        return None
+
+    def list_partitions(self) -> list[TopicIdPartition] | None:
+        """Every partition with objects in the store (from the directory or prefix names alone),
+        ``None`` when the plugin cannot list (the default): ``rlm metadata rebuild`` needs it.
+        Raises :class:`RemoteStorageError` when the store cannot be listed."""
+        return None
+
     def open_source(self, path: Path) -> BinaryIO:
         """Open one local file of a :class:`LogSegmentData` for reading.
 

@@ -264,6 +264,43 @@ class FsspecRemoteStorageManager(RemoteStorageManager[FsspecConfig]):
         except Exception as e:
             raise _map(e, path, "delete") from e
 
+    # ---- segment descriptors (rsm_plugins.descriptor) --------------------------------------
+    def write_segment_descriptor(self, metadata: RemoteLogSegmentMetadata, data: bytes) -> bool:
+        final = self.path_of(metadata, SegmentFileType.DESCRIPTOR)
+        fs = self.fs
+        try:
+            fs.makedirs(final.rsplit("/", 1)[0], exist_ok=True)
+            self._write(fs, SourceFile(SegmentFileType.DESCRIPTOR, data=data), final)
+        except Exception as e:
+            raise _map(e, final, "write") from e
+        return True
+
+    def read_segment_descriptor(self, metadata: RemoteLogSegmentMetadata) -> bytes | None:
+        path = self.path_of(metadata, SegmentFileType.DESCRIPTOR)
+        try:
+            with self.fs.open(path, "rb") as f:
+                data: bytes = f.read()
+                return data
+        except FileNotFoundError:
+            return None
+        except Exception as e:
+            err = _map(e, path, "read")
+            if isinstance(err, RemoteResourceNotFoundError):
+                return None
+            raise err from e
+
+    def list_partitions(self) -> list[TopicIdPartition]:
+        root = self._root.rstrip("/")
+        try:
+            entries = self.fs.ls(root, detail=True)
+        except FileNotFoundError:
+            return []
+        except Exception as e:
+            raise _map(e, root, "list") from e
+        parsed = (layout.parse_kafka_partition_dir(str(i["name"]).rstrip("/").rsplit("/", 1)[-1])
+                  for i in entries if i.get("type") == "directory")
+        return sorted((tp for tp in parsed if tp is not None), key=lambda tp: (tp.topic, tp.partition))
+
     # ---- fetch ------------------------------------------------------------------------------
     def list_segment_objects(self, tp: TopicIdPartition) -> list[StoredObject]:
         pdir = f"{self._root.rstrip('/')}/{layout.kafka_partition_dir(tp)}"

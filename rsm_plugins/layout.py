@@ -21,7 +21,15 @@ import enum
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlm.types import IndexType, LogSegmentData, RemoteLogSegmentMetadata, TopicIdPartition, check_topic_name
+from rlm.errors import InvalidNameError
+from rlm.types import (
+    IndexType,
+    KafkaUuid,
+    LogSegmentData,
+    RemoteLogSegmentMetadata,
+    TopicIdPartition,
+    check_topic_name,
+)
 
 
 class SegmentFileType(enum.Enum):
@@ -36,6 +44,10 @@ class SegmentFileType(enum.Enum):
     TRANSACTION_INDEX = ".txnindex"
     LEADER_EPOCH_CHECKPOINT = ".leader_epoch_checkpoint"
     PRODUCER_SNAPSHOT = ".snapshot"
+    DESCRIPTOR = ".rlm_descriptor"
+    """The segment's own metadata (:mod:`rsm_plugins.descriptor`), written after the copy and
+    before COPY_SEGMENT_FINISHED so the bucket alone can rebuild the metadata store. Not one of
+    Kafka's files: never checksummed, never required (segments copied before it existed lack it)."""
 
     @property
     def suffix(self) -> str:
@@ -43,7 +55,7 @@ class SegmentFileType(enum.Enum):
 
     @property
     def optional(self) -> bool:
-        return self is SegmentFileType.TRANSACTION_INDEX
+        return self is SegmentFileType.TRANSACTION_INDEX or self is SegmentFileType.DESCRIPTOR
 
     @property
     def bit(self) -> int:
@@ -120,6 +132,32 @@ def kafka_partition_dir(tp: TopicIdPartition) -> str:
     offsets and partitions are integers, so nothing else can carry a separator.
     """
     return f"{check_topic_name(tp.topic)}-{tp.partition}-{tp.topic_id.text}"
+
+
+def parse_kafka_partition_dir(name: str) -> TopicIdPartition | None:
+    """The partition a ``<topic>-<partition>-<topicId>`` directory name stands for, ``None`` when
+    ``name`` is not one (the topic id is 22 characters and may itself contain ``-``)."""
+    head = parse_s3_topic_dir(name)
+    if head is None:
+        return None
+    topic_part, topic_id = head
+    topic, sep, part = topic_part.rpartition("-")
+    if not sep or not part.isdigit() or not topic:
+        return None
+    try:
+        return TopicIdPartition(topic_id, check_topic_name(topic), int(part))
+    except (ValueError, InvalidNameError):
+        return None
+
+
+def parse_s3_topic_dir(name: str) -> tuple[str, KafkaUuid] | None:
+    """(topic, topic id) of an ``s3`` layout ``<topic>-<topicId>`` prefix component, else ``None``."""
+    if len(name) < 24 or name[-23] != "-":
+        return None
+    try:
+        return check_topic_name(name[:-23]), KafkaUuid.from_text(name[-22:])
+    except (ValueError, InvalidNameError):
+        return None
 
 
 def kafka_relative_path(metadata: RemoteLogSegmentMetadata, file_type: SegmentFileType) -> str:

@@ -244,6 +244,37 @@ class LocalRemoteStorageManager(RemoteStorageManager[LocalConfig]):
         except OSError as e:
             raise RemoteStorageError(f"{path}: cannot delete: {e}", retriable=True) from e
 
+    # ---- segment descriptors (rsm_plugins.descriptor) --------------------------------------
+    def write_segment_descriptor(self, metadata: RemoteLogSegmentMetadata, data: bytes) -> bool:
+        final = self.path_of(metadata, SegmentFileType.DESCRIPTOR)
+        try:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            self._write_atomic(SourceFile(SegmentFileType.DESCRIPTOR, data=data), final)
+            if self.config.fsync:
+                _fsync_dir(final.parent)
+        except OSError as e:
+            raise RemoteStorageError(f"{final}: cannot write: {e}", retriable=True) from e
+        return True
+
+    def read_segment_descriptor(self, metadata: RemoteLogSegmentMetadata) -> bytes | None:
+        path = self.path_of(metadata, SegmentFileType.DESCRIPTOR)
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise RemoteStorageError(f"{path}: cannot read: {e}", retriable=True) from e
+
+    def list_partitions(self) -> list[TopicIdPartition]:
+        try:
+            names = [e.name for e in os.scandir(self.root) if e.is_dir(follow_symlinks=False)]
+        except FileNotFoundError:
+            return []
+        except OSError as e:
+            raise RemoteStorageError(f"{self.root}: cannot list: {e}", retriable=True) from e
+        parsed = (layout.parse_kafka_partition_dir(n) for n in names)
+        return sorted((tp for tp in parsed if tp is not None), key=lambda tp: (tp.topic, tp.partition))
+
     # ---- listing (rlm verify) -------------------------------------------------------------
     def list_segment_objects(self, tp: TopicIdPartition) -> list[StoredObject]:
         pdir = self.root / layout.kafka_partition_dir(tp)

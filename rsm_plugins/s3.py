@@ -371,6 +371,52 @@ class S3RemoteStorageManager(RemoteStorageManager[S3Config]):
     def delete_log_start_offset(self, tp: TopicIdPartition) -> None:
         self._delete_keys(self.config.bucket, [self.log_start_key(tp)])
 
+    # ---- segment descriptors (rsm_plugins.descriptor) --------------------------------------
+    def write_segment_descriptor(self, metadata: RemoteLogSegmentMetadata, data: bytes) -> bool:
+        bucket, prefix = self._location(metadata)
+        key = self.key(metadata, SegmentFileType.DESCRIPTOR, prefix)
+        extra = {k: v for k, v in self._extra_args().items() if k != "StorageClass"}
+        try:
+            self.client.put_object(Bucket=bucket, Key=key, Body=data, ContentType="application/json", **extra)
+        except Exception as e:
+            raise map_error(e, bucket, key, "PutObject") from e
+        return True
+
+    def read_segment_descriptor(self, metadata: RemoteLogSegmentMetadata) -> bytes | None:
+        bucket, prefix = self._location(metadata)
+        key = self.key(metadata, SegmentFileType.DESCRIPTOR, prefix)
+        try:
+            resp = self.client.get_object(Bucket=bucket, Key=key)
+            data: bytes = resp["Body"].read()
+            resp["Body"].close()
+        except Exception as e:
+            err = map_error(e, bucket, key, "GetObject")
+            if isinstance(err, RemoteResourceNotFoundError):
+                return None
+            raise err from e
+        return data
+
+    def list_partitions(self) -> list[TopicIdPartition]:
+        cfg = self.config
+        out: list[TopicIdPartition] = []
+        try:
+            pages = self.client.get_paginator("list_objects_v2")
+            for page in pages.paginate(Bucket=cfg.bucket, Prefix=cfg.prefix, Delimiter="/"):
+                for cp in page.get("CommonPrefixes", []):
+                    head = layout.parse_s3_topic_dir(str(cp["Prefix"])[len(cfg.prefix):].rstrip("/"))
+                    if head is None:
+                        continue
+                    topic, topic_id = head
+                    sub = str(cp["Prefix"])
+                    for page2 in pages.paginate(Bucket=cfg.bucket, Prefix=sub, Delimiter="/"):
+                        for cp2 in page2.get("CommonPrefixes", []):
+                            part = str(cp2["Prefix"])[len(sub):].rstrip("/")
+                            if part.isdigit():
+                                out.append(TopicIdPartition(topic_id, topic, int(part)))
+        except Exception as e:
+            raise map_error(e, cfg.bucket, cfg.prefix, "ListObjectsV2") from e
+        return sorted(out, key=lambda tp: (tp.topic, tp.partition))
+
     def list_segment_objects(self, tp: TopicIdPartition) -> list[StoredObject]:
         cfg = self.config
         bucket, prefix = cfg.bucket, f"{cfg.prefix}{tp.topic}-{tp.topic_id.text}/{tp.partition}/"

@@ -104,7 +104,8 @@ def check_files(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata, deep: b
     if manifest is not None:
         wanted = dict(manifest.files)
     else:
-        wanted = {ft: None for ft in SegmentFileType if not ft.optional or not md.txn_index_empty}
+        wanted = {ft: None for ft in SegmentFileType
+                  if not ft.optional or (ft is SegmentFileType.TRANSACTION_INDEX and not md.txn_index_empty)}
     sid, span = md.remote_log_segment_id.id.text, (md.start_offset, md.end_offset)
 
     def problem(kind: str, text: str) -> None:
