@@ -19,8 +19,12 @@ from typing import Any, BinaryIO, ClassVar, Generic
 from typing_extensions import TypeVar
 
 from rlm.errors import (
+    ChunkIntegrityError,
     ConfigError,
+    DataKeyError,
     PluginLoadError,
+    ReadOnlyStorageError,
+    RemoteObjectFormatError,
     RemoteRangeError,
     RemoteResourceNotFoundError,
     RemoteStorageError,
@@ -43,15 +47,19 @@ from .listing import StoredObject
 from .streams import check_range
 
 __all__ = [
+    "ChunkIntegrityError",
     "ConfigError",
+    "DataKeyError",
     "IndexType",
     "KafkaUuid",
     "LogSegmentData",
     "PluginConfig",
     "PluginLoadError",
+    "ReadOnlyStorageError",
     "RemoteLogSegmentId",
     "RemoteLogSegmentMetadata",
     "RemoteLogSegmentState",
+    "RemoteObjectFormatError",
     "RemoteRangeError",
     "RemoteResourceNotFoundError",
     "RemoteStorageError",
@@ -174,6 +182,21 @@ class RemoteStorageManager(ABC, Generic[C]):
         plugin cannot list (the default): ``rlm verify`` then says orphans were not checked.
         Raises :class:`RemoteStorageError` when the store cannot be listed."""
         return None
+
+    # ---- optional: objects by key (layouts written by other plugins, see rsm_plugins.aiven) ----
+    def open_object(self, key: str, start: int = 0, end: int | None = None) -> BinaryIO:
+        """Stream bytes ``start..end`` (both **inclusive**, ``None`` = to the end) of the object at
+        ``key``, a ``/``-separated name relative to the plugin's root (directory, bucket + prefix,
+        URL). This is how a storage layout that this plugin did not write (Aiven's) is read over
+        the plugin's storage, client and credentials. Range rules as :meth:`fetch_log_segment`;
+        a missing object raises :class:`RemoteResourceNotFoundError`. The default cannot: it
+        raises :class:`RemoteStorageError`."""
+        raise RemoteStorageError(f"the {self.display_name} storage plugin cannot read objects by key")
+
+    def object_size(self, key: str) -> int:
+        """The size of the object at ``key`` (see :meth:`open_object`);
+        :class:`RemoteResourceNotFoundError` when it does not exist."""
+        raise RemoteStorageError(f"the {self.display_name} storage plugin cannot read objects by key")
 
     # ---- optional: the published log start offset (see rsm_plugins.log_start) ----------------
     def write_log_start_offset(self, tp: TopicIdPartition, log_start_offset: int) -> bool:

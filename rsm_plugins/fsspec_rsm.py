@@ -15,7 +15,7 @@ import contextlib
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, BinaryIO
 
@@ -293,7 +293,30 @@ class FsspecRemoteStorageManager(RemoteStorageManager[FsspecConfig]):
     def _fetch(
         self, metadata: RemoteLogSegmentMetadata, file_type: SegmentFileType, start: int, end: int | None
     ) -> BinaryIO:
-        path = self.path_of(metadata, file_type)
+        def expected_sum() -> FileChecksum | None:
+            if not self.config.verify_checksums:
+                return None
+            manifest = integrity.decode(metadata.custom_metadata)
+            return manifest.checksum(file_type) if manifest else None
+
+        return self._open_path(self.path_of(metadata, file_type), start, end, expected_sum)
+
+    def open_object(self, key: str, start: int = 0, end: int | None = None) -> BinaryIO:
+        return self._open_path(self._key_path(key), start, end, lambda: None)
+
+    def object_size(self, key: str) -> int:
+        path = self._key_path(key)
+        try:
+            return int(self.fs.size(path))
+        except Exception as e:
+            raise _map(e, path, "size") from e
+
+    def _key_path(self, key: str) -> str:
+        return f"{self._root.rstrip('/')}/{layout.checked_key(key)}"
+
+    def _open_path(
+        self, path: str, start: int, end: int | None, expected_sum: Callable[[], FileChecksum | None]
+    ) -> BinaryIO:
         what = f"{self._protocol}://{path.lstrip('/')}" if self._protocol != "file" else path
         try:
             f = self.fs.open(path, "rb", block_size=self.config.read_block_size, cache_type="readahead")
@@ -302,10 +325,7 @@ class FsspecRemoteStorageManager(RemoteStorageManager[FsspecConfig]):
         try:
             size = int(f.size) if getattr(f, "size", None) is not None else int(self.fs.size(path))
             begin, stop = streams.check_range(start, end, size, what)
-            expected = None
-            if streams.covers_whole(begin, stop, size) and self.config.verify_checksums:
-                manifest = integrity.decode(metadata.custom_metadata)
-                expected = manifest.checksum(file_type) if manifest else None
+            expected = expected_sum() if streams.covers_whole(begin, stop, size) else None
             if begin:
                 f.seek(begin)
             return streams.wrap(

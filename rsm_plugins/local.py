@@ -19,6 +19,7 @@ import os
 import stat
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -183,6 +184,12 @@ class LocalRemoteStorageManager(RemoteStorageManager[LocalConfig]):
             raise RemoteResourceNotFoundError(
                 f"segment {metadata.remote_log_segment_id} not found: no {what} without its .log file"
             )
+        return self._open_path(path, start, end, lambda: self._expected(metadata, file_type))
+
+    def _open_path(
+        self, path: Path, start: int, end: int | None, expected_sum: Callable[[], FileChecksum | None]
+    ) -> BinaryIO:
+        what = str(path)
         try:
             f = open(path, "rb")  # noqa: SIM115 - handed to the caller inside the stream
         except FileNotFoundError as e:
@@ -192,15 +199,25 @@ class LocalRemoteStorageManager(RemoteStorageManager[LocalConfig]):
         try:
             size = os.fstat(f.fileno()).st_size
             begin, stop = streams.check_range(start, end, size, what)
-            expected = (
-                self._expected(metadata, file_type) if streams.covers_whole(begin, stop, size) else None
-            )
+            expected = expected_sum() if streams.covers_whole(begin, stop, size) else None
             if begin:
                 f.seek(begin)
             return streams.wrap(f, stop - begin, what=what, expected=expected)
         except BaseException:
             f.close()
             raise
+
+    def open_object(self, key: str, start: int = 0, end: int | None = None) -> BinaryIO:
+        return self._open_path(self.root / layout.checked_key(key), start, end, lambda: None)
+
+    def object_size(self, key: str) -> int:
+        path = self.root / layout.checked_key(key)
+        try:
+            return path.stat().st_size
+        except FileNotFoundError as e:
+            raise RemoteResourceNotFoundError(f"{path} not found") from e
+        except OSError as e:
+            raise RemoteStorageError(f"{path}: cannot stat: {e}", retriable=True) from e
 
     def _expected(
         self, metadata: RemoteLogSegmentMetadata, file_type: SegmentFileType

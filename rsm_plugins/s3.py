@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, BinaryIO, Literal
 
@@ -249,6 +249,28 @@ class S3RemoteStorageManager(RemoteStorageManager[S3Config]):
     ) -> BinaryIO:
         bucket, prefix = self._location(metadata)
         key = self.key(metadata, SegmentFileType.SEGMENT, prefix)
+        return self._get_range(
+            bucket, key, start_position, end_position,
+            lambda: self._expected(metadata, SegmentFileType.SEGMENT),
+        )
+
+    def open_object(self, key: str, start: int = 0, end: int | None = None) -> BinaryIO:
+        cfg = self.config
+        return self._get_range(cfg.bucket, cfg.prefix + layout.checked_key(key), start, end, lambda: None)
+
+    def object_size(self, key: str) -> int:
+        cfg = self.config
+        return self._size(cfg.bucket, cfg.prefix + layout.checked_key(key))
+
+    def _get_range(
+        self,
+        bucket: str,
+        key: str,
+        start_position: int,
+        end_position: int | None,
+        expected_sum: Callable[[], FileChecksum | None],
+    ) -> BinaryIO:
+        """Ranged GETs of ``start_position..end_position`` (inclusive), in parallel chunks when long."""
         what = f"s3://{bucket}/{key}"
         if start_position < 0:
             raise RemoteRangeError(f"{what}: start position {start_position} is negative")
@@ -280,11 +302,7 @@ class S3RemoteStorageManager(RemoteStorageManager[S3Config]):
             resp["Body"].close()
             raise
         got = int(resp["ContentLength"])
-        expected = (
-            self._expected(metadata, SegmentFileType.SEGMENT)
-            if streams.covers_whole(begin, stop, total)
-            else None
-        )
+        expected = expected_sum() if streams.covers_whole(begin, stop, total) else None
         inner: Any = resp["Body"]
         if begin + got < stop:
             inner = ChunkedBody(

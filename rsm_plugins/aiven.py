@@ -1,0 +1,262 @@
+"""``aiven``: read segments that Kafka's native tiered storage wrote with Aiven's plugin.
+
+Aiven's RemoteStorageManager stores three objects per segment,
+``<key.prefix><topic>-<topicId>/<partition>/<20-digit start offset>-<segmentId>.{log,indexes,rsm-manifest}``:
+the ``.log`` cut into chunks (each optionally zstd-compressed, then AES-256-GCM encrypted), all
+indexes concatenated, and a JSON manifest mapping both (:mod:`rsm_plugins.aiven_manifest`). This
+plugin serves them through the ordinary :class:`RemoteStorageManager` reads — byte ranges of the
+*original* segment and whole indexes — so the read core (chunk cache, read-ahead across segments,
+planning, transactions) and every read face work over a native tiered-storage cluster unchanged.
+
+Bytes are read through one of our storage plugins (``local``, ``s3``, ``fsspec``) with
+:meth:`RemoteStorageManager.open_object`: their clients, credentials, retries and error mapping.
+A read is complete or a typed error: a chunk index that disagrees with the object, a chunk that
+does not decompress to its size, is :class:`RemoteObjectFormatError`; a GCM tag that fails is
+:class:`ChunkIntegrityError`; an unknown key id or wrong private key is :class:`DataKeyError`.
+Read-only by construction: writing to storage that a broker owns is refused
+(:class:`ReadOnlyStorageError`).
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+import structlog
+import zstandard
+
+from . import aiven_config, layout
+from .aiven_crypto import KeyRing, SegmentCipher
+from .aiven_keys import ObjectKeys, object_keys
+from .aiven_manifest import SegmentManifest, parse_manifest
+from .api import (
+    ConfigError,
+    DataKeyError,
+    IndexType,
+    LogSegmentData,
+    ReadOnlyStorageError,
+    RemoteLogSegmentMetadata,
+    RemoteObjectFormatError,
+    RemoteRangeError,
+    RemoteResourceNotFoundError,
+    RemoteStorageManager,
+    check_range,
+    parse_config,
+)
+from .loading import load
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedSegment:
+    """A segment's manifest with its object keys and (when encrypted) its unwrapped data key."""
+
+    keys: ObjectKeys
+    manifest: SegmentManifest
+    cipher: SegmentCipher | None
+
+
+class AivenRemoteStorageManager(RemoteStorageManager[aiven_config.AivenConfig]):
+    """Aiven's tiered-storage object layout over a ``local``, ``s3`` or ``fsspec`` backend. Read-only."""
+
+    plugin_name = "aiven"
+    config_model = aiven_config.AivenConfig
+    transient_attributes = frozenset({"_lock", "_manifests", "_decoded", "_decoded_bytes"})
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._manifests: OrderedDict[str, OpenedSegment] = OrderedDict()
+        self._decoded: OrderedDict[tuple[str, int], bytes] = OrderedDict()
+        self._decoded_bytes = 0
+        self._backend: RemoteStorageManager | None = None
+        self._keyring: KeyRing | None = None
+
+    # ---- configuration ----------------------------------------------------------------------
+    def configure(self, config: Mapping[str, Any]) -> None:
+        """Accept the broker's ``rsm.config.*`` lines as written (see :mod:`rsm_plugins.aiven_config`)."""
+        cfg = parse_config(self.config_model, aiven_config.translate(config), self.display_name)
+        self._config = cfg
+        try:
+            self.on_configure(cfg)
+        except BaseException:
+            self._config = None
+            raise
+
+    def on_configure(self, cfg: aiven_config.AivenConfig) -> None:
+        if cfg.encryption_enabled and not cfg.key_pairs:
+            raise ConfigError("aiven storage plugin: encryption.enabled=true needs "
+                              "encryption.key.pairs.<id>.private.key.file for every key pair in use")
+        if cfg.encryption_key_pair_id is not None and cfg.key_pairs and \
+                cfg.encryption_key_pair_id not in cfg.key_pairs:
+            raise ConfigError(f"aiven storage plugin: encryption.key.pair.id={cfg.encryption_key_pair_id!r} "
+                              "has no encryption.key.pairs entry")
+        self._keyring = KeyRing({k: p.private_key_file for k, p in cfg.key_pairs.items()})
+        self._keyring.check()
+        self._backend = load(cfg.backend, {**cfg.backend_config, "custom_metadata_max_bytes": 0}
+                             if cfg.backend == "local" else cfg.backend_config)
+        log.info("rsm_configured", plugin=self.plugin_name, backend=cfg.backend, key_prefix=cfg.key_prefix,
+                 key_pairs=sorted(cfg.key_pairs))
+
+    @property
+    def backend(self) -> RemoteStorageManager:
+        if self._backend is None:
+            raise ReadOnlyStorageError("aiven storage plugin used before configure()")
+        return self._backend
+
+    def close(self) -> None:
+        if self._backend is not None:
+            self._backend.close()
+
+    # ---- read-only --------------------------------------------------------------------------
+    def copy_log_segment_data(
+        self, metadata: RemoteLogSegmentMetadata, segment_data: LogSegmentData
+    ) -> bytes | None:
+        raise ReadOnlyStorageError(
+            f"{metadata.remote_log_segment_id}: the aiven layout is read-only; the broker's own "
+            "tiered storage owns these objects")
+
+    def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
+        raise ReadOnlyStorageError(
+            f"{metadata.remote_log_segment_id}: the aiven layout is read-only; the broker's own "
+            "tiered storage expires these objects")
+
+    # ---- manifests --------------------------------------------------------------------------
+    def open_segment(self, md: RemoteLogSegmentMetadata) -> OpenedSegment:
+        """The segment's manifest (cached) and data key; checked against the metadata's size."""
+        sid = md.remote_log_segment_id.id.text
+        with self._lock:
+            seg = self._manifests.get(sid)
+            if seg is not None:
+                self._manifests.move_to_end(sid)
+                return seg
+        keys = object_keys(self.config.key_prefix, md)
+        with self.backend.open_object(keys.manifest) as f:
+            raw = f.read()
+        manifest = parse_manifest(raw, keys.manifest)
+        if manifest.chunk_index.original_size != md.segment_size_in_bytes:
+            raise RemoteObjectFormatError(
+                f"{keys.manifest}: manifest says the segment has {manifest.chunk_index.original_size} "
+                f"bytes, its metadata says {md.segment_size_in_bytes}")
+        cipher = None
+        if manifest.encryption is not None:
+            if self._keyring is None or not self._keyring.private_key_files:
+                raise DataKeyError(f"{keys.manifest}: segment is encrypted (key pair "
+                                   f"{manifest.encryption.key_pair_id!r}) and no key pairs are configured")
+            enc = manifest.encryption
+            cipher = self._keyring.unwrap(enc.key_pair_id, enc.wrapped_key, enc.aad, keys.manifest)
+        seg = OpenedSegment(keys, manifest, cipher)
+        with self._lock:
+            if self.config.manifest_cache_size > 0:
+                self._manifests[sid] = seg
+                while len(self._manifests) > self.config.manifest_cache_size:
+                    self._manifests.popitem(last=False)
+        return seg
+
+    # ---- reads ------------------------------------------------------------------------------
+    def fetch_log_segment(
+        self, metadata: RemoteLogSegmentMetadata, start_position: int, end_position: int | None = None
+    ) -> BinaryIO:
+        seg = self.open_segment(metadata)
+        ci = seg.manifest.chunk_index
+        begin, stop = check_range(start_position, end_position, ci.original_size, seg.keys.log)
+        if begin == stop:
+            return io.BytesIO(b"")
+        chunks = ci.chunks_for(begin, stop)
+        if not seg.manifest.compression and seg.cipher is None:
+            if ci.transformed_size != ci.original_size:
+                raise RemoteObjectFormatError(
+                    f"{seg.keys.manifest}: untransformed chunks total {ci.transformed_size} bytes, "
+                    f"the segment has {ci.original_size}")
+            # the object is the segment file itself: a plain ranged read, streamed
+            return self._exact(seg.keys.log, begin, stop)
+        parts = self._decoded_chunks(metadata, seg, chunks)
+        base = chunks.start * ci.original_chunk_size
+        joined = parts[0] if len(parts) == 1 else b"".join(parts)
+        return io.BytesIO(memoryview(joined)[begin - base:stop - base].tobytes())
+
+    def _decoded_chunks(self, md: RemoteLogSegmentMetadata, seg: OpenedSegment, chunks: range) -> list[bytes]:
+        """Plaintext of ``chunks``; missing ones fetched with one ranged GET and decoded."""
+        sid = md.remote_log_segment_id.id.text
+        with self._lock:
+            found = {i: self._decoded.get((sid, i)) for i in chunks}
+        missing = [i for i in chunks if found[i] is None]
+        if missing:
+            ci = seg.manifest.chunk_index
+            lo, hi = int(ci.starts[missing[0]]), int(ci.starts[missing[-1] + 1])
+            raw = memoryview(self._read(seg.keys.log, lo, hi, seg.keys.manifest))
+            for i in missing:
+                piece = raw[int(ci.starts[i]) - lo:int(ci.starts[i + 1]) - lo]
+                found[i] = self._decode(seg, i, piece)
+            self._remember(sid, {i: found[i] for i in missing})
+        return [found[i] or b"" for i in chunks]
+
+    def _decode(self, seg: OpenedSegment, chunk: int, stored: memoryview) -> bytes:
+        ci = seg.manifest.chunk_index
+        lo, hi = ci.original_range(chunk)
+        data: bytes | memoryview = stored
+        if seg.cipher is not None:
+            data = seg.cipher.decrypt(stored, seg.keys.log, chunk)
+        if seg.manifest.compression:
+            try:
+                data = zstandard.ZstdDecompressor().decompress(data, max_output_size=max(hi - lo, 1))
+            except zstandard.ZstdError as e:
+                raise RemoteObjectFormatError(
+                    f"{seg.keys.log}: chunk {chunk} is not a zstd frame of {hi - lo} bytes: {e}") from None
+        if len(data) != hi - lo:
+            raise RemoteObjectFormatError(
+                f"{seg.keys.log}: chunk {chunk} decodes to {len(data)} bytes, the manifest says {hi - lo}")
+        return bytes(data)
+
+    def _remember(self, sid: str, decoded: dict[int, bytes | None]) -> None:
+        budget = self.config.decoded_cache_bytes
+        with self._lock:
+            for i, data in decoded.items():
+                if data is None or len(data) > budget:
+                    continue
+                self._decoded[(sid, i)] = data
+                self._decoded_bytes += len(data)
+            while self._decoded_bytes > budget and self._decoded:
+                _, old = self._decoded.popitem(last=False)
+                self._decoded_bytes -= len(old)
+
+    def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> BinaryIO:
+        seg = self.open_segment(metadata)
+        piece = seg.manifest.index_slice(index_type)
+        if piece is None:
+            raise RemoteResourceNotFoundError(
+                f"{seg.keys.indexes}: segment {metadata.remote_log_segment_id} has no "
+                f"{index_type.name} index")
+        if piece.size == 0:
+            return io.BytesIO(b"")
+        raw = self._read(seg.keys.indexes, piece.position, piece.position + piece.size, seg.keys.manifest)
+        if seg.cipher is not None:
+            raw = seg.cipher.decrypt(raw, f"{seg.keys.indexes} ({index_type.name} index)", 0)
+        return io.BytesIO(raw)
+
+    def _exact(self, key: str, start: int, stop: int) -> BinaryIO:
+        try:
+            return self.backend.open_object(key, start, stop - 1)
+        except RemoteRangeError as e:
+            raise RemoteObjectFormatError(f"{key}: shorter than the manifest's chunk index says: {e}") from e
+
+    def _read(self, key: str, start: int, stop: int, manifest_key: str) -> bytes:
+        """Exactly bytes ``[start, stop)`` of ``key``; fewer means the manifest does not fit the object."""
+        with self._exact(key, start, stop) as f:
+            data = f.read(stop - start)
+        if len(data) != stop - start:
+            raise RemoteObjectFormatError(
+                f"{key}: {len(data)} bytes at position {start}, the chunk index of {manifest_key} says "
+                f"{stop - start}: the object and its manifest disagree")
+        return bytes(data)
+
+    def object_key(self, metadata: RemoteLogSegmentMetadata) -> ObjectKeys:
+        """The three object keys of a segment (for ``rlm verify`` and messages)."""
+        return object_keys(self.config.key_prefix, metadata)
+
+    def describe(self, metadata: RemoteLogSegmentMetadata) -> dict[str, object]:
+        return layout.describe(metadata)
