@@ -22,7 +22,8 @@ def _segments(variant: str) -> list[RemoteLogSegmentMetadata]:
 
 def _local(variant: str, md: RemoteLogSegmentMetadata, suffix: str) -> dict[str, object]:
     tp = md.topic_id_partition
-    name = f"{md.start_offset:020d}{suffix}" if suffix != ".snapshot" else f"{md.end_offset + 1:020d}.snapshot"
+    first = md.end_offset + 1 if suffix == ".snapshot" else md.start_offset  # snapshot: next offset
+    name = f"{first:020d}{suffix}"
     return local_files(variant)[f"{tp.topic}/{tp.partition}"][name]
 
 

@@ -83,8 +83,8 @@ def test_cli_offsets_earliest_and_a_recorded_time(variant: str, aiven_configs: d
     lo = json.loads((variant_dir(variant) / "list_offsets.json").read_text())
     q = next(x for x in asked if x["topic"] in topics_in(variant) and x["offset"] > 0)
     capsys.readouterr()
-    for ts, want in ((q["query_timestamp"], q["offset"]),
-                     ("earliest", lo[f"{q['topic']}/{q['partition']}"]["read_uncommitted"]["earliest"]["offset"])):
+    earliest = lo[f"{q['topic']}/{q['partition']}"]["read_uncommitted"]["earliest"]["offset"]
+    for ts, want in ((q["query_timestamp"], q["offset"]), ("earliest", earliest)):
         code = cli_main(["offsets", "--config", str(aiven_configs[variant]), "--topic", q["topic"],
                          "--partition", str(q["partition"]), "--timestamp", str(ts), "--json"])
         out, err = capsys.readouterr()
