@@ -202,11 +202,7 @@ class AivenRemoteStorageManager(RemoteStorageManager[aiven_config.AivenConfig]):
         if seg.cipher is not None:
             data = seg.cipher.decrypt(stored, seg.keys.log, chunk)
         if seg.manifest.compression:
-            try:
-                data = zstandard.ZstdDecompressor().decompress(data, max_output_size=max(hi - lo, 1))
-            except zstandard.ZstdError as e:
-                raise RemoteObjectFormatError(
-                    f"{seg.keys.log}: chunk {chunk} is not a zstd frame of {hi - lo} bytes: {e}") from None
+            data = _unzstd(data, hi - lo, seg.keys.log, chunk)
         if len(data) != hi - lo:
             raise RemoteObjectFormatError(
                 f"{seg.keys.log}: chunk {chunk} decodes to {len(data)} bytes, the manifest says {hi - lo}")
@@ -260,3 +256,21 @@ class AivenRemoteStorageManager(RemoteStorageManager[aiven_config.AivenConfig]):
 
     def describe(self, metadata: RemoteLogSegmentMetadata) -> dict[str, object]:
         return layout.describe(metadata)
+
+
+def _unzstd(frame: bytes | memoryview, size: int, key: str, chunk: int) -> bytes:
+    """One chunk's zstd frame, which must fill the chunk exactly: trailing bytes or a frame cut
+    short mean the chunk index does not fit the object."""
+    d = zstandard.ZstdDecompressor().decompressobj()
+    try:
+        out = d.decompress(frame)
+    except zstandard.ZstdError as e:
+        raise RemoteObjectFormatError(f"{key}: chunk {chunk} is not a zstd frame: {e}") from None
+    if not d.eof or d.unused_data:
+        raise RemoteObjectFormatError(
+            f"{key}: chunk {chunk} is not one whole zstd frame ({len(d.unused_data)} bytes after it, "
+            f"frame {'complete' if d.eof else 'cut short'}): the chunk index does not fit the object")
+    if len(out) != size:
+        raise RemoteObjectFormatError(
+            f"{key}: chunk {chunk} decodes to {len(out)} bytes, the manifest says {size}")
+    return out
