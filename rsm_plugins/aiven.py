@@ -65,6 +65,7 @@ class AivenRemoteStorageManager(RemoteStorageManager[aiven_config.AivenConfig]):
     """Aiven's tiered-storage object layout over a ``local``, ``s3`` or ``fsspec`` backend. Read-only."""
 
     plugin_name = "aiven"
+    read_only = True
     config_model = aiven_config.AivenConfig
     transient_attributes = frozenset({"_lock", "_manifests", "_decoded", "_decoded_bytes"})
 

@@ -100,6 +100,9 @@ class RemoteStorageManager(ABC, Generic[C]):
     config_model: ClassVar[type[PluginConfig]] = PluginConfig
     #: Attributes not pickled: cached clients, pools, locks (``__init__`` re-creates them).
     transient_attributes: ClassVar[frozenset[str]] = frozenset()
+    #: A layout this plugin only reads (storage a broker's own tiered storage owns): ``rlm run``
+    #: refuses to start on it, and copy/delete raise :class:`ReadOnlyStorageError`.
+    read_only: ClassVar[bool] = False
 
     _config: C | None = None
 

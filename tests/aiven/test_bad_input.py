@@ -242,3 +242,14 @@ def test_write_side_settings_are_accepted() -> None:
                                    "upload.rate.limit.bytes.per.second": "1000000",
                                    "fetch.chunk.cache.class": "x",
                                    "custom.metadata.fields.include": "REMOTE_SIZE"})
+
+
+def test_rlm_run_refuses_an_aiven_layout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = write_config(tmp_path, "a", tmp_path / "metadata", log_dirs=[str(tmp_path / "logs")])
+    (tmp_path / "logs").mkdir()
+    before = sorted(p.name for p in Path(plugin_block("a")["storage.root"]).rglob("*"))
+    code = cli_main(["run", "--config", str(cfg), "--once"])
+    _, err = capsys.readouterr()
+    assert code == 3
+    assert "read-only" in err and "never copies" in err
+    assert sorted(p.name for p in Path(plugin_block("a")["storage.root"]).rglob("*")) == before
