@@ -50,6 +50,8 @@ from .api import (
 from .loading import load
 
 log = structlog.get_logger(__name__)
+#: original bytes decoded per step of a long read (one ranged GET of their transformed bytes)
+_GROUP_BYTES = 8 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,10 +177,24 @@ class AivenRemoteStorageManager(RemoteStorageManager[aiven_config.AivenConfig]):
                     f"the segment has {ci.original_size}")
             # the object is the segment file itself: a plain ranged read, streamed
             return self._exact(seg.keys.log, begin, stop)
-        parts = self._decoded_chunks(metadata, seg, chunks)
+        group = max(1, _GROUP_BYTES // ci.original_chunk_size)
+        if len(chunks) <= group:
+            return io.BytesIO(self.decoded_range(metadata, seg, begin, stop))
+        # a long range (a whole segment for `rlm verify`, Kafka's "to the end"): decoded lazily,
+        # a group of chunks at a time, so it is never held whole
+        return io.BufferedReader(_DecodedStream(self, metadata, seg, begin, stop, group),
+                                 buffer_size=_GROUP_BYTES)
+
+    def decoded_range(self, md: RemoteLogSegmentMetadata, seg: OpenedSegment, begin: int, stop: int) -> bytes:
+        """Original bytes ``[begin, stop)`` of a transformed segment."""
+        ci = seg.manifest.chunk_index
+        chunks = ci.chunks_for(begin, stop)
+        parts = self._decoded_chunks(md, seg, chunks)
         base = chunks.start * ci.original_chunk_size
         joined = parts[0] if len(parts) == 1 else b"".join(parts)
-        return io.BytesIO(memoryview(joined)[begin - base:stop - base].tobytes())
+        if begin == base and stop - begin == len(joined):
+            return joined
+        return memoryview(joined)[begin - base:stop - base].tobytes()
 
     def _decoded_chunks(self, md: RemoteLogSegmentMetadata, seg: OpenedSegment, chunks: range) -> list[bytes]:
         """Plaintext of ``chunks``; missing ones fetched with one ranged GET and decoded."""
@@ -275,3 +291,31 @@ def _unzstd(frame: bytes | memoryview, size: int, key: str, chunk: int) -> bytes
         raise RemoteObjectFormatError(
             f"{key}: chunk {chunk} decodes to {len(out)} bytes, the manifest says {size}")
     return out
+
+
+class _DecodedStream(io.RawIOBase):
+    """Original bytes ``[begin, stop)`` of a transformed segment, decoded ``group`` chunks at a time."""
+
+    def __init__(self, rsm: AivenRemoteStorageManager, md: RemoteLogSegmentMetadata, seg: OpenedSegment,
+                 begin: int, stop: int, group: int) -> None:
+        super().__init__()
+        self._rsm, self._md, self._seg = rsm, md, seg
+        self._pos, self._stop = begin, stop
+        self._step = group * seg.manifest.chunk_index.original_chunk_size
+        self._buf = memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        if not self._buf:
+            if self._pos >= self._stop:
+                return 0
+            # steps end on chunk boundaries, so no chunk is decoded twice
+            end = min(self._stop, (self._pos // self._step + 1) * self._step)
+            self._buf = memoryview(self._rsm.decoded_range(self._md, self._seg, self._pos, end))
+            self._pos = end
+        n = min(len(b), len(self._buf))
+        b[:n] = self._buf[:n]
+        self._buf = self._buf[n:]
+        return n

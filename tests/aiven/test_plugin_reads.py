@@ -87,3 +87,19 @@ def test_plugin_survives_pickling_for_spark_executors(variant: str) -> None:
     clone = pickle.loads(pickle.dumps(rsm))
     with clone.fetch_log_segment(md, 100, 70000) as f:
         assert f.read() == before
+
+
+def test_long_reads_are_decoded_lazily_and_exactly(variant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import rsm_plugins.aiven as aiven
+
+    monkeypatch.setattr(aiven, "_GROUP_BYTES", 2 * 65536)  # a fixture segment spans several groups
+    rsm = rsm_plugins.load(AIVEN_CLASS, {**plugin_block(variant), "decoded.cache.bytes": 0})
+    for md in _segments(variant)[:4]:
+        with rsm.fetch_log_segment(md, 0) as f:
+            pieces = []
+            while piece := f.read(50_000):
+                pieces.append(piece)
+        assert hashlib.sha256(b"".join(pieces)).hexdigest() == _local(variant, md, ".log")["sha256"]
+        with rsm.fetch_log_segment(md, 70_000, md.segment_size_in_bytes - 3) as f:
+            part = f.read()
+        assert len(part) == md.segment_size_in_bytes - 3 - 70_000 + 1
