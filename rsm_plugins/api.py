@@ -201,6 +201,13 @@ class RemoteStorageManager(ABC, Generic[C]):
         :class:`RemoteResourceNotFoundError` when it does not exist."""
         raise RemoteStorageError(f"the {self.display_name} storage plugin cannot read objects by key")
 
+    def verify_segment(self, metadata: RemoteLogSegmentMetadata) -> list[str]:
+        """Layout checks of one finished segment beyond its whole-file reads, for ``rlm verify``:
+        each string describes one inconsistency (a layout's manifest against its objects). The
+        default has none to make. Raises :class:`RemoteStorageError` when the segment cannot be
+        examined (a missing object is :class:`RemoteResourceNotFoundError`)."""
+        return []
+
     # ---- optional: the published log start offset (see rsm_plugins.log_start) ----------------
     def write_log_start_offset(self, tp: TopicIdPartition, log_start_offset: int) -> bool:
         """Store the partition's log start offset (``DeleteRecords`` and remote-retention bound)
