@@ -14,6 +14,9 @@ Per partition of the remote metadata store (read-only, as the read side opens it
   ``off_lineage_grace_ms``): expected after an unclean election, so they do not fail the check;
 * no COPY_SEGMENT_STARTED / DELETE_SEGMENT_STARTED older than ``stale_copy_grace_ms``
   (``stale_copy``, ``stale_delete``; ``rlm run`` cleans those up);
+* the storage layout's own checks (``layout_mismatch``): for Aiven's layout, object sizes
+  against the manifest's chunk index and index slices, and the segment the manifest embeds
+  (every chunk's GCM tag and zstd frame is checked by the whole-file read above);
 * with ``--deep``, every ``.log`` decodes (batch CRCs) to its recorded end offset and size
   (``incomplete_segment``, ``undecodable_segment``). Files are streamed, never held whole.
 
