@@ -305,17 +305,15 @@ class AivenRemoteStorageManager(RemoteStorageManager[aiven_config.AivenConfig]):
 
 
 def _unzstd(frame: bytes | memoryview, size: int, key: str, chunk: int) -> bytes:
-    """One chunk's zstd frame, which must fill the chunk exactly: trailing bytes or a frame cut
-    short mean the chunk index does not fit the object."""
-    d = zstandard.ZstdDecompressor().decompressobj()
+    """One chunk's zstd frame, which must fill the chunk exactly: trailing bytes, a frame cut
+    short or another size mean the chunk index does not fit the object."""
     try:
-        out = d.decompress(frame)
+        out = zstandard.ZstdDecompressor().decompress(frame, max_output_size=max(size, 1),
+                                                      allow_extra_data=False)
     except zstandard.ZstdError as e:
-        raise RemoteObjectFormatError(f"{key}: chunk {chunk} is not a zstd frame: {e}") from None
-    if not d.eof or d.unused_data:
         raise RemoteObjectFormatError(
-            f"{key}: chunk {chunk} is not one whole zstd frame ({len(d.unused_data)} bytes after it, "
-            f"frame {'complete' if d.eof else 'cut short'}): the chunk index does not fit the object")
+            f"{key}: chunk {chunk} is not one whole zstd frame of {size} bytes ({e}): the chunk index "
+            "does not fit the object") from None
     if len(out) != size:
         raise RemoteObjectFormatError(
             f"{key}: chunk {chunk} decodes to {len(out)} bytes, the manifest says {size}")
