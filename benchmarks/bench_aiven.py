@@ -11,8 +11,8 @@ lays the tiered segments out twice in Aiven's object layout, with ``--chunk-mb``
 
 (The layout is written here, for the benchmark only, so both runs read the very same records; the
 product is tested against objects written by Aiven's own plugin, ``tests/fixtures/aiven``.)
-Then, after one uncounted warm-up scan of each, ``--rounds`` interleaved rounds each scan the whole partition to Arrow through
-``RemoteFetcher.scan`` from both layouts, each with a fresh fetcher (empty chunk cache), and check
+Then, after one uncounted warm-up scan of each, ``--rounds`` interleaved rounds each scan the
+whole partition to Arrow through ``RemoteFetcher.scan`` from both layouts, each with a fresh fetcher (empty chunk cache), and check
 the two answers equal by SHA-256 of the Arrow IPC bytes. Reported: the median of the per-round
 time ratios (zstd+aes / plain) and each layout's median MB/s of segment bytes.
 
@@ -159,7 +159,7 @@ def build_layouts(work: Path, out: Path, chunk: int) -> tuple[Path, int]:
     import dataclasses
 
     import rsm_plugins
-    from rlm.types import IndexType, RemoteLogSegmentState
+    from rlm.types import IndexType, RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState
     from rlmm.file import FileRemoteLogMetadataManager
 
     src = FileRemoteLogMetadataManager.open(work / "metadata")
@@ -188,11 +188,9 @@ def build_layouts(work: Path, out: Path, chunk: int) -> tuple[Path, int]:
                 clean = dataclasses.replace(md, custom_metadata=None,
                                             state=RemoteLogSegmentState.COPY_SEGMENT_STARTED)
                 dst.add_remote_log_segment_metadata(clean)
-                from rlm.types import RemoteLogSegmentMetadataUpdate
-
                 dst.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
-                    md.remote_log_segment_id, md.event_timestamp_ms, RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
-                    md.broker_id))
+                    md.remote_log_segment_id, md.event_timestamp_ms,
+                    RemoteLogSegmentState.COPY_SEGMENT_FINISHED, md.broker_id))
                 total += len(log)
     finally:
         src.close()
