@@ -13,8 +13,9 @@ lays the tiered segments out twice in Aiven's object layout, with ``--chunk-mb``
 product is tested against objects written by Aiven's own plugin, ``tests/fixtures/aiven``.)
 Then, after one uncounted warm-up scan of each, ``--rounds`` interleaved rounds each scan the
 whole partition to Arrow through ``RemoteFetcher.scan`` from both layouts, each with a fresh
-fetcher (empty chunk cache), and check the two answers equal by SHA-256 of the Arrow IPC bytes. Reported: the median of the per-round
-time ratios (zstd+aes / plain) and each layout's median MB/s of segment bytes.
+fetcher (empty chunk cache), and check the two answers equal by SHA-256 of the Arrow IPC bytes.
+Reported: the median of the per-round time ratios (zstd+aes / plain) and each layout's median
+MB/s of segment bytes.
 
     .venv/bin/python benchmarks/bench_aiven.py --size-mb 128 --rounds 7
 """
