@@ -119,3 +119,18 @@ def test_key_prefix_paths_cannot_leave_the_root(tmp_path: Path) -> None:
     rsm = rsm_plugins.load(AIVEN_CLASS, {**plugin_block("a"), "key.prefix": "../"})
     with pytest.raises(rsm_plugins.api.ConfigError):
         rsm.fetch_log_segment(finished_segments("a")[0], 0)
+
+
+def test_s3_lines_in_rlm_yaml_keep_the_secret_hidden(moto_server: S3Endpoint, moto_bucket: str,
+                                                     tmp_path: Path) -> None:
+    from rlm.config import load_config
+    from rlm.plugin_setup import load_rsm
+
+    _upload(moto_server, moto_bucket, "c", PREFIX)
+    lines = {f"rsm.config.{k}": v for k, v in _broker_s3_lines(moto_server, moto_bucket, "c").items()}
+    cfg = load_config(None, work_dir=str(tmp_path), **{"remote.log.storage.manager.class.name": AIVEN_CLASS},
+                      **lines)
+    assert SECRET_KEY not in repr(cfg) and SECRET_KEY not in str(cfg.storage.config)
+    rsm = load_rsm(cfg, 1)
+    assert _check_all(rsm, "c", finished_segments("c")[:2]) == 2
+    rsm.close()
