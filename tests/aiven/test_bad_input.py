@@ -253,3 +253,32 @@ def test_rlm_run_refuses_an_aiven_layout(tmp_path: Path, capsys: pytest.CaptureF
     assert code == 3
     assert "read-only" in err and "never copies" in err
     assert sorted(p.name for p in Path(plugin_block("a")["storage.root"]).rglob("*")) == before
+
+
+def test_several_key_pairs_select_by_id(tmp_path: Path) -> None:
+    from Crypto.PublicKey import RSA
+
+    newer = tmp_path / "k2.pem"
+    newer.write_bytes(RSA.generate(2048).export_key(pkcs=8))
+    block = {**plugin_block("c"), "encryption.key.pair.id": "k2", "encryption.key.pairs": "k1,k2",
+             "encryption.key.pairs.k2.private.key.file": str(newer)}
+    rsm = rsm_plugins.load(AIVEN_CLASS, block)  # k2 is active now; old segments name k1
+    md = finished_segments("c")[0]
+    with rsm.fetch_log_segment(md, 0, 99) as f:
+        assert len(f.read()) == 100
+
+
+def test_active_key_pair_must_be_configured() -> None:
+    with pytest.raises(ConfigError, match=r"encryption\.key\.pair\.id='k7'"):
+        rsm_plugins.load(AIVEN_CLASS, {**plugin_block("c"), "encryption.key.pair.id": "k7"})
+
+
+def test_unreadable_private_key_is_a_config_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.pem"
+    bad.write_text("not a key")
+    key = "encryption.key.pairs.k1.private.key.file"
+    with pytest.raises(ConfigError, match="cannot read private key"):
+        rsm_plugins.load(AIVEN_CLASS, {**plugin_block("c"), key: str(bad)})
+    public = plugin_block("c")["encryption.key.pairs.k1.public.key.file"]
+    with pytest.raises(ConfigError, match="holds a public key"):
+        rsm_plugins.load(AIVEN_CLASS, {**plugin_block("c"), key: public})
