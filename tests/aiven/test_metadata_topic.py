@@ -77,3 +77,27 @@ def test_fetch_follows_the_brokers_metadata_topic(
         key = lambda r: (r["topic"], r["partition"], r["offset"])  # noqa: E731
         assert sorted(got, key=key) == sorted(want, key=key)
         assert len(got) == len(want) > 0
+
+
+def test_a_missing_metadata_topic_is_never_created(
+        cluster: KafkaCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from rlm.cli import main as cli_main
+
+    doc = {
+        "work_dir": str(tmp_path / "work"),
+        **broker_rsm_lines("c"),
+        "remote.log.metadata.manager.class.name":
+            "org.apache.kafka.server.log.remote.metadata.storage.TopicBasedRemoteLogMetadataManager",
+        "rlmm.config.bootstrap.servers": cluster.bootstrap,
+        "rlmm.config.remote.log.metadata.topic.name": "rlm-absent-metadata",
+        "rlmm.config.remote.log.metadata.topic.num.partitions": PARTITIONS,
+    }
+    config = tmp_path / "rlm.yaml"
+    config.write_text(json.dumps(doc))
+    capsys.readouterr()
+    code = cli_main(["fetch", "--config", str(config), "--topic", "tiered-mixed", "--offset", "0"])
+    _, err = capsys.readouterr()
+    assert code == 3
+    assert "'rlm-absent-metadata' does not exist" in err
+    topics = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(timeout=30).topics
+    assert "rlm-absent-metadata" not in topics
