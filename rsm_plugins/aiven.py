@@ -20,6 +20,7 @@ Read-only by construction: writing to storage that a broker owns is refused
 from __future__ import annotations
 
 import io
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -31,7 +32,7 @@ import zstandard
 
 from . import aiven_config, layout
 from .aiven_crypto import KeyRing, SegmentCipher
-from .aiven_keys import ObjectKeys, object_keys
+from .aiven_keys import ObjectKeys, object_keys, partition_prefix
 from .aiven_manifest import SegmentManifest, parse_manifest
 from .api import (
     ConfigError,
@@ -44,12 +45,16 @@ from .api import (
     RemoteRangeError,
     RemoteResourceNotFoundError,
     RemoteStorageManager,
+    StoredObject,
+    TopicIdPartition,
     check_range,
     parse_config,
 )
+from .layout import SegmentFileType
 from .loading import load
 
 log = structlog.get_logger(__name__)
+_NAME = re.compile(r"^(\d{20})-([A-Za-z0-9_-]{22})\.(log|indexes|rsm-manifest)$")
 #: original bytes decoded per step of a long read (one ranged GET of their transformed bytes)
 _GROUP_BYTES = 8 << 20
 
@@ -266,6 +271,23 @@ class AivenRemoteStorageManager(RemoteStorageManager[aiven_config.AivenConfig]):
                 f"{key}: {len(data)} bytes at position {start}, the chunk index of {manifest_key} says "
                 f"{stop - start}: the object and its manifest disagree")
         return bytes(data)
+
+    def list_segment_objects(self, tp: TopicIdPartition) -> list[StoredObject] | None:
+        """Every object under the partition's key prefix, with the segment id and start offset of
+        Aiven's names (``.log``, ``.indexes``, ``.rsm-manifest``), for ``rlm verify``'s orphans;
+        ``None`` when the backend cannot list. Objects moved by custom metadata are not seen."""
+        listed = self.backend.list_objects(self.config.key_prefix + partition_prefix(tp))
+        if listed is None:
+            return None
+        out = []
+        for obj in listed:
+            m = _NAME.match(obj.key.rsplit("/", 1)[-1])
+            if m is None:
+                out.append(obj)
+                continue
+            ft = SegmentFileType.SEGMENT if m.group(3) == "log" else None
+            out.append(StoredObject(obj.key, obj.size, obj.modified_ms, m.group(2), int(m.group(1)), ft))
+        return out
 
     def verify_segment(self, metadata: RemoteLogSegmentMetadata) -> list[str]:
         """The manifest against the objects and the metadata: object sizes are what the chunk

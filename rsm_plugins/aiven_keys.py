@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from rlm.types import check_topic_name
 
-from .api import RemoteLogSegmentMetadata, RemoteObjectFormatError
+from .api import RemoteLogSegmentMetadata, RemoteObjectFormatError, TopicIdPartition
 from .layout import offset_prefix
 
 _TAG_OBJECT_PREFIX = 1
@@ -27,10 +27,14 @@ class ObjectKeys:
     manifest: str
 
 
+def partition_prefix(tp: TopicIdPartition) -> str:
+    """``<topic>-<topicId>/<partition>/``: where a partition's objects are, below ``key.prefix``."""
+    return f"{check_topic_name(tp.topic)}-{tp.topic_id.text}/{tp.partition}/"
+
+
 def main_path(metadata: RemoteLogSegmentMetadata) -> str:
     """``<topic>-<topicId>/<partition>/<start offset>-<segmentId>``: a key without prefix or suffix."""
-    tp = metadata.topic_id_partition
-    return (f"{check_topic_name(tp.topic)}-{tp.topic_id.text}/{tp.partition}/"
+    return (f"{partition_prefix(metadata.topic_id_partition)}"
             f"{offset_prefix(metadata.start_offset)}-{metadata.remote_log_segment_id.id.text}")
 
 

@@ -201,6 +201,12 @@ class RemoteStorageManager(ABC, Generic[C]):
         :class:`RemoteResourceNotFoundError` when it does not exist."""
         raise RemoteStorageError(f"the {self.display_name} storage plugin cannot read objects by key")
 
+    def list_objects(self, prefix: str) -> list[StoredObject] | None:
+        """The objects directly under ``prefix`` (a key ending in ``/``, see :meth:`open_object`),
+        keys relative to the plugin's root, or ``None`` when the plugin cannot list (the default).
+        A prefix with nothing under it is an empty list. Raises :class:`RemoteStorageError`."""
+        return None
+
     def verify_segment(self, metadata: RemoteLogSegmentMetadata) -> list[str]:
         """Layout checks of one finished segment beyond its whole-file reads, for ``rlm verify``:
         each string describes one inconsistency (a layout's manifest against its objects). The

@@ -265,6 +265,24 @@ class FsspecRemoteStorageManager(RemoteStorageManager[FsspecConfig]):
             raise _map(e, path, "delete") from e
 
     # ---- fetch ------------------------------------------------------------------------------
+    def list_objects(self, prefix: str) -> list[StoredObject]:
+        pdir = self._key_path(prefix.rstrip("/"))
+        try:
+            entries = self.fs.ls(pdir, detail=True)
+        except FileNotFoundError:
+            return []
+        except Exception as e:
+            raise _map(e, pdir, "list") from e
+        out = []
+        for info in entries:
+            if info.get("type") != "file":
+                continue
+            mtime = info.get("mtime") or info.get("LastModified") or info.get("last_modified") or 0
+            ms = int(mtime.timestamp() * 1000) if hasattr(mtime, "timestamp") else int(float(mtime) * 1000)
+            name = str(info["name"]).rstrip("/").rsplit("/", 1)[-1]
+            out.append(StoredObject(prefix + name, int(info.get("size") or 0), ms))
+        return sorted(out, key=lambda o: o.key)
+
     def list_segment_objects(self, tp: TopicIdPartition) -> list[StoredObject]:
         pdir = f"{self._root.rstrip('/')}/{layout.kafka_partition_dir(tp)}"
         try:

@@ -262,6 +262,22 @@ class LocalRemoteStorageManager(RemoteStorageManager[LocalConfig]):
             raise RemoteStorageError(f"{path}: cannot delete: {e}", retriable=True) from e
 
     # ---- listing (rlm verify) -------------------------------------------------------------
+    def list_objects(self, prefix: str) -> list[StoredObject]:
+        pdir = self.root / layout.checked_key(prefix.rstrip("/"))
+        out: list[StoredObject] = []
+        try:
+            entries = list(os.scandir(pdir))
+        except FileNotFoundError:
+            return out
+        except OSError as e:
+            raise RemoteStorageError(f"{pdir}: cannot list: {e}", retriable=True) from e
+        for entry in entries:
+            with contextlib.suppress(FileNotFoundError):  # deleted while listing
+                if entry.is_file():
+                    st = entry.stat()
+                    out.append(StoredObject(prefix + entry.name, st.st_size, int(st.st_mtime * 1000)))
+        return sorted(out, key=lambda o: o.key)
+
     def list_segment_objects(self, tp: TopicIdPartition) -> list[StoredObject]:
         pdir = self.root / layout.kafka_partition_dir(tp)
         out: list[StoredObject] = []

@@ -389,6 +389,21 @@ class S3RemoteStorageManager(RemoteStorageManager[S3Config]):
     def delete_log_start_offset(self, tp: TopicIdPartition) -> None:
         self._delete_keys(self.config.bucket, [self.log_start_key(tp)])
 
+    def list_objects(self, prefix: str) -> list[StoredObject]:
+        cfg = self.config
+        full = cfg.prefix + layout.checked_key(prefix.rstrip("/")) + "/"
+        out = []
+        try:
+            pages = self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=cfg.bucket, Prefix=full, Delimiter="/")
+            for page in pages:
+                for o in page.get("Contents", []):
+                    ms = int(o["LastModified"].timestamp() * 1000)
+                    out.append(StoredObject(str(o["Key"])[len(cfg.prefix):], int(o["Size"]), ms))
+        except Exception as e:
+            raise map_error(e, cfg.bucket, full, "ListObjectsV2") from e
+        return sorted(out, key=lambda o: o.key)
+
     def list_segment_objects(self, tp: TopicIdPartition) -> list[StoredObject]:
         cfg = self.config
         bucket, prefix = cfg.bucket, f"{cfg.prefix}{tp.topic}-{tp.topic_id.text}/{tp.partition}/"

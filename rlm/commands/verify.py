@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from rlm.config import load_config
+from rlm.errors import ConfigError
 from rlm.exit_codes import ExitCode
 from rlm.types import KafkaUuid, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 from rsm_plugins.api import RemoteStorageManager, StoredObject
@@ -95,6 +96,10 @@ def verify(args: argparse.Namespace) -> int:
     node_id = config.node_id if config.node_id is not None else -1
     grace = config.stale_copy_grace_ms
     rsm = load_rsm(config, node_id)
+    if args.repair and args.execute and rsm.read_only:
+        rsm.close()
+        raise ConfigError(f"--repair --execute: the {rsm.display_name} layout is read-only (its objects "
+                          "belong to the broker's own tiered storage); nothing is deleted")
     try:
         metadata_read_ms = int(time.time() * 1000)
         rlmm = load_rlmm(config, node_id, read_only=True)

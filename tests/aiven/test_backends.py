@@ -71,6 +71,10 @@ def test_fsspec_backend(moto_server: S3Endpoint, moto_bucket: str) -> None:
                                      "backend.url": f"s3://{moto_bucket}",
                                      "backend.storage_options": moto_server.storage_options()})
     assert _check_all(rsm, "b") == 12
+    md = finished_segments("b")[0]
+    objs = rsm.list_segment_objects(md.topic_id_partition)
+    assert objs is not None and {o.segment_id for o in objs} >= {md.remote_log_segment_id.id.text}
+    assert len(objs) == 3 * len({o.segment_id for o in objs})
     rsm.close()
 
 
@@ -133,4 +137,16 @@ def test_s3_lines_in_rlm_yaml_keep_the_secret_hidden(moto_server: S3Endpoint, mo
     assert SECRET_KEY not in repr(cfg) and SECRET_KEY not in str(cfg.storage.config)
     rsm = load_rsm(cfg, 1)
     assert _check_all(rsm, "c", finished_segments("c")[:2]) == 2
+    rsm.close()
+
+
+def test_s3_listing_of_a_partition(moto_server: S3Endpoint, moto_bucket: str) -> None:
+    _upload(moto_server, moto_bucket, "c", PREFIX)
+    rsm = rsm_plugins.load(AIVEN_CLASS, _broker_s3_lines(moto_server, moto_bucket, "c"))
+    md = finished_segments("c")[0]
+    objs = rsm.list_segment_objects(md.topic_id_partition)
+    assert objs is not None
+    mine = [o for o in objs if o.segment_id == md.remote_log_segment_id.id.text]
+    assert sorted(o.key.rsplit(".", 1)[-1] for o in mine) == ["indexes", "log", "rsm-manifest"]
+    assert all(o.key.startswith(PREFIX) and o.start_offset == md.start_offset for o in mine)
     rsm.close()

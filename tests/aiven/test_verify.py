@@ -5,7 +5,9 @@ manifest that names another segment are reported, each under a stable kind."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -79,3 +81,22 @@ def test_manifest_of_another_segment_and_missing_object(
     assert code == 1
     kinds = sorted(p["kind"] for part in report["partitions"] for p in part["problems"])
     assert "layout_mismatch" in kinds and "missing_object" in kinds
+
+
+def test_orphan_objects_are_listed_and_never_repaired(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    cfg, root = _private(tmp_path, "b")
+    log = _largest_log(root)
+    stray = log.with_name(log.name[:21] + "ZZZZZZZZZZZZZZZZZZZZZZ.log")
+    shutil.copy(log, stray)
+    old = time.time() - 7 * 86400
+    os.utime(stray, (old, old))
+    code, report = _verify(cfg, capsys)
+    assert code == 1
+    orphans = [p for part in report["partitions"] for p in part["problems"] if p["kind"] == "orphan_object"]
+    assert [o["segment_id"] for o in orphans] == ["ZZZZZZZZZZZZZZZZZZZZZZ"]
+    assert all(part["objects"] is not None for part in report["partitions"])
+    capsys.readouterr()
+    assert cli_main(["verify", "--config", str(cfg), "--repair", "--execute"]) == 3
+    assert "read-only" in capsys.readouterr().err
+    assert stray.exists()
