@@ -282,3 +282,13 @@ def test_unreadable_private_key_is_a_config_error(tmp_path: Path) -> None:
     public = plugin_block("c")["encryption.key.pairs.k1.public.key.file"]
     with pytest.raises(ConfigError, match="holds a public key"):
         rsm_plugins.load(AIVEN_CLASS, {**plugin_block("c"), key: public})
+
+
+def test_rlm_check_reads_but_never_probe_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = write_config(tmp_path, "a", tmp_path / "metadata", log_dirs=[str(tmp_path / "logs")], node_id=1)
+    (tmp_path / "logs").mkdir()
+    capsys.readouterr()
+    assert cli_main(["check", "--config", str(cfg), "--json"]) == 1
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert checks["storage read"]["ok"]
+    assert not checks["storage write"]["ok"] and "read-only" in checks["storage write"]["detail"]
