@@ -5,6 +5,7 @@ received from the broker, at both isolation levels."""
 from __future__ import annotations
 
 import base64
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from confluent_kafka import Consumer, TopicPartition
 from fetcher import RemoteFetcher
 from rlm.commands.kafka_serve import start_kafka_listener
 from rlm.config import load_config
-from tests.aiven.helpers import VARIANTS, expected
+from tests.aiven.helpers import VARIANTS, expected, topics_in, variant_dir
 from tests.aiven.test_read_faces import _partitions
 from tests.fixtures.aiven.build import record_digest
 
@@ -64,6 +65,32 @@ def test_confluent_kafka_reads_what_it_read_from_the_broker(
             got = _consume(endpoint.bootstrap, _partitions(variant), level, len(want))
             key = lambda r: (r["topic"], r["partition"], r["offset"])  # noqa: E731
             assert sorted(got, key=key) == sorted(want, key=key)
+        _check_offsets_for_times(endpoint.bootstrap, variant)
     finally:
         endpoint.close()
         fetcher.close()
+
+
+def _check_offsets_for_times(bootstrap: str, variant: str) -> None:
+    """ListOffsets by timestamp through the endpoint: the broker's recorded answers."""
+    asked = [q for q in json.loads((variant_dir(variant) / "offsets_for_times.json").read_text())
+             if q["topic"] in topics_in(variant) and q["isolation"] == "read_uncommitted"]
+    by_partition: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for q in asked:
+        by_partition.setdefault((q["topic"], q["partition"]), []).append(q)
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "aiven-times", "enable.auto.commit": False})
+    checked = 0
+    try:
+        for i in range(max(len(v) for v in by_partition.values())):
+            # one timestamp per partition and request (a request names each partition once)
+            batch = [v[i] for v in by_partition.values() if i < len(v)]
+            got = c.offsets_for_times([TopicPartition(q["topic"], q["partition"], q["query_timestamp"])
+                                       for q in batch], timeout=60)
+            for tp in got:
+                q = next(x for x in batch if (x["topic"], x["partition"]) == (tp.topic, tp.partition))
+                assert tp.error is None, tp
+                assert tp.offset == q["offset"], q
+                checked += 1
+    finally:
+        c.close()
+    assert checked == len(asked) > 0
