@@ -105,8 +105,7 @@ class AivenRemoteStorageManager(RemoteStorageManager[aiven_config.AivenConfig]):
                               "has no encryption.key.pairs entry")
         self._keyring = KeyRing({k: p.private_key_file for k, p in cfg.key_pairs.items()})
         self._keyring.check()
-        self._backend = load(cfg.backend, {**cfg.backend_config, "custom_metadata_max_bytes": 0}
-                             if cfg.backend == "local" else cfg.backend_config)
+        self._backend = load(cfg.backend, cfg.backend_config)
         log.info("rsm_configured", plugin=self.plugin_name, backend=cfg.backend, key_prefix=cfg.key_prefix,
                  key_pairs=sorted(cfg.key_pairs))
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import structlog
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from .api import ConfigError, PluginConfig
 
@@ -60,8 +60,10 @@ _IGNORED_PREFIXES = (
 )
 
 
-class KeyPairConfig(PluginConfig):
+class KeyPairConfig(BaseModel):
     """One RSA key pair; only the private key is used (reading unwraps, never wraps)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     private_key_file: Path = Field(description="PEM, PKCS#8 ('BEGIN PRIVATE KEY') or PKCS#1.")
     public_key_file: Path | None = Field(None, description="Accepted for the broker's lines; unused.")
