@@ -25,6 +25,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, BinaryIO
 
 import structlog
@@ -105,6 +106,11 @@ class AivenRemoteStorageManager(RemoteStorageManager[aiven_config.AivenConfig]):
                               "has no encryption.key.pairs entry")
         self._keyring = KeyRing({k: p.private_key_file for k, p in cfg.key_pairs.items()})
         self._keyring.check()
+        root = cfg.backend_config.get("root") or cfg.backend_config.get("dir")
+        if cfg.backend == "local" and root is not None and not Path(str(root)).is_dir():
+            # the local plugin would create a missing root; a reader must not write anything
+            raise ConfigError(f"aiven storage plugin: storage.root {root} is not a directory "
+                              "(the broker's FileSystemStorage root, mounted here)")
         self._backend = load(cfg.backend, cfg.backend_config)
         log.info("rsm_configured", plugin=self.plugin_name, backend=cfg.backend, key_prefix=cfg.key_prefix,
                  key_pairs=sorted(cfg.key_pairs))

@@ -292,3 +292,10 @@ def test_rlm_check_reads_but_never_probe_writes(tmp_path: Path, capsys: pytest.C
     checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
     assert checks["storage read"]["ok"]
     assert not checks["storage write"]["ok"] and "read-only" in checks["storage write"]["detail"]
+
+
+def test_a_missing_filesystem_root_is_not_created(tmp_path: Path) -> None:
+    root = tmp_path / "not-mounted"
+    with pytest.raises(ConfigError, match="is not a directory"):
+        rsm_plugins.load(AIVEN_CLASS, {**plugin_block("a"), "storage.root": str(root)})
+    assert not root.exists()
