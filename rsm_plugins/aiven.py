@@ -25,7 +25,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, BinaryIO
 
 import structlog
@@ -106,12 +105,10 @@ class AivenRemoteStorageManager(RemoteStorageManager[aiven_config.AivenConfig]):
                               "has no encryption.key.pairs entry")
         self._keyring = KeyRing({k: p.private_key_file for k, p in cfg.key_pairs.items()})
         self._keyring.check()
-        root = cfg.backend_config.get("root") or cfg.backend_config.get("dir")
-        if cfg.backend == "local" and root is not None and not Path(str(root)).is_dir():
-            # the local plugin would create a missing root; a reader must not write anything
-            raise ConfigError(f"aiven storage plugin: storage.root {root} is not a directory "
-                              "(the broker's FileSystemStorage root, mounted here)")
-        self._backend = load(cfg.backend, cfg.backend_config)
+        block = dict(cfg.backend_config)
+        if cfg.backend in ("local", "fsspec"):  # a reader creates nothing, not even a missing root
+            block.setdefault("create_root", False)
+        self._backend = load(cfg.backend, block)
         log.info("rsm_configured", plugin=self.plugin_name, backend=cfg.backend, key_prefix=cfg.key_prefix,
                  key_pairs=sorted(cfg.key_pairs))
 

@@ -57,6 +57,9 @@ class FsspecConfig(PluginConfig):
     )
     atomic_rename: bool | None = Field(None, description="Write temp name + rename; default by protocol.")
     read_block_size: int = Field(8 << 20, ge=1 << 16, description="Read-ahead block of fsspec files.")
+    create_root: bool = Field(
+        True, description="Create a missing root; false = a missing root is a configuration error."
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -101,6 +104,18 @@ class FsspecRemoteStorageManager(RemoteStorageManager[FsspecConfig]):
     # ---- configuration ----------------------------------------------------------------------
     def on_configure(self, cfg: FsspecConfig) -> None:
         fs = self._local.fs = self._new_fs()
+        if not cfg.create_root:
+            try:
+                found = fs.isdir(self._root)
+            except Exception as e:
+                raise ConfigError(f"fsspec storage plugin: cannot look at root {cfg.url}: "
+                                  f"{type(e).__name__}: {e}") from e
+            if not found:
+                raise ConfigError(f"fsspec storage plugin: root {cfg.url} does not exist "
+                                  "(create_root is false: it is not created)")
+            log.info("rsm_configured", plugin=self.plugin_name, url=cfg.url, protocol=self._protocol,
+                     create_root=False)
+            return
         try:
             fs.makedirs(self._root, exist_ok=True)
         except Exception as e:

@@ -61,6 +61,10 @@ class LocalConfig(PluginConfig):
     )
     fsync: bool = Field(True, description="fsync each file and the partition directory before returning.")
     delete_enable: bool = Field(True, description="False makes deletes no-ops (Kafka's delete.enable).")
+    create_root: bool = Field(
+        True, description="Create a missing root; false = a missing root is a configuration error "
+        "(a reader of storage it does not own writes nothing)."
+    )
 
     @model_validator(mode="after")
     def _one_root(self) -> LocalConfig:
@@ -84,6 +88,9 @@ class LocalRemoteStorageManager(RemoteStorageManager[LocalConfig]):
 
     # ---- configuration ----------------------------------------------------------------------
     def on_configure(self, config: LocalConfig) -> None:
+        if not config.create_root and not config.storage_dir.is_dir():
+            raise ConfigError(f"local storage plugin: root {config.storage_dir} is not a directory "
+                              "(create_root is false: it is not created)")
         try:
             config.storage_dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:

@@ -299,3 +299,6 @@ def test_a_missing_filesystem_root_is_not_created(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="is not a directory"):
         rsm_plugins.load(AIVEN_CLASS, {**plugin_block("a"), "storage.root": str(root)})
     assert not root.exists()
+    with pytest.raises(ConfigError, match="does not exist"):
+        rsm_plugins.load("aiven", {"backend": "fsspec", "backend.url": root.as_uri()})
+    assert not root.exists()
