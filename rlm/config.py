@@ -156,7 +156,9 @@ class StorageConfig(_Strict):
     plugin: str = Field(
         "local",
         json_schema_extra=_kafka("remote.log.storage.manager.class.name"),
-        description="Built-in name (local, s3, fsspec), entry-point name or 'module:Class'.",
+        description="Built-in name (local, s3, fsspec, aiven), entry-point name or 'module:Class' "
+        "(Kafka's LocalTieredStorage and Aiven's io.aiven.kafka.tieredstorage.RemoteStorageManager "
+        "class names are accepted; aiven is read-only).",
     )
     config: SecretAwareBlock = Field(
         default_factory=dict,

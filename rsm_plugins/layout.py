@@ -176,6 +176,20 @@ def s3_partition_prefix(prefix: str, tp: TopicIdPartition) -> str:
     return f"{prefix}{check_topic_name(tp.topic)}-{tp.topic_id.text}/{tp.partition}/"
 
 
+def checked_key(key: str) -> str:
+    """An object key that stays inside a storage root: relative, no ``..`` or empty parts.
+
+    Keys of foreign layouts are built from metadata (topic names, a configured prefix); this is
+    the last check before one becomes a path, so a crafted name cannot read outside the root.
+    """
+    parts = key.split("/")
+    if not key or key.startswith("/") or any(p in ("", ".", "..") for p in parts[:-1]) or parts[-1] in (
+        "", ".", ".."
+    ):
+        raise InvalidNameError(f"object key {key!r} is not a relative path inside the storage root")
+    return key
+
+
 def describe(metadata: RemoteLogSegmentMetadata) -> dict[str, object]:
     """Log fields naming a segment (structlog context)."""
     tp = metadata.topic_id_partition

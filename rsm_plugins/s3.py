@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, BinaryIO, Literal
 
@@ -249,6 +249,28 @@ class S3RemoteStorageManager(RemoteStorageManager[S3Config]):
     ) -> BinaryIO:
         bucket, prefix = self._location(metadata)
         key = self.key(metadata, SegmentFileType.SEGMENT, prefix)
+        return self._get_range(
+            bucket, key, start_position, end_position,
+            lambda: self._expected(metadata, SegmentFileType.SEGMENT),
+        )
+
+    def open_object(self, key: str, start: int = 0, end: int | None = None) -> BinaryIO:
+        cfg = self.config
+        return self._get_range(cfg.bucket, cfg.prefix + layout.checked_key(key), start, end, lambda: None)
+
+    def object_size(self, key: str) -> int:
+        cfg = self.config
+        return self._size(cfg.bucket, cfg.prefix + layout.checked_key(key))
+
+    def _get_range(
+        self,
+        bucket: str,
+        key: str,
+        start_position: int,
+        end_position: int | None,
+        expected_sum: Callable[[], FileChecksum | None],
+    ) -> BinaryIO:
+        """Ranged GETs of ``start_position..end_position`` (inclusive), in parallel chunks when long."""
         what = f"s3://{bucket}/{key}"
         if start_position < 0:
             raise RemoteRangeError(f"{what}: start position {start_position} is negative")
@@ -280,11 +302,7 @@ class S3RemoteStorageManager(RemoteStorageManager[S3Config]):
             resp["Body"].close()
             raise
         got = int(resp["ContentLength"])
-        expected = (
-            self._expected(metadata, SegmentFileType.SEGMENT)
-            if streams.covers_whole(begin, stop, total)
-            else None
-        )
+        expected = expected_sum() if streams.covers_whole(begin, stop, total) else None
         inner: Any = resp["Body"]
         if begin + got < stop:
             inner = ChunkedBody(
@@ -416,6 +434,20 @@ class S3RemoteStorageManager(RemoteStorageManager[S3Config]):
         except Exception as e:
             raise map_error(e, cfg.bucket, cfg.prefix, "ListObjectsV2") from e
         return sorted(out, key=lambda tp: (tp.topic, tp.partition))
+    def list_objects(self, prefix: str) -> list[StoredObject]:
+        cfg = self.config
+        full = cfg.prefix + layout.checked_key(prefix.rstrip("/")) + "/"
+        out = []
+        try:
+            pages = self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=cfg.bucket, Prefix=full, Delimiter="/")
+            for page in pages:
+                for o in page.get("Contents", []):
+                    ms = int(o["LastModified"].timestamp() * 1000)
+                    out.append(StoredObject(str(o["Key"])[len(cfg.prefix):], int(o["Size"]), ms))
+        except Exception as e:
+            raise map_error(e, cfg.bucket, full, "ListObjectsV2") from e
+        return sorted(out, key=lambda o: o.key)
 
     def list_segment_objects(self, tp: TopicIdPartition) -> list[StoredObject]:
         cfg = self.config
