@@ -105,6 +105,8 @@ def test_without_kafka_extra_http_serves_and_the_listener_is_named_missing(serve
 def test_nothing_can_start_exits_3_naming_every_extra(served: Served, hidden: str, args: tuple[str, ...],
                                                       named: list[str]) -> None:
     proc = _serve(hidden, "--config", str(_cfg(served)), "--port", "0", *args)
-    rc, err = _stop(proc)  # exits by itself; _stop only collects the status and stderr
+    rc = proc.wait(60)  # exits by itself
+    assert proc.stderr is not None
+    err = proc.stderr.read()
     assert rc == 3, err
     assert err.startswith("rlm: error: ") and all(n in err for n in named)
