@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -244,4 +245,19 @@ def test_build_without_base_argument_fails_before_any_step(podman: Podman, tmp_p
                    "localhost/kafka-rlm-sidecar:nobase", str(ctx), timeout=300)
     assert r.returncode != 0
     out = r.stdout + r.stderr
-    assert 'missing "BASE" build argument' in out and "STEP 1/" not in out, out[-2000:]
+    assert re.search(r'missing \\?"BASE\\?" build argument', out) and "STEP 1/" not in out, out[-2000:]
+
+
+def test_podman_compose_builds_the_sidecar_from_the_compose_file(podman: Podman, image: str) -> None:
+    """deploy/compose's ``build:`` section (context, Dockerfile, BASE argument) works as written:
+    podman-compose builds the sidecar image from the wheelhouse ``image`` left behind, and it runs."""
+    compose = [str(ROOT / ".venv" / "bin" / "podman-compose"), "-f", str(DEPLOY / "compose" / "compose.yaml")]
+    env = podman.env
+    cfg = subprocess.run([*compose, "config"], capture_output=True, text=True, env=env, timeout=120)
+    assert cfg.returncode == 0, cfg.stderr[-2000:]
+    rlm = yaml.safe_load(cfg.stdout)["services"]["rlm"]
+    assert rlm["build"]["args"] == ["BASE=localhost/rlm-debian-base:bookworm"]
+    built = subprocess.run([*compose, "build", "rlm"], capture_output=True, text=True, env=env, timeout=900)
+    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+    r = podman.run("run", "--rm", *HARDENED, f"localhost/{rlm['image']}", "--version", check=True)
+    assert r.stdout.strip() == "rlm 0.1.0"
