@@ -67,6 +67,9 @@ def podman() -> Podman:
 
 @pytest.fixture(scope="session")
 def image(podman: Podman) -> str:
+    # earlier runs' untagged images (each ~1 GB apparent, sharing the dependency layer): drop the old
+    # ones, keep the recent ones that hold this build's layer cache
+    podman.run("image", "prune", "-f", "--filter", "until=1h", timeout=300)
     env = {**podman.env, "RUNTIME": "podman", "PYTHON": str(ROOT / ".venv" / "bin" / "python")}
     r = subprocess.run([str(DEPLOY / "docker" / "build-image.sh"), TAG], capture_output=True, text=True,
                        env=env, cwd=ROOT, timeout=1800)
