@@ -5,8 +5,8 @@ matter) and serves, until SIGTERM or SIGINT, what this install can: the read HTT
 ``read.http_host:read.http_port`` (127.0.0.1:9465 by default; needs the ``http`` extra) and, with
 ``--kafka-listener``, the Kafka-protocol endpoint (needs the ``kafka`` extra). A face whose extra
 is missing is left out with one line on stderr naming the extra; only when nothing asked for can
-start does the command fail (exit 2). Running responses get a few seconds to finish.
-See docs/http-api.md and docs/kafka-endpoint.md.
+start does the command fail (exit 3, like a configuration error). Running responses get a few
+seconds to finish. See docs/http-api.md and docs/kafka-endpoint.md.
 """
 
 from __future__ import annotations
