@@ -5,8 +5,10 @@
    a leader-epoch change, a compacted topic (which the daemon refuses to tier).
 2. Runs the daemon once (``rlm run --once``) standalone with the ``local`` storage plugin and the
    embedded ``file`` metadata store.
-3. Prints ``rlm status`` and reads one historical record back from remote storage through the
-   read core (:class:`fetcher.RemoteFetcher`), as ``rlm fetch`` does.
+3. Prints ``rlm status`` and writes the ``rlm.yaml`` it used, to continue with.
+4. Reads the history back three ways (:mod:`rlm.commands.demo_reads`): ``rlm fetch``, a Kafka
+   consumer (confluent-kafka) through the Kafka-protocol endpoint, and a Spark SQL count when
+   pyspark and a JDK are installed; then prints the next commands to try.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ import json
 import random
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from rlm.errors import ConfigError
 
@@ -32,12 +35,13 @@ TOPICS = (  # name, partitions, share of the data, compression
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "demo",
-        help="write a demo log dir, tier it, read a record back from remote",
+        help="write a demo log dir, tier it, read it back (rlm fetch, a Kafka consumer, Spark SQL)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--dir", type=Path, help="empty or new directory for the demo (default: a new temp dir)")
-    p.add_argument("--size-mb", type=int, default=50, help="approximate data size (default 50, max 500)")
+    p.add_argument("--size-mb", type=int, default=20, help="approximate data size (default 20, max 500)")
+    p.add_argument("--no-spark", action="store_true", help="skip the Spark SQL read (starts a JVM)")
     p.set_defaults(func=demo)
 
 
@@ -147,20 +151,6 @@ def demo_config(root: Path) -> dict[str, Any]:
     }
 
 
-def read_back(cfg: Any, topic: str, partition: int, offset: int) -> tuple[str, Any]:
-    """Read ``offset`` back through the read core every face uses (lineage plan, offset index,
-    ranged GETs), as ``rlm fetch`` would; the record and the remote segment it came from."""
-    from fetcher import RemoteFetcher
-    from rlm.log.records import ControlRecord, iter_records
-
-    with RemoteFetcher.from_config(cfg) as f:
-        r = f.fetch(topic, partition, offset, max_bytes=64 * 1024)
-        for _header, rec in iter_records(r.records, path=f"{topic}-{partition}@{offset}"):
-            if not isinstance(rec, ControlRecord) and rec.offset == offset:
-                return str(r.segment_id), rec
-    raise ConfigError(f"{topic}-{partition}: offset {offset} not found in remote storage")
-
-
 def demo(args: argparse.Namespace) -> int:
     from rlm.commands.status import render_table
     from rlm.config import load_config
@@ -196,13 +186,41 @@ def demo(args: argparse.Namespace) -> int:
     print(f"   copied {segs} segments, {nbytes / 1e6:.1f} MB to {root / 'remote-storage'}")
     print(f"3. rlm status --work-dir {cfg.work_dir}   [{time.monotonic() - t0:.1f}s]")
     print(render_table(read_status(cfg.work_dir)))
-    seg_id, rec = read_back(cfg, "orders", 0, 0)
-    print(
-        "4. one historical record, read back from remote storage (segment "
-        f"{seg_id}, {root / 'remote-storage'}):"
-    )
-    when = datetime.fromtimestamp(rec.timestamp / 1000, UTC).isoformat(timespec="milliseconds")
-    print(f"   orders-0 offset {rec.offset} timestamp {when} ({rec.timestamp}) key {rec.key!r}")
-    print(f"   value {rec.value.decode()[:200] if rec.value else None}")
-    print(f"done in {time.monotonic() - t0:.1f}s; try: rlm status --work-dir {cfg.work_dir} --json")
+    config_file = root / "rlm.yaml"
+    config_file.write_text(yaml.safe_dump(demo_config(root), sort_keys=False))
+    print(f"   the configuration used: {config_file}")
+    _read_three_ways(cfg, config_file, args.no_spark, t0)
+    print(f"done in {time.monotonic() - t0:.1f}s. Next, try:")
+    for cmd in (f"rlm status --config {config_file}",
+                f"rlm fetch --config {config_file} --topic payments --offset 0 --count 5 "
+                "--isolation read_committed --format text",
+                f"rlm offsets --config {config_file} --topic orders --timestamp 1d-ago",
+                f"rlm serve --config {config_file} --kafka-listener 127.0.0.1:9466   "
+                "# then: kcat -b 127.0.0.1:9466 -t orders -p 0 -o beginning -c 5",
+                f"rlm verify --config {config_file} --deep"):
+        print(f"   {cmd}")
     return 0 if failed == 0 else 1
+
+
+def _read_three_ways(cfg: Any, config_file: Path, no_spark: bool, t0: float) -> None:
+    from rlm.commands import demo_reads
+
+    print(f"4. the history read back from remote storage   [{time.monotonic() - t0:.1f}s]")
+    demo_reads.show_fetch(config_file, "orders", 0, 0, 3)
+    missing = demo_reads.kafka_missing()
+    if missing is not None:
+        print(f"   b) Kafka consumer: skipped ({missing})")
+    else:
+        k = demo_reads.consume(cfg, "orders", 0, 2000)
+        print(f"   b) confluent-kafka consumer through the Kafka endpoint (rlm serve --kafka-listener): "
+              f"orders-0 offsets {k.low}..{k.high}, polled {k.records} records, first key {k.first_key!r}"
+              f"   [{time.monotonic() - t0:.1f}s]")
+    missing = "--no-spark" if no_spark else demo_reads.spark_missing()
+    if missing is not None:
+        print(f"   c) Spark SQL: skipped ({missing})")
+        return
+    sql, rows = demo_reads.spark_sql_counts(config_file, "orders")
+    print(f"   c) Spark SQL: {sql.replace(str(config_file), 'rlm.yaml')}")
+    for partition, n in rows:
+        print(f"      orders partition {partition}: {n} rows")
+    print(f"      [{time.monotonic() - t0:.1f}s]")

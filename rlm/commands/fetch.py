@@ -2,11 +2,13 @@
 
     rlm fetch --config F --topic T --partition P (--offset N | --timestamp TS)
               [--count K | --until-offset N | --until-timestamp TS]
-              [--isolation read_committed] [--format json|raw|arrow]
+              [--isolation read_committed] [--format json|text|raw|arrow]
 
 ``json`` prints one object per record with the fields and encoding of ``rlm dump --json``
 (key, value and header values base64); control records are not printed (a consumer never sees
-them) and ``read_committed`` leaves out aborted records. ``raw`` writes Kafka's record-batch
+them) and ``read_committed`` leaves out aborted records. ``text`` prints one line per record as
+``kcat`` does (partition, offset, ISO-8601 timestamp, key, headers, value; UTF-8 where it decodes,
+escaped otherwise: see ``rlm.commands.record_text``). ``raw`` writes Kafka's record-batch
 bytes exactly as stored (whole batches: the first holds the start offset and may begin before
 it; with ``read_committed`` aborted and control batches are left out). ``arrow`` writes an
 Arrow IPC stream with Spark's Kafka schema. ``--until-*`` ends are exclusive; ``--timestamp``
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 from fetcher import FetchResult, IsolationLevel, RemoteFetcher
@@ -31,6 +33,8 @@ from rlm.commands.readside import (
     open_fetcher,
     parse_timestamp,
 )
+from rlm.commands.record_text import record_line
+from rlm.log.model import BatchHeader, Record
 from rlm.log.record_json import record_obj
 from rlm.log.records import iter_batches
 
@@ -53,7 +57,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     end.add_argument("--until-timestamp", type=parse_timestamp,
                      help="stop before the first record with timestamp >= TS")
     p.add_argument("--isolation", choices=("read_uncommitted", "read_committed"), default="read_uncommitted")
-    p.add_argument("--format", choices=("json", "raw", "arrow"), default="json")
+    p.add_argument("--format", choices=("json", "text", "raw", "arrow"), default="json")
     p.add_argument("--leader-epoch", type=int, help="the reader's leader epoch (fenced if it ended before)")
     p.add_argument("--bootstrap-server", help="override the config's bootstrap_servers (timestamp lookups)")
     p.set_defaults(func=fetch)
@@ -106,13 +110,23 @@ def fetches(f: RemoteFetcher, args: argparse.Namespace, start: int, end: int) ->
 def _json(f: RemoteFetcher, args: argparse.Namespace, start: int, end: int, progress: Progress) -> int:
     import json
 
+    return _lines(f, args, start, end, progress, lambda h, rec: json.dumps(record_obj(h, rec)))
+
+
+def _text(f: RemoteFetcher, args: argparse.Namespace, start: int, end: int, progress: Progress) -> int:
+    return _lines(f, args, start, end, progress, lambda h, rec: record_line(args.partition, rec))
+
+
+def _lines(f: RemoteFetcher, args: argparse.Namespace, start: int, end: int, progress: Progress,
+           render: Callable[[BatchHeader, Record], str]) -> int:
+    """One line per data record in ``[start, end)`` (at most ``--count``); returns how many."""
     out = sys.stdout
     n = 0
     for r in fetches(f, args, start, end):
         for h, rec in r.data_records(start):
             if rec.offset >= end or (args.count is not None and n >= args.count):
                 return n
-            out.write(json.dumps(record_obj(h, rec)) + "\n")
+            out.write(render(h, rec) + "\n")
             n += 1
         progress.update(f"{n} records, offset {r.next_offset}")
         if args.count is not None and n >= args.count:
@@ -173,7 +187,7 @@ def fetch(args: argparse.Namespace) -> int:
                   f"{start}, past the remote end {plan.log_end}: the broker serves it", file=sys.stderr)
             return 0
         plan.index_of(start)  # outside the remote range → OffsetOutOfRangeError, exit 1
-        writer = {"json": _json, "raw": _raw, "arrow": _arrow}[args.format]
+        writer = {"json": _json, "text": _text, "raw": _raw, "arrow": _arrow}[args.format]
         try:
             writer(f, args, start, end, progress)
         finally:

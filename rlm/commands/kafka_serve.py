@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from rlm.config import load_config
-from rlm.errors import ConfigError
+from rlm.config import DaemonConfig, load_config
+from rlm.errors import ConfigError, PluginLoadError
 
 if TYPE_CHECKING:
     from fetcher.core import RemoteFetcher
@@ -65,13 +65,20 @@ def start_kafka_listener(fetcher: RemoteFetcher, host: str | None = None, port: 
             f"{settings.host}:{settings.port}: {e}") from e
 
 
-def run(args: argparse.Namespace) -> int:
-    from fetcher.core import RemoteFetcher
-    from rlm.daemon.logging_setup import configure_logging
+def kafka_extra_missing() -> str | None:
+    """Why the Kafka endpoint cannot start in this install (the ``kafka`` extra), or ``None``."""
+    try:
+        import fetcher.kafka  # noqa: F401
+    except ImportError as e:
+        return ("the Kafka-protocol endpoint needs the 'kafka' extra "
+                f"(pip install 'kafka-rlm-sidecar[kafka]'): {e}")
+    return None
 
-    config = load_config(args.config)
-    configure_logging(config.log_format, config.log_level)
-    host, port = parse_listener(args.listener) if args.listener else (None, None)
+
+def serve_kafka_until_signal(config: DaemonConfig, host: str | None, port: int | None) -> int:
+    """Serve the Kafka endpoint alone (own fetcher) until SIGTERM/SIGINT; exit status 0."""
+    from fetcher.core import RemoteFetcher
+
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -89,3 +96,15 @@ def run(args: argparse.Namespace) -> int:
         finally:
             handle.close()
     return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    from rlm.daemon.logging_setup import configure_logging
+
+    config = load_config(args.config)
+    configure_logging(config.log_format, config.log_level)
+    missing = kafka_extra_missing()
+    if missing is not None:
+        raise PluginLoadError(missing)
+    host, port = parse_listener(args.listener) if args.listener else (None, None)
+    return serve_kafka_until_signal(config, host, port)

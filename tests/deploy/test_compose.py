@@ -65,6 +65,7 @@ def test_services_and_mounts() -> None:
     cfg_src = mounts["/etc/rlm/rlm.yaml"][0]
     assert (COMPOSE.parent / cfg_src).resolve() == SIDECAR_CONFIG.resolve()
     assert rlm["build"]["dockerfile"] == "deploy/docker/Dockerfile"
+    assert "BASE" in rlm["build"]["args"], "the Dockerfile's BASE has no default"
     assert (COMPOSE.parent / rlm["build"]["context"]).resolve() == ROOT
     cfg = load_config(SIDECAR_CONFIG)
     assert [str(d) for d in cfg.log_dirs] == [log_dir]
