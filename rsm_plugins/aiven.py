@@ -30,7 +30,9 @@ from typing import Any, BinaryIO
 import structlog
 import zstandard
 
-from . import aiven_config, layout
+from rlm.types import KafkaUuid, RemoteLogSegmentId, RemoteLogSegmentState
+
+from . import aiven_config, descriptor, layout
 from .aiven_crypto import KeyRing, SegmentCipher
 from .aiven_keys import ObjectKeys, object_keys, partition_prefix
 from .aiven_manifest import SegmentManifest, parse_manifest
@@ -287,9 +289,66 @@ class AivenRemoteStorageManager(RemoteStorageManager[aiven_config.AivenConfig]):
             if m is None:
                 out.append(obj)
                 continue
-            ft = SegmentFileType.SEGMENT if m.group(3) == "log" else None
+            ft = {"log": SegmentFileType.SEGMENT, "rsm-manifest": SegmentFileType.DESCRIPTOR}.get(m.group(3))
             out.append(StoredObject(obj.key, obj.size, obj.modified_ms, m.group(2), int(m.group(1)), ft))
         return out
+
+    def list_partitions(self) -> list[TopicIdPartition] | None:
+        """Partitions with objects, from Aiven's ``<prefix><topic>-<topicId>/<partition>/`` names
+        (for ``rlm metadata rebuild``); ``None`` when the backend cannot list."""
+        prefix = self.config.key_prefix
+        topics = self.backend.list_prefixes(prefix)
+        if topics is None:
+            return None
+        out = []
+        for name in topics:
+            head, sep, tid = name[:-22], name[-23:-22], name[-22:]
+            if sep != "-" or not head[:-1]:
+                continue
+            try:
+                topic_id = KafkaUuid.from_text(tid)
+            except ValueError:
+                continue
+            for part in self.backend.list_prefixes(f"{prefix}{name}/") or []:
+                if part.isdigit():
+                    out.append(TopicIdPartition(topic_id, head[:-1], int(part)))
+        return sorted(out, key=lambda tp: (tp.topic, tp.partition))
+
+    def read_segment_descriptor(self, metadata: RemoteLogSegmentMetadata) -> bytes | None:
+        """The segment's metadata as embedded in its manifest (Aiven writes it there "for disaster
+        recovery" since 2023-09), in the descriptor format ``rlm metadata rebuild`` reads; ``None``
+        for an older manifest without it (rebuild then reports the segment unusable: Aiven's
+        layout has no leader-epoch object of its own to rebuild the epochs from)."""
+        keys = object_keys(self.config.key_prefix, metadata)
+        try:
+            with self.backend.open_object(keys.manifest) as f:
+                raw = f.read()
+        except RemoteResourceNotFoundError:
+            return None
+        manifest = parse_manifest(raw, keys.manifest)
+        doc = manifest.segment_metadata
+        if doc is None:
+            return None
+        try:
+            sid = doc["remoteLogSegmentId"]
+            tip = sid["topicIdPartition"]
+            tp = TopicIdPartition(KafkaUuid.from_text(tip["topicId"]), tip["topicPartition"]["topic"],
+                                  int(tip["topicPartition"]["partition"]))
+            txn = manifest.index_slice(IndexType.TRANSACTION)
+            md = RemoteLogSegmentMetadata(
+                RemoteLogSegmentId(tp, KafkaUuid.from_text(sid["id"])),
+                start_offset=int(doc["startOffset"]), end_offset=int(doc["endOffset"]),
+                max_timestamp_ms=int(doc["maxTimestampMs"]), broker_id=int(doc["brokerId"]),
+                event_timestamp_ms=int(doc["eventTimestampMs"]),
+                segment_size_in_bytes=manifest.chunk_index.original_size,
+                segment_leader_epochs=tuple(sorted((int(e), int(o))
+                                                   for e, o in doc["segmentLeaderEpochs"].items())),
+                state=RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
+                txn_index_empty=bool(doc.get("txnIdxEmpty", txn is None or txn.size == 0)))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise RemoteObjectFormatError(
+                f"{keys.manifest}: remoteLogSegmentMetadata does not decode: {e}") from e
+        return descriptor.encode(md)
 
     def verify_segment(self, metadata: RemoteLogSegmentMetadata) -> list[str]:
         """The manifest against the objects and the metadata: object sizes are what the chunk

@@ -207,6 +207,12 @@ class RemoteStorageManager(ABC, Generic[C]):
         A prefix with nothing under it is an empty list. Raises :class:`RemoteStorageError`."""
         return None
 
+    def list_prefixes(self, prefix: str) -> list[str] | None:
+        """The names of the "directories" directly under ``prefix`` (a key ending in ``/``, or
+        ``""`` for the root), or ``None`` when the plugin cannot list (the default). For layouts
+        read by key whose partitions must be discovered (``aiven``'s metadata rebuild)."""
+        return None
+
     def verify_segment(self, metadata: RemoteLogSegmentMetadata) -> list[str]:
         """Layout checks of one finished segment beyond its whole-file reads, for ``rlm verify``:
         each string describes one inconsistency (a layout's manifest against its objects). The

@@ -335,6 +335,17 @@ class FsspecRemoteStorageManager(RemoteStorageManager[FsspecConfig]):
             out.append(StoredObject(prefix + name, int(info.get("size") or 0), ms))
         return sorted(out, key=lambda o: o.key)
 
+    def list_prefixes(self, prefix: str) -> list[str]:
+        pdir = self._key_path(prefix.rstrip("/")) if prefix.strip("/") else self._root.rstrip("/")
+        try:
+            entries = self.fs.ls(pdir, detail=True)
+        except FileNotFoundError:
+            return []
+        except Exception as e:
+            raise _map(e, pdir, "list") from e
+        return sorted(str(i["name"]).rstrip("/").rsplit("/", 1)[-1] for i in entries
+                      if i.get("type") == "directory")
+
     def list_segment_objects(self, tp: TopicIdPartition) -> list[StoredObject]:
         pdir = f"{self._root.rstrip('/')}/{layout.kafka_partition_dir(tp)}"
         try:

@@ -316,6 +316,15 @@ class LocalRemoteStorageManager(RemoteStorageManager[LocalConfig]):
                     out.append(StoredObject(prefix + entry.name, st.st_size, int(st.st_mtime * 1000)))
         return sorted(out, key=lambda o: o.key)
 
+    def list_prefixes(self, prefix: str) -> list[str]:
+        pdir = self.root / layout.checked_key(prefix.rstrip("/")) if prefix.strip("/") else self.root
+        try:
+            return sorted(e.name for e in os.scandir(pdir) if e.is_dir(follow_symlinks=False))
+        except FileNotFoundError:
+            return []
+        except OSError as e:
+            raise RemoteStorageError(f"{pdir}: cannot list: {e}", retriable=True) from e
+
     def list_segment_objects(self, tp: TopicIdPartition) -> list[StoredObject]:
         pdir = self.root / layout.kafka_partition_dir(tp)
         out: list[StoredObject] = []

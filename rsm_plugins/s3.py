@@ -449,6 +449,19 @@ class S3RemoteStorageManager(RemoteStorageManager[S3Config]):
             raise map_error(e, cfg.bucket, full, "ListObjectsV2") from e
         return sorted(out, key=lambda o: o.key)
 
+    def list_prefixes(self, prefix: str) -> list[str]:
+        cfg = self.config
+        full = cfg.prefix + (layout.checked_key(prefix.strip("/")) + "/" if prefix.strip("/") else "")
+        out: list[str] = []
+        try:
+            pages = self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=cfg.bucket, Prefix=full, Delimiter="/")
+            for page in pages:
+                out += [str(cp["Prefix"])[len(full):].rstrip("/") for cp in page.get("CommonPrefixes", [])]
+        except Exception as e:
+            raise map_error(e, cfg.bucket, full, "ListObjectsV2") from e
+        return sorted(out)
+
     def list_segment_objects(self, tp: TopicIdPartition) -> list[StoredObject]:
         cfg = self.config
         bucket, prefix = cfg.bucket, f"{cfg.prefix}{tp.topic}-{tp.topic_id.text}/{tp.partition}/"

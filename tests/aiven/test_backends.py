@@ -61,7 +61,23 @@ def test_s3_backend_from_the_brokers_lines(moto_server: S3Endpoint, moto_bucket:
     rsm = rsm_plugins.load(AIVEN_CLASS, _broker_s3_lines(moto_server, moto_bucket, "c"))
     assert rsm.config.backend == "s3"  # type: ignore[attr-defined]
     assert _check_all(rsm, "c") == 12
+    _check_rebuild_listing(rsm, "c")
     rsm.close()
+
+
+def _check_rebuild_listing(rsm: rsm_plugins.api.RemoteStorageManager, variant: str) -> None:
+    """What ``rlm metadata rebuild`` asks of the backend: the partitions under the key prefix
+    (``list_prefixes`` of the backend) and each segment's embedded metadata."""
+    from rsm_plugins import descriptor
+
+    segments = finished_segments(variant)
+    assert rsm.list_partitions() == sorted({md.topic_id_partition for md in segments},
+                                           key=lambda tp: (tp.topic, tp.partition))
+    md = segments[-1]
+    data = rsm.read_segment_descriptor(md)
+    assert data is not None
+    got = descriptor.decode(data, "manifest", md.remote_log_segment_id)
+    assert dataclasses.replace(got, state=md.state, custom_metadata=md.custom_metadata) == md
 
 
 def test_fsspec_backend(moto_server: S3Endpoint, moto_bucket: str) -> None:
@@ -75,6 +91,7 @@ def test_fsspec_backend(moto_server: S3Endpoint, moto_bucket: str) -> None:
     objs = rsm.list_segment_objects(md.topic_id_partition)
     assert objs is not None and {o.segment_id for o in objs} >= {md.remote_log_segment_id.id.text}
     assert len(objs) == 3 * len({o.segment_id for o in objs})
+    _check_rebuild_listing(rsm, "b")
     rsm.close()
 
 
