@@ -230,3 +230,82 @@ def test_broker_keeps_tiering_after_reading_our_records(tiered_kafka: tuple[Kafk
         ours, _files = _agreed_listing(rlmm, rsm_dir, tp)
         assert len(ours) >= 3 and ours[0].start_offset == 0
         assert list(rlmm.list_remote_log_segments(ours_tp)) == []
+
+
+def _broker_records(cluster: KafkaCluster, topic: str, end: int) -> list[tuple[int, bytes]]:
+    """(offset, value) of every record below ``end``, read from the broker (which serves its own
+    tiered segments through Kafka's remote read path)."""
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"faces-{time.monotonic_ns()}",
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest", "fetch.wait.max.ms": 100})
+    c.assign([TopicPartition(topic, 0, 0)])
+    out: list[tuple[int, bytes]] = []
+    deadline = time.monotonic() + 120
+    try:
+        while not out or out[-1][0] < end - 1:
+            assert time.monotonic() < deadline, f"the broker served {len(out)} records below {end}"
+            out += [(m.offset(), m.value() or b"") for m in c.consume(1000, timeout=1.0)
+                    if m.error() is None and m.offset() < end]
+        return out
+    finally:
+        c.close()
+
+
+def test_read_faces_follow_a_native_tiered_topic(tiered_kafka: tuple[KafkaCluster, Path],
+                                                 tmp_path: Path) -> None:
+    """The read side over a cluster that tiers by itself (Kafka's RemoteLogManager with
+    LocalTieredStorage and its own metadata topic): nothing of ours writes anything; our reader
+    follows the broker's ``__remote_log_metadata`` and reads the broker's objects, and keeps up as
+    the broker tiers more (issue 26's live test; the Aiven layout is read the same way)."""
+    from fetcher import RemoteFetcher
+    from rlm.config import load_config
+
+    cluster, rsm_dir = tiered_kafka
+    tp = _create_tiered_topic(cluster, "tiered-faces")
+    _produce_until_offloaded(cluster, rsm_dir, tp, 2)
+    cfg = load_config(None, work_dir=str(tmp_path / "reader"), http={"enabled": False},
+                      storage={"plugin": "local", "config": {"root": str(rsm_dir / "kafka-tiered-storage"),
+                                                             "create_root": False}},
+                      metadata={"manager": "topic", "config": {
+                          "bootstrap.servers": cluster.bootstrap, "log.dir": str(tmp_path / "rlmm"),
+                          "remote.log.metadata.topic.num.partitions": 50,
+                          "remote.log.metadata.topic.create": False,
+                          "remote.log.metadata.consume.wait.ms": 60000}})
+    before = {p.name for p in (rsm_dir / "kafka-tiered-storage").rglob("*")}
+    with RemoteFetcher.from_config(cfg) as f:
+
+        def remote_end() -> int:
+            try:
+                return f.plan(tp.topic, 0).log_end
+            except Exception:  # not known to the reader yet
+                return 0
+
+        def tiered_end() -> int:
+            files = _tiered_files(rsm_dir, tp)
+            return 0 if not files else max(start for start, _ in files.values())  # last start, at least
+
+        deadline = time.monotonic() + 90
+        while remote_end() <= tiered_end():
+            assert time.monotonic() < deadline, (remote_end(), tiered_end())
+            time.sleep(0.5)
+        first_end = remote_end()
+        got = [(o, v) for o, v in _scan(f, tp.topic)]
+        assert got == _broker_records(cluster, tp.topic, first_end)
+        # the broker tiers more: the same reader follows its metadata topic
+        _produce_until_offloaded(cluster, rsm_dir, tp, len(_tiered_files(rsm_dir, tp)) + 2)
+        deadline = time.monotonic() + 90
+        while remote_end() <= first_end:
+            assert time.monotonic() < deadline, "the reader did not follow the broker's new segments"
+            time.sleep(0.5)
+        end = remote_end()
+        assert _scan(f, tp.topic) == _broker_records(cluster, tp.topic, end)
+    # read-only by construction: no object of ours appeared in the broker's storage
+    after = {p.name for p in (rsm_dir / "kafka-tiered-storage").rglob("*")}
+    assert not {n for n in after - before if not LTS_FILE.match(n) and not n.endswith(
+        (".index", ".timeindex", ".txnindex", ".snapshot", ".leader_epoch_checkpoint", ".log"))}
+
+
+def _scan(f: object, topic: str) -> list[tuple[int, bytes]]:
+    import pyarrow as pa
+
+    tab = pa.Table.from_batches(list(f.scan(topic, 0)))  # type: ignore[attr-defined]
+    return list(zip(tab.column("offset").to_pylist(), tab.column("value").to_pylist(), strict=True))
