@@ -27,6 +27,7 @@ from pydantic import (
     Field,
     PlainSerializer,
     PrivateAttr,
+    SecretStr,
     ValidationError,
     model_validator,
 )
@@ -191,6 +192,80 @@ class HttpConfig(_Strict):
     )
 
 
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+
+
+def _all_mechanisms() -> list[SaslMechanism]:
+    return ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+
+
+class ListenerSecurity(_Strict):
+    """TLS and SASL of the Kafka-protocol endpoint, with Kafka's listener property names.
+
+    Who may read what is decided by the cluster (``bootstrap_servers``): SASL credentials are
+    relayed to a broker and authorization follows the broker's ACLs for that principal (see
+    docs/security.md), so there is no user database or ACL list here to keep in sync.
+    """
+
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT", json_schema_extra=_kafka("security.protocol"),
+        description="Protocol of the endpoint's listener, as in Kafka's listener.security.protocol.map.",
+    )
+    sasl_enabled_mechanisms: list[SaslMechanism] = Field(
+        default_factory=_all_mechanisms,
+        json_schema_extra=_kafka("sasl.enabled.mechanisms"),
+        description="SASL mechanisms offered (the broker must enable them too: each login is relayed to it).",
+    )
+    ssl_keystore_location: Path | None = Field(
+        None, json_schema_extra=_kafka("ssl.keystore.location"),
+        description="PEM file with the server certificate chain and its private key (ssl.keystore.type PEM).",
+    )
+    ssl_keystore_type: Literal["PEM"] = Field(
+        "PEM", json_schema_extra=_kafka("ssl.keystore.type"), description="Only PEM is read.",
+    )
+    ssl_key_location: Path | None = Field(
+        None, description="The private key in a file of its own (default: in ssl.keystore.location).",
+    )
+    ssl_key_password: SecretStr | None = Field(
+        None, json_schema_extra=_kafka("ssl.key.password"),
+        description="Password of an encrypted private key (kept secret: never logged or shown).",
+    )
+    ssl_truststore_location: Path | None = Field(
+        None, json_schema_extra=_kafka("ssl.truststore.location"),
+        description="PEM file of the CAs client certificates must chain to (mTLS).",
+    )
+    ssl_client_auth: Literal["required", "requested", "none"] = Field(
+        "none", json_schema_extra=_kafka("ssl.client.auth"),
+        description="Client certificates: required (mTLS), requested (verified when sent), none.",
+    )
+    ssl_reload_interval_ms: int = Field(
+        10_000, ge=0,
+        description="How often the certificate files are checked for a change and reloaded without a "
+        "restart (0 = only on SIGHUP).",
+    )
+    authz_cache_ms: int = Field(
+        5_000, ge=0,
+        description="How long the broker's answer on what a principal may describe/read is reused; an ACL "
+        "revoked on the broker takes effect within this time (0 = ask on every request).",
+    )
+
+    @property
+    def tls(self) -> bool:
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def sasl(self) -> bool:
+        return self.security_protocol.startswith("SASL_")
+
+    @model_validator(mode="after")
+    def _keystore_for_tls(self) -> ListenerSecurity:
+        if self.tls and self.ssl_keystore_location is None:
+            raise ValueError(f"security.protocol {self.security_protocol} needs ssl.keystore.location")
+        if self.ssl_client_auth != "none" and self.ssl_truststore_location is None:
+            raise ValueError(f"ssl.client.auth={self.ssl_client_auth} needs ssl.truststore.location")
+        return self
+
+
 class ReadConfig(_Strict):
     """The read side (``fetcher``): reader pool, remote read sizing, and ``rlm serve``'s HTTP API.
 
@@ -284,6 +359,11 @@ class ReadConfig(_Strict):
         16 * 1024 * 1024, ge=1024, json_schema_extra=_kafka("max.partition.fetch.bytes"),
         description="Kafka-protocol endpoint: a Fetch's partition_max_bytes is capped at this, so one "
         "request cannot read a whole segment from remote storage; the first batch is still returned whole.",
+    )
+    kafka_security: ListenerSecurity = Field(
+        default_factory=ListenerSecurity,  # type: ignore[arg-type]
+        description="Kafka-protocol endpoint: TLS, SASL and authorization by the cluster's ACLs "
+        "(docs/security.md).",
     )
 
 

@@ -1,0 +1,370 @@
+"""Authorization by the cluster's own ACLs: the broker is asked, as the client's principal.
+
+The SASL relay (:mod:`fetcher.kafka.sasl`) leaves each client connection with a broker
+connection authenticated as the same principal. On it the endpoint asks Metadata v12 with
+``include_topic_authorized_operations`` (KIP-430): a topic the principal may not DESCRIBE is not
+listed at all, and each listed one carries the bitfield of what it may do. DescribeGroups v5
+with ``include_authorized_operations`` does the same for a consumer group. The answers are the
+broker's authorizer's (StandardAuthorizer, AclAuthorizer, a plugin: whatever the cluster runs),
+so there is no second ACL list to keep in sync.
+
+What the endpoint then answers is what a broker answers: Metadata leaves out topics without
+DESCRIBE (or, when they were named, answers TOPIC_AUTHORIZATION_FAILED for them); Fetch and
+ListOffsets answer TOPIC_AUTHORIZATION_FAILED for partitions of topics without READ/DESCRIBE
+(their data is never read); group APIs answer GROUP_AUTHORIZATION_FAILED without READ on the
+group. Decisions are cached per principal for ``authz_cache_ms`` (shared by that principal's
+connections), so an ACL revoked on the broker takes effect within that time. Each denied
+request is logged once, with principal, resource and reason.
+
+Limit: DescribeGroups must reach the group's coordinator to report operations; when the relayed
+broker is not the coordinator only DESCRIBE is known (a GROUP_AUTHORIZATION_FAILED is still
+definite) and READ is assumed from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+from kio.schema.describe_groups.v5 import request as dg_req
+from kio.schema.errors import ErrorCode
+from kio.schema.metadata.v12 import request as md_req
+
+from fetcher.kafka.codec import SUPPORTED, error_response, has_field, make, nested, response_class
+from fetcher.kafka.context import EndpointContext
+from fetcher.kafka.sasl import (
+    SASL_AUTHENTICATE_KEY,
+    SASL_HANDSHAKE_KEY,
+    SASL_VERSIONS,
+    BrokerAccess,
+    BrokerSession,
+    CloseConnection,
+    SaslSession,
+)
+
+log = structlog.get_logger(__name__)
+
+READ = 1 << 3  # Kafka's AclOperation codes, as bits of the KIP-430 bitfield
+DESCRIBE = 1 << 8
+_GROUP_KEYS = {8, 9, 11, 12, 13, 14}  # OffsetCommit, OffsetFetch, JoinGroup, Heartbeat, LeaveGroup, SyncGroup
+
+Handler = Callable[[EndpointContext, Any, int, Any], Awaitable[Any]]
+
+
+class AuthzCache:
+    """Per-principal topic operations and per-(principal, group) READ, each for ``ttl_s``."""
+
+    def __init__(self, ttl_s: float) -> None:
+        self.ttl_s = ttl_s
+        self._topics: dict[str, tuple[float, dict[str, int]]] = {}
+        self._groups: dict[tuple[str, str], tuple[float, bool]] = {}
+        self.broker_queries = 0
+
+    async def topic_ops(self, principal: str, session: BrokerSession) -> dict[str, int]:
+        """topic name -> authorized-operations bitfield, for every topic it may DESCRIBE."""
+        now = time.monotonic()
+        hit = self._topics.get(principal)
+        if hit is not None and now < hit[0]:
+            return hit[1]
+        self.broker_queries += 1
+        resp = await session.call(
+            make(
+                md_req.MetadataRequest,
+                topics=None,
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=True,
+            )
+        )
+        ops = {
+            str(t.name): int(t.topic_authorized_operations)
+            for t in resp.topics
+            if t.error_code == ErrorCode.none and t.name is not None
+        }
+        self._topics[principal] = (time.monotonic() + self.ttl_s, ops)
+        return ops
+
+    async def group_read(self, principal: str, group: str, session: BrokerSession) -> bool:
+        now = time.monotonic()
+        hit = self._groups.get((principal, group))
+        if hit is not None and now < hit[0]:
+            return hit[1]
+        self.broker_queries += 1
+        resp = await session.call(
+            make(dg_req.DescribeGroupsRequest, groups=(group,), include_authorized_operations=True)
+        )
+        g = resp.groups[0] if resp.groups else None
+        if g is None or g.error_code == ErrorCode.group_authorization_failed:
+            allowed = False
+        elif g.error_code == ErrorCode.none:
+            ops = int(g.authorized_operations)
+            allowed = ops != -(2**31) and bool(ops & READ)
+        else:  # not the coordinator: DESCRIBE was granted, READ unknown (see the module doc)
+            allowed = True
+        self._groups[(principal, group)] = (time.monotonic() + self.ttl_s, allowed)
+        return allowed
+
+
+class ConnectionGuard:
+    """SASL state and authorization of one client connection, around the endpoint's handlers."""
+
+    def __init__(self, access: BrokerAccess, mechanisms: tuple[str, ...], cache: AuthzCache, peer: str):
+        self.sasl = SaslSession(access, mechanisms, peer)
+        self.cache = cache
+        self.peer = peer
+
+    def admits(self, key: int) -> bool:
+        return self.sasl.admits(key)
+
+    def versions(self, key: int) -> tuple[int, int] | None:
+        """The endpoint's versions of an API, the SASL APIs included."""
+        return SUPPORTED.get(key) or SASL_VERSIONS.get(key)
+
+    def close(self) -> None:
+        self.sasl.close()
+
+    async def dispatch(
+        self, ctx: EndpointContext, key: int, version: int, header: Any, req: Any, handler: Handler | None
+    ) -> Any:
+        if key == SASL_HANDSHAKE_KEY:
+            return await self.sasl.handshake(req, version)
+        if key == SASL_AUTHENTICATE_KEY:
+            return await self.sasl.authenticate(req, version)
+        assert handler is not None
+        if key == 18:
+            return await self._api_versions(ctx, req, version, header, handler)
+        if key == 3:
+            return await self._metadata(ctx, req, version, header, handler)
+        if key == 1:
+            return await self._fetch(ctx, req, version, header, handler)
+        if key == 2:
+            return await self._list_offsets(ctx, req, version, header, handler)
+        if key in _GROUP_KEYS:
+            return await self._group(ctx, key, req, version, header, handler)
+        return await handler(ctx, req, version, header)
+
+    # ---- broker answers ------------------------------------------------------------------
+    def _session(self) -> tuple[str, BrokerSession]:
+        s = self.sasl
+        if s.principal is None or s.session is None:
+            raise CloseConnection
+        return s.principal, s.session
+
+    async def _ops(self) -> dict[str, int]:
+        principal, session = self._session()
+        try:
+            return await self.cache.topic_ops(principal, session)
+        except (ConnectionError, TimeoutError, OSError) as e:
+            log.warning("kafka_authz_broker_lost", peer=self.peer, principal=principal, error=str(e))
+            raise CloseConnection from e
+
+    def _denied(self, api: str, reason: str, **what: Any) -> None:
+        log.warning(
+            "kafka_request_denied",
+            peer=self.peer,
+            principal=self.sasl.principal,
+            api=api,
+            reason=reason,
+            **what,
+        )
+
+    # ---- per API ---------------------------------------------------------------------------
+    async def _api_versions(
+        self, ctx: EndpointContext, req: Any, version: int, header: Any, handler: Handler
+    ) -> Any:
+        resp = await handler(ctx, req, version, header)
+        av = nested(type(resp), "ApiVersion")
+        extra = tuple(
+            make(av, api_key=k, min_version=lo, max_version=hi) for k, (lo, hi) in SASL_VERSIONS.items()
+        )
+        keys = sorted((*resp.api_keys, *extra), key=lambda k: int(k.api_key))
+        return dataclasses.replace(resp, api_keys=tuple(keys))
+
+    async def _metadata(
+        self, ctx: EndpointContext, req: Any, version: int, header: Any, handler: Handler
+    ) -> Any:
+        ops = await self._ops()
+        resp = await handler(ctx, req, version, header)
+        topic_cls = nested(type(resp), "MetadataResponseTopic")
+        out, denied = [], []
+        for t in resp.topics:
+            if t.name is None or t.error_code != ErrorCode.none:
+                out.append(t)
+                continue
+            bits = ops.get(str(t.name))
+            if bits is None:  # no DESCRIBE: absent from a full listing, an error when named
+                denied.append(str(t.name))
+                if req.topics is not None:
+                    out.append(
+                        make(
+                            topic_cls,
+                            error_code=ErrorCode.topic_authorization_failed,
+                            name=t.name,
+                            topic_id=uuid.UUID(int=0),
+                            is_internal=False,
+                            partitions=(),
+                            topic_authorized_operations=-(2**31),
+                        )
+                    )
+                continue
+            if has_field(topic_cls, "topic_authorized_operations") and req_wants_ops(req):
+                t = dataclasses.replace(t, topic_authorized_operations=bits)
+            out.append(t)
+        if denied and req.topics is not None:
+            self._denied("Metadata", "no DESCRIBE on topic", topics=sorted(denied))
+        return dataclasses.replace(resp, topics=tuple(out))
+
+    async def _fetch(
+        self, ctx: EndpointContext, req: Any, version: int, header: Any, handler: Handler
+    ) -> Any:
+        ops = await self._ops()
+        by_id = (await ctx.topics()).by_id if version >= 13 else {}
+        allowed, refused = [], []
+        for t in req.topics:
+            name = t.topic if version < 13 else (by_id[t.topic_id].name if t.topic_id in by_id else None)
+            if name is None or ops.get(name, 0) & READ:
+                allowed.append(t)
+            else:
+                refused.append(t)
+        if not refused:
+            return await handler(ctx, req, version, header)
+        self._denied("Fetch", "no READ on topic", topics=sorted(_fetch_names(refused, by_id, version)))
+        cls = response_class(1, version)
+        if allowed:
+            resp = await handler(ctx, dataclasses.replace(req, topics=tuple(allowed)), version, header)
+        else:
+            resp = make(cls, throttle_time=_zero(), error_code=ErrorCode.none, session_id=0, responses=())
+        topic_cls, part_cls = nested(cls, "FetchableTopicResponse"), nested(cls, "PartitionData")
+        extra = tuple(
+            make(
+                topic_cls,
+                topic=getattr(t, "topic", None),
+                topic_id=getattr(t, "topic_id", None),
+                partitions=tuple(
+                    make(
+                        part_cls,
+                        partition_index=p.partition,
+                        error_code=ErrorCode.topic_authorization_failed,
+                        high_watermark=-1,
+                        last_stable_offset=-1,
+                        log_start_offset=-1,
+                        aborted_transactions=None,
+                        preferred_read_replica=-1,
+                        records=None,
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in refused
+        )
+        return dataclasses.replace(resp, responses=tuple(resp.responses) + extra)
+
+    async def _list_offsets(
+        self, ctx: EndpointContext, req: Any, version: int, header: Any, handler: Handler
+    ) -> Any:
+        ops = await self._ops()
+        refused = [t for t in req.topics if not ops.get(str(t.name), 0) & DESCRIBE]
+        if not refused:
+            return await handler(ctx, req, version, header)
+        self._denied("ListOffsets", "no DESCRIBE on topic", topics=sorted(str(t.name) for t in refused))
+        kept = tuple(t for t in req.topics if t not in refused)
+        cls = response_class(2, version)
+        if kept:
+            resp = await handler(ctx, dataclasses.replace(req, topics=kept), version, header)
+        else:
+            resp = make(cls, throttle_time=_zero(), topics=())
+        topic_cls, part_cls = (
+            nested(cls, "ListOffsetsTopicResponse"),
+            nested(cls, "ListOffsetsPartitionResponse"),
+        )
+        extra = tuple(
+            make(
+                topic_cls,
+                name=t.name,
+                partitions=tuple(
+                    make(
+                        part_cls,
+                        partition_index=p.partition_index,
+                        error_code=ErrorCode.topic_authorization_failed,
+                        old_style_offsets=(),
+                        timestamp=-1,
+                        offset=-1,
+                        leader_epoch=-1,
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in refused
+        )
+        return dataclasses.replace(resp, topics=tuple(resp.topics) + extra)
+
+    async def _group(
+        self, ctx: EndpointContext, key: int, req: Any, version: int, header: Any, handler: Handler
+    ) -> Any:
+        principal, session = self._session()
+        groups = [str(g.group_id) for g in req.groups] if key == 9 and version >= 8 else [str(req.group_id)]
+        try:
+            verdicts = {g: await self.cache.group_read(principal, g, session) for g in groups}
+        except (ConnectionError, TimeoutError, OSError) as e:
+            log.warning("kafka_authz_broker_lost", peer=self.peer, principal=principal, error=str(e))
+            raise CloseConnection from e
+        if all(verdicts.values()):
+            return await handler(ctx, req, version, header)
+        denied = sorted(g for g, ok in verdicts.items() if not ok)
+        self._denied(_GROUP_API[key], "no READ on group", groups=denied)
+        cls = response_class(key, version)
+        code = ErrorCode.group_authorization_failed
+        if key == 9 and version >= 8:  # batched: answer the allowed groups, refuse the others
+            kept = tuple(g for g in req.groups if verdicts[str(g.group_id)])
+            resp = (
+                await handler(ctx, dataclasses.replace(req, groups=kept), version, header)
+                if kept
+                else make(cls, throttle_time=_zero(), groups=())
+            )
+            g_cls = nested(cls, "OffsetFetchResponseGroup")
+            extra = tuple(make(g_cls, group_id=g, topics=(), error_code=code) for g in denied)
+            return dataclasses.replace(resp, groups=tuple(resp.groups) + extra)
+        if key == 8:  # OffsetCommit reports per partition
+            t_cls = nested(cls, "OffsetCommitResponseTopic")
+            p_cls = nested(cls, "OffsetCommitResponsePartition")
+            topics = tuple(
+                make(
+                    t_cls,
+                    name=t.name,
+                    partitions=tuple(
+                        make(p_cls, partition_index=p.partition_index, error_code=code) for p in t.partitions
+                    ),
+                )
+                for t in req.topics
+            )
+            return make(cls, throttle_time=_zero(), topics=topics)
+        return error_response(cls, code)
+
+
+_GROUP_API = {
+    8: "OffsetCommit",
+    9: "OffsetFetch",
+    11: "JoinGroup",
+    12: "Heartbeat",
+    13: "LeaveGroup",
+    14: "SyncGroup",
+}
+
+
+def req_wants_ops(req: Any) -> bool:
+    return bool(getattr(req, "include_topic_authorized_operations", False))
+
+
+def _fetch_names(topics: list[Any], by_id: dict[uuid.UUID, Any], version: int) -> list[str]:
+    if version < 13:
+        return [str(t.topic) for t in topics]
+    return [by_id[t.topic_id].name if t.topic_id in by_id else str(t.topic_id) for t in topics]
+
+
+def _zero() -> Any:
+    import datetime
+
+    return datetime.timedelta(0)
