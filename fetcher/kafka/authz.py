@@ -63,6 +63,17 @@ class AuthzCache:
         self._topics: dict[str, tuple[float, dict[str, int]]] = {}
         self._groups: dict[tuple[str, str], tuple[float, bool]] = {}
         self.broker_queries = 0
+        self._denials: dict[tuple[Any, ...], float] = {}
+
+    def first_denial(self, key: tuple[Any, ...], every_s: float = 60.0) -> bool:
+        """Whether this denial was not logged in the last ``every_s`` (bounded memory)."""
+        now = time.monotonic()
+        if now - self._denials.get(key, -1e18) < every_s:
+            return False
+        if len(self._denials) > 10_000:
+            self._denials.clear()
+        self._denials[key] = now
+        return True
 
     async def topic_ops(self, principal: str, session: BrokerSession) -> dict[str, int]:
         """topic name -> authorized-operations bitfield, for every topic it may DESCRIBE."""
@@ -162,6 +173,10 @@ class ConnectionGuard:
             raise CloseConnection from e
 
     def _denied(self, api: str, reason: str, **what: Any) -> None:
+        """Log a denial once: a client retrying every second repeats the same request, and one line
+        per (principal, API, resources) and minute says all there is."""
+        if not self.cache.first_denial((self.sasl.principal, api, reason, repr(sorted(what.items())))):
+            return
         log.warning(
             "kafka_request_denied",
             peer=self.peer,

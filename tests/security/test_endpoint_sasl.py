@@ -6,6 +6,7 @@ bob A and B), through the endpoint only — the tiered ranges are deleted on the
 
 from __future__ import annotations
 
+import datetime
 import io
 import socket
 import ssl
@@ -132,11 +133,12 @@ def test_reads_topic_a_record_for_record(secured: Secured, user: str, mechanism:
 def test_bob_reads_b_alice_is_refused_b(secured: Secured) -> None:
     b = secured.topics["B"]
     assert read_range(secured.client("bob"), b, secured.remote_end["B"]) == secured.before["B"]
+    # a subscribing consumer hears the broker's code from Metadata …
     c = Consumer({**secured.client("alice"), "group.id": f"alice-{uuid.uuid4().hex[:6]}"})
     try:
-        c.assign([TopicPartition(b, 0, 0)])
+        c.subscribe([b])
         err = None
-        give_up = time.monotonic() + 60
+        give_up = time.monotonic() + 60  # only so a broken endpoint fails instead of hanging
         while err is None and time.monotonic() < give_up:
             m = c.poll(0.5)
             if m is not None:
@@ -145,6 +147,34 @@ def test_bob_reads_b_alice_is_refused_b(secured: Secured) -> None:
         assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     finally:
         c.close()
+    # … and a Fetch that names B anyway gets TOPIC_AUTHORIZATION_FAILED and no bytes, while the
+    # partition of A in the same request is served
+    with _tls(secured) as s:
+        assert _plain_login(s, "alice", PASSWORDS["alice"]).error_code == ErrorCode.none
+        s.sendall(_frame(1, 12, 4, _fetch({b: 0, secured.topics["A"]: 0})))
+        resp = _response(s, 1, 12)
+        by_topic = {t.topic: t.partitions[0] for t in resp.responses}
+        assert by_topic[b].error_code == ErrorCode.topic_authorization_failed
+        assert not by_topic[b].records
+        assert by_topic[secured.topics["A"]].error_code == ErrorCode.none
+        assert by_topic[secured.topics["A"]].records
+
+
+def _fetch(offsets: dict[str, int]) -> Any:
+    cls = load_request_schema(1, 12)
+    mod = __import__(cls.__module__, fromlist=["FetchTopic"])
+    return cls(
+        max_wait=datetime.timedelta(milliseconds=100),
+        min_bytes=1,
+        topics=tuple(
+            mod.FetchTopic(
+                topic=t,
+                partitions=(mod.FetchPartition(partition=0, fetch_offset=o, partition_max_bytes=1 << 20),),
+            )
+            for t, o in offsets.items()
+        ),
+        forgotten_topics_data=(),
+    )
 
 
 def test_metadata_lists_only_described_topics(secured: Secured) -> None:
