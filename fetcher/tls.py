@@ -73,6 +73,19 @@ class ReloadingServerContext:
             return False
         return self.reload()
 
+    def watch(self, interval_s: float) -> threading.Event:
+        """Check the files every ``interval_s`` on a daemon thread (for servers that run their own
+        event loop, e.g. uvicorn); set the returned event to stop."""
+        stop = threading.Event()
+
+        def run() -> None:
+            while not stop.wait(interval_s):
+                self.maybe_reload()
+
+        if interval_s > 0:
+            threading.Thread(target=run, name=f"tls-reload-{self.what}", daemon=True).start()
+        return stop
+
     def reload(self) -> bool:
         """Load the files again (SIGHUP); a failure is logged and the old certificate kept."""
         with self._lock:

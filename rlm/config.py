@@ -324,6 +324,11 @@ class ReadConfig(_Strict):
     http_token_file: Path | None = Field(
         None, description="File holding a bearer token the HTTP API requires (first line).",
     )
+    http_security: ListenerSecurity = Field(
+        default_factory=ListenerSecurity,  # type: ignore[arg-type]
+        description="HTTP API: TLS (SSL, SASL_SSL) and, with SASL_*, HTTP Basic credentials checked by "
+        "logging in to the cluster plus per-topic authorization by its ACLs (docs/security.md).",
+    )
     kafka_host: str = Field("127.0.0.1", description="Kafka-protocol endpoint: bind address.")
     kafka_port: int = Field(9466, ge=0, le=65535, description="Kafka-protocol endpoint: port (0 = any).")
     kafka_advertised_host: str | None = Field(

@@ -25,6 +25,7 @@ session past its lifetime that was not renewed is closed at its next request.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import time
 from dataclasses import dataclass
@@ -117,7 +118,8 @@ class BrokerSession:
             return await self.conn.call(req, self._timeout)
 
     def close(self) -> None:
-        self.conn.close()
+        with contextlib.suppress(RuntimeError):  # its event loop already closed (server shut down)
+            self.conn.close()
 
 
 def principal_of(mechanism: str, token: bytes) -> str | None:

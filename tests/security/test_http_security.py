@@ -1,0 +1,85 @@
+"""The HTTP API over TLS with HTTP Basic checked by the broker and topics authorized by its ACLs:
+the same principals and answers as the Kafka endpoint (alice reads A only, bob A and B)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from fetcher.http.server import HttpApiServer
+from rlm.config import ListenerSecurity
+from tests.security.conftest import PASSWORDS, SECRETS, WRONG_PASSWORD, Secured
+
+pytestmark = [pytest.mark.security, pytest.mark.kafka]
+
+
+@pytest.fixture(scope="module")
+def https(secured: Secured) -> Iterator[str]:
+    sec = ListenerSecurity.model_validate(
+        {
+            "security.protocol": "SASL_SSL",
+            "ssl.keystore.location": str(secured.keystore),
+            "sasl.enabled.mechanisms": ["SCRAM-SHA-512"],
+            "authz_cache_ms": 1500,
+        }
+    )
+    server = HttpApiServer(secured.fetcher, "127.0.0.1", 0, security=sec).start()
+    try:
+        yield f"https://127.0.0.1:{server.port}"
+    finally:
+        server.stop()
+
+
+def _get(secured: Secured, url: str, user: str | None = None, password: str | None = None) -> tuple[int, Any]:
+    ctx = ssl.create_default_context(cafile=str(secured.ca.path))
+    req = urllib.request.Request(url)
+    if user is not None:
+        pw = PASSWORDS[user] if password is None else password
+        req.add_header("Authorization", "Basic " + base64.b64encode(f"{user}:{pw}".encode()).decode())
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=30) as r:
+            body = r.read()
+            status = r.status
+            ctype = r.headers.get("content-type", "")
+    except urllib.error.HTTPError as e:
+        body, status, ctype = e.read(), e.code, e.headers.get("content-type", "")
+    for secret in SECRETS:
+        assert secret.encode() not in body
+    return status, (json.loads(body) if ctype.startswith("application/json") else body)
+
+
+def test_no_or_wrong_credentials_get_401_json(secured: Secured, https: str) -> None:
+    for user, pw in ((None, None), ("alice", WRONG_PASSWORD), ("nobody", "x")):
+        status, body = _get(secured, f"{https}/v1/topics", user, pw)
+        assert status == 401 and body == {"error": "unauthorized", "message": "authentication required"}
+    assert _get(secured, f"{https}/health")[0] == 200  # probes need no secret
+
+
+def test_topic_listing_follows_describe(secured: Secured, https: str) -> None:
+    a, b = secured.topics["A"], secured.topics["B"]
+    status, body = _get(secured, f"{https}/v1/topics", "alice")
+    assert status == 200
+    names = {t["topic"] for t in body["topics"]}
+    assert a in names and b not in names
+    status, body = _get(secured, f"{https}/v1/topics", "bob")
+    assert status == 200 and {a, b} <= {t["topic"] for t in body["topics"]}
+
+
+def test_records_follow_read(secured: Secured, https: str) -> None:
+    a, b = secured.topics["A"], secured.topics["B"]
+    path = "/partitions/0/records?offset=0&max_bytes=4096&format=json"
+    status, body = _get(secured, f"{https}/v1/topics/{b}{path}", "alice")
+    assert status == 403 and body == {"error": "forbidden", "message": "forbidden"}
+    status, _ = _get(secured, f"{https}/v1/topics/{b}/partitions/0/segments", "alice")
+    assert status == 403
+    status, body = _get(secured, f"{https}/v1/topics/{b}{path}", "bob")
+    assert status == 200 and body
+    status, body = _get(secured, f"{https}/v1/topics/{a}{path}", "alice")
+    assert status == 200 and body
