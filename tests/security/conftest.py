@@ -30,6 +30,9 @@ from confluent_kafka.admin import (
     NewTopic,
     ResourcePatternType,
     ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
 )
 
 from fetcher import RemoteFetcher
@@ -75,9 +78,10 @@ class SaslSslCluster(KafkaCluster):
             "advertised.listeners": f"SASL_SSL://127.0.0.1:{n.broker_port}",
             "inter.broker.listener.name": "SASL_SSL",
             "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL",
-            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
+            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
             "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
             "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": scram,
+            "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config": scram,
             "listener.name.sasl_ssl.plain.sasl.jaas.config": plain,
             "ssl.keystore.type": "PEM",
             "ssl.keystore.location": str(self.keystore),
@@ -216,6 +220,10 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
                 "segments rolled", lambda n=name: len(PartitionDir(kafka.log_dir / f"{n}-0").segments) >= 2
             )
         for f in admin.create_acls(acls(topics)).values():
+            f.result(30)
+        sha256 = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096)
+        upserts = [UserScramCredentialUpsertion(u, sha256, p.encode()) for u, p in PASSWORDS.items()]
+        for f in admin.alter_user_scram_credentials(upserts).values():
             f.result(30)
         d = Daemon(_tier_config(kafka, list(topics.values()), tmp, "daemon"), once=True).start()
         try:

@@ -124,7 +124,9 @@ def _plain_login(s: socket.socket, user: str, password: str) -> Any:
 
 
 # ---- clients read what the broker lets them read ---------------------------------------------
-@pytest.mark.parametrize(("user", "mechanism"), [("alice", "SCRAM-SHA-512"), ("bob", "PLAIN")])
+@pytest.mark.parametrize(
+    ("user", "mechanism"), [("alice", "SCRAM-SHA-512"), ("bob", "PLAIN"), ("bob", "SCRAM-SHA-256")]
+)
 def test_reads_topic_a_record_for_record(secured: Secured, user: str, mechanism: str) -> None:
     got = read_range(secured.client(user, mechanism), secured.topics["A"], secured.remote_end["A"])
     assert got == secured.before["A"]
