@@ -249,6 +249,18 @@ class ListenerSecurity(_Strict):
         "revoked on the broker takes effect within this time (0 = ask on every request).",
     )
 
+    connections_per_principal: int = Field(
+        0, ge=0,
+        description="Kafka endpoint with SASL: open connections one principal may have (0 = no limit); "
+        "one more is closed after its login, as Kafka's max.connections.per.ip closes.",
+    )
+    read_bytes_per_second_per_principal: int = Field(
+        0, ge=0,
+        description="Kafka endpoint with SASL: record bytes per second one principal may fetch (0 = no "
+        "limit); beyond it Fetch answers carry throttle_time_ms and the connection's next Fetch waits "
+        "that long (KIP-219), so one reader cannot starve the others.",
+    )
+
     @property
     def tls(self) -> bool:
         return self.security_protocol in ("SSL", "SASL_SSL")

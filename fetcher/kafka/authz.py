@@ -23,7 +23,9 @@ definite) and READ is assumed from it.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import datetime
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -119,13 +121,58 @@ class AuthzCache:
         return allowed
 
 
+class PrincipalLimits:
+    """Per-principal connection count and a token bucket of fetched record bytes (one second of
+    burst), shared by the listener's connections."""
+
+    def __init__(self, max_connections: int, bytes_per_s: int) -> None:
+        self.max_connections = max_connections
+        self.rate = bytes_per_s
+        self._conns: dict[str, int] = {}
+        self._bucket: dict[str, tuple[float, float]] = {}  # principal -> (tokens, at)
+
+    def acquire(self, principal: str) -> bool:
+        n = self._conns.get(principal, 0)
+        if self.max_connections and n >= self.max_connections:
+            return False
+        self._conns[principal] = n + 1
+        return True
+
+    def release(self, principal: str) -> None:
+        n = self._conns.get(principal, 0) - 1
+        if n > 0:
+            self._conns[principal] = n
+        else:
+            self._conns.pop(principal, None)
+
+    def charge(self, principal: str, nbytes: int) -> float:
+        """Take ``nbytes`` from the principal's bucket; the seconds until it is out of debt."""
+        if not self.rate:
+            return 0.0
+        now = time.monotonic()
+        tokens, at = self._bucket.get(principal, (float(self.rate), now))
+        tokens = min(float(self.rate), tokens + (now - at) * self.rate) - nbytes
+        self._bucket[principal] = (tokens, now)
+        return max(0.0, -tokens / self.rate)
+
+
 class ConnectionGuard:
     """SASL state and authorization of one client connection, around the endpoint's handlers."""
 
-    def __init__(self, access: BrokerAccess, mechanisms: tuple[str, ...], cache: AuthzCache, peer: str):
+    def __init__(
+        self,
+        access: BrokerAccess,
+        mechanisms: tuple[str, ...],
+        cache: AuthzCache,
+        peer: str,
+        limits: PrincipalLimits | None = None,
+    ) -> None:
         self.sasl = SaslSession(access, mechanisms, peer)
         self.cache = cache
         self.peer = peer
+        self.limits = limits or PrincipalLimits(0, 0)
+        self._counted: str | None = None  # the principal whose connection slot this holds
+        self._muted_until = 0.0
 
     def admits(self, key: int) -> bool:
         return self.sasl.admits(key)
@@ -136,6 +183,9 @@ class ConnectionGuard:
 
     def close(self) -> None:
         self.sasl.close()
+        if self._counted is not None:
+            self.limits.release(self._counted)
+            self._counted = None
 
     async def dispatch(
         self, ctx: EndpointContext, key: int, version: int, header: Any, req: Any, handler: Handler | None
@@ -143,7 +193,20 @@ class ConnectionGuard:
         if key == SASL_HANDSHAKE_KEY:
             return await self.sasl.handshake(req, version)
         if key == SASL_AUTHENTICATE_KEY:
-            return await self.sasl.authenticate(req, version)
+            resp = await self.sasl.authenticate(req, version)
+            principal = self.sasl.principal
+            if self.sasl.authenticated and principal is not None and self._counted is None:
+                if not self.limits.acquire(principal):
+                    log.warning(
+                        "kafka_connection_refused",
+                        peer=self.peer,
+                        principal=principal,
+                        reason="connections_per_principal",
+                        limit=self.limits.max_connections,
+                    )
+                    raise CloseConnection
+                self._counted = principal
+            return resp
         assert handler is not None
         if key == 18:
             return await self._api_versions(ctx, req, version, header, handler)
@@ -244,8 +307,11 @@ class ConnectionGuard:
                 allowed.append(t)
             else:
                 refused.append(t)
+        wait = self._muted_until - time.monotonic()
+        if wait > 0:  # KIP-219: the client was told to back off; one that did not waits here
+            await asyncio.sleep(wait)
         if not refused:
-            return await handler(ctx, req, version, header)
+            return self._throttle(await handler(ctx, req, version, header))
         self._denied("Fetch", "no READ on topic", topics=sorted(_fetch_names(refused, by_id, version)))
         cls = response_class(1, version)
         if allowed:
@@ -275,7 +341,19 @@ class ConnectionGuard:
             )
             for t in refused
         )
-        return dataclasses.replace(resp, responses=tuple(resp.responses) + extra)
+        return self._throttle(dataclasses.replace(resp, responses=tuple(resp.responses) + extra))
+
+    def _throttle(self, resp: Any) -> Any:
+        """Charge the record bytes of a Fetch answer to the principal; over its rate the answer
+        carries throttle_time_ms and this connection's next Fetch waits that long."""
+        if not self.limits.rate or self.sasl.principal is None:
+            return resp
+        size = sum(len(p.records or b"") for t in resp.responses for p in t.partitions)
+        delay = self.limits.charge(self.sasl.principal, size)
+        if delay <= 0:
+            return resp
+        self._muted_until = time.monotonic() + delay
+        return dataclasses.replace(resp, throttle_time=datetime.timedelta(seconds=delay))
 
     async def _list_offsets(
         self, ctx: EndpointContext, req: Any, version: int, header: Any, handler: Handler

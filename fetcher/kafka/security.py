@@ -15,7 +15,7 @@ import ssl
 import structlog
 
 from fetcher.core import RemoteFetcher
-from fetcher.kafka.authz import AuthzCache, ConnectionGuard
+from fetcher.kafka.authz import AuthzCache, ConnectionGuard, PrincipalLimits
 from fetcher.kafka.broker_login import BrokerLogin
 from fetcher.kafka.sasl import BrokerAccess
 from fetcher.tls import ReloadingServerContext
@@ -32,6 +32,7 @@ class EndpointSecurity:
         self.settings = sec
         self.access = access
         self.cache = AuthzCache(sec.authz_cache_ms / 1000)
+        self.limits = PrincipalLimits(sec.connections_per_principal, sec.read_bytes_per_second_per_principal)
         self.tls = ReloadingServerContext(sec) if sec.tls else None
         if sec.sasl and access is None:
             raise ConfigError(
@@ -57,7 +58,8 @@ class EndpointSecurity:
         if not self.settings.sasl:
             return None
         assert self.access is not None
-        return ConnectionGuard(self.access, tuple(self.settings.sasl_enabled_mechanisms), self.cache, peer)
+        mechanisms = tuple(self.settings.sasl_enabled_mechanisms)
+        return ConnectionGuard(self.access, mechanisms, self.cache, peer, self.limits)
 
     def start(self) -> None:
         """Watch the certificate files (call on the listener's event loop)."""

@@ -162,7 +162,7 @@ def test_bob_reads_b_alice_is_refused_b(secured: Secured) -> None:
         assert by_topic[secured.topics["A"]].records
 
 
-def _fetch(offsets: dict[str, int]) -> Any:
+def _fetch(offsets: dict[str, int], max_bytes: int = 1 << 20) -> Any:
     cls = load_request_schema(1, 12)
     mod = __import__(cls.__module__, fromlist=["FetchTopic"])
     return cls(
@@ -171,7 +171,7 @@ def _fetch(offsets: dict[str, int]) -> Any:
         topics=tuple(
             mod.FetchTopic(
                 topic=t,
-                partitions=(mod.FetchPartition(partition=0, fetch_offset=o, partition_max_bytes=1 << 20),),
+                partitions=(mod.FetchPartition(partition=0, fetch_offset=o, partition_max_bytes=max_bytes),),
             )
             for t, o in offsets.items()
         ),
