@@ -12,7 +12,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from schemathesis import GenerationMode
 
+from fetcher.http.openapi import openapi_document
 from fetcher.http.server import HttpApiServer
 from rlm.config import ListenerSecurity
 from tests.security.conftest import PASSWORDS, SECRETS, WRONG_PASSWORD, Secured
@@ -83,3 +87,39 @@ def test_records_follow_read(secured: Secured, https: str) -> None:
     assert status == 200 and body
     status, body = _get(secured, f"{https}/v1/topics/{a}{path}", "alice")
     assert status == 200 and body
+
+
+# ---- property-based, with and without credentials ------------------------------------------
+_PATHS = [p for p in openapi_document()["paths"] if p != "/health"]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("who", [None, "alice", "bob"])
+@pytest.mark.parametrize("path", _PATHS)
+def test_schemathesis_with_and_without_credentials(
+    secured: Secured, https: str, who: str | None, path: str
+) -> None:
+    """No 5xx; without credentials always 401; alice never gets a 2xx for B (pinned to B: 403);
+    bob's answers for B may be data."""
+    schema = schemathesis.openapi.from_dict(openapi_document())
+    schema.config.base_url = https
+    operation = schema[path]["GET"]
+    b = secured.topics["B"]
+    pinned = {"topic": b} | ({"partition": 0} if "{partition}" in path else {}) if "{topic}" in path else None
+    headers = {}
+    if who is not None:
+        headers["Authorization"] = "Basic " + base64.b64encode(f"{who}:{PASSWORDS[who]}".encode()).decode()
+
+    @given(case=operation.as_strategy(generation_mode=GenerationMode.POSITIVE, path_parameters=pinned))
+    @settings(max_examples=8, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    def run(case: Any) -> None:
+        r = case.call(timeout=30, headers=headers, verify=str(secured.ca.path))
+        assert r.status_code < 500, (case.formatted_path, r.status_code, r.text[:300])
+        if who is None:
+            assert r.status_code == 401
+        elif who == "alice" and pinned is not None:
+            assert r.status_code == 403, (case.formatted_path, r.status_code)
+        if who == "alice" and r.status_code < 300:
+            assert b.encode() not in r.content
+
+    run()
