@@ -111,6 +111,16 @@ def client_conf(
     }
 
 
+@pytest.fixture(autouse=True)
+def _no_secret_in_output(capfd: pytest.CaptureFixture[str]) -> Iterator[None]:
+    """Every line the test process (endpoint, HTTP API, read core, librdkafka) printed during a
+    security test is free of passwords."""
+    yield
+    out, err = capfd.readouterr()
+    for secret in SECRETS:
+        assert secret not in out and secret not in err, f"a password appeared in the output: {secret[:3]}…"
+
+
 @dataclass
 class Secured:
     kafka: SaslSslCluster
