@@ -199,6 +199,24 @@ def _all_mechanisms() -> list[SaslMechanism]:
     return ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 
 
+class LocalUser(_Strict):
+    """A user of the standalone mode: SCRAM credentials (Kafka's text), never a password."""
+
+    name: str
+    scram_sha_256: SecretStr | None = Field(
+        None, description="salt=...,stored_key=...,server_key=...,iterations=N (Kafka's format)."
+    )
+    scram_sha_512: SecretStr | None = Field(None, description="As scram_sha_256, for SCRAM-SHA-512.")
+
+
+class LocalAllow(_Strict):
+    """What one principal may read in standalone mode (shell patterns)."""
+
+    principal: str = Field(description="e.g. User:alice")
+    topics: list[str] = Field(default_factory=list, description="topics it may DESCRIBE and READ")
+    groups: list[str] = Field(default_factory=list, description="consumer groups it may use")
+
+
 class ListenerSecurity(_Strict):
     """TLS and SASL of the Kafka-protocol endpoint, with Kafka's listener property names.
 
@@ -249,6 +267,16 @@ class ListenerSecurity(_Strict):
         "revoked on the broker takes effect within this time (0 = ask on every request).",
     )
 
+    users: list[LocalUser] = Field(
+        default_factory=list,
+        description="Standalone mode only (no broker to relay logins to): users with SCRAM credentials "
+        "(`fetcher.kafka.local_auth.scram_credential` makes them); PLAIN is checked against them too.",
+    )
+    allow: list[LocalAllow] = Field(
+        default_factory=list,
+        description="Standalone mode only: per-principal topic and group allow rules (everything else "
+        "is denied).",
+    )
     connections_per_principal: int = Field(
         0, ge=0,
         description="Kafka endpoint with SASL: open connections one principal may have (0 = no limit); "

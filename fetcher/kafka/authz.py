@@ -29,7 +29,7 @@ import datetime
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 from kio.schema.describe_groups.v5 import request as dg_req
@@ -45,6 +45,7 @@ from fetcher.kafka.sasl import (
     BrokerAccess,
     BrokerSession,
     CloseConnection,
+    LocalExchange,
     SaslSession,
 )
 
@@ -121,6 +122,16 @@ class AuthzCache:
         return allowed
 
 
+class LocalPolicy(Protocol):
+    """Standalone mode's users and allow rules (:class:`fetcher.kafka.local_auth.LocalUsers`)."""
+
+    def exchange(self, mechanism: str) -> LocalExchange: ...
+
+    def topic_ops(self, principal: str, names: list[str]) -> dict[str, int]: ...
+
+    def group_read(self, principal: str, group: str) -> bool: ...
+
+
 class PrincipalLimits:
     """Per-principal connection count and a token bucket of fetched record bytes (one second of
     burst), shared by the listener's connections."""
@@ -161,13 +172,15 @@ class ConnectionGuard:
 
     def __init__(
         self,
-        access: BrokerAccess,
+        access: BrokerAccess | None,
         mechanisms: tuple[str, ...],
         cache: AuthzCache,
         peer: str,
         limits: PrincipalLimits | None = None,
+        local: LocalPolicy | None = None,
     ) -> None:
-        self.sasl = SaslSession(access, mechanisms, peer)
+        self.local = local
+        self.sasl = SaslSession(access, mechanisms, peer, local.exchange if local is not None else None)
         self.cache = cache
         self.peer = peer
         self.limits = limits or PrincipalLimits(0, 0)
@@ -227,7 +240,12 @@ class ConnectionGuard:
             raise CloseConnection
         return s.principal, s.session
 
-    async def _ops(self) -> dict[str, int]:
+    async def _ops(self, ctx: EndpointContext) -> dict[str, int]:
+        if self.local is not None:
+            principal = self.sasl.principal
+            if principal is None:
+                raise CloseConnection
+            return self.local.topic_ops(principal, list((await ctx.topics()).by_name))
         principal, session = self._session()
         try:
             return await self.cache.topic_ops(principal, session)
@@ -264,7 +282,7 @@ class ConnectionGuard:
     async def _metadata(
         self, ctx: EndpointContext, req: Any, version: int, header: Any, handler: Handler
     ) -> Any:
-        ops = await self._ops()
+        ops = await self._ops(ctx)
         resp = await handler(ctx, req, version, header)
         topic_cls = nested(type(resp), "MetadataResponseTopic")
         out, denied = [], []
@@ -298,7 +316,7 @@ class ConnectionGuard:
     async def _fetch(
         self, ctx: EndpointContext, req: Any, version: int, header: Any, handler: Handler
     ) -> Any:
-        ops = await self._ops()
+        ops = await self._ops(ctx)
         by_id = (await ctx.topics()).by_id if version >= 13 else {}
         allowed, refused = [], []
         for t in req.topics:
@@ -358,7 +376,7 @@ class ConnectionGuard:
     async def _list_offsets(
         self, ctx: EndpointContext, req: Any, version: int, header: Any, handler: Handler
     ) -> Any:
-        ops = await self._ops()
+        ops = await self._ops(ctx)
         refused = [t for t in req.topics if not ops.get(str(t.name), 0) & DESCRIBE]
         if not refused:
             return await handler(ctx, req, version, header)
@@ -397,13 +415,30 @@ class ConnectionGuard:
     async def _group(
         self, ctx: EndpointContext, key: int, req: Any, version: int, header: Any, handler: Handler
     ) -> Any:
+        if self.local is not None and self.sasl.principal is not None:
+            local, who = self.local, self.sasl.principal
+            verdicts = {g: local.group_read(who, g) for g in _group_ids(key, req, version)}
+            return await self._group_verdicts(ctx, key, req, version, header, handler, verdicts)
         principal, session = self._session()
-        groups = [str(g.group_id) for g in req.groups] if key == 9 and version >= 8 else [str(req.group_id)]
         try:
-            verdicts = {g: await self.cache.group_read(principal, g, session) for g in groups}
+            verdicts = {
+                g: await self.cache.group_read(principal, g, session) for g in _group_ids(key, req, version)
+            }
         except (ConnectionError, TimeoutError, OSError) as e:
             log.warning("kafka_authz_broker_lost", peer=self.peer, principal=principal, error=str(e))
             raise CloseConnection from e
+        return await self._group_verdicts(ctx, key, req, version, header, handler, verdicts)
+
+    async def _group_verdicts(
+        self,
+        ctx: EndpointContext,
+        key: int,
+        req: Any,
+        version: int,
+        header: Any,
+        handler: Handler,
+        verdicts: dict[str, bool],
+    ) -> Any:
         if all(verdicts.values()):
             return await handler(ctx, req, version, header)
         denied = sorted(g for g, ok in verdicts.items() if not ok)
@@ -435,6 +470,10 @@ class ConnectionGuard:
             )
             return make(cls, throttle_time=_zero(), topics=topics)
         return error_response(cls, code)
+
+
+def _group_ids(key: int, req: Any, version: int) -> list[str]:
+    return [str(g.group_id) for g in req.groups] if key == 9 and version >= 8 else [str(req.group_id)]
 
 
 _GROUP_API = {

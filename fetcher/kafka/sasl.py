@@ -28,9 +28,10 @@ import asyncio
 import contextlib
 import datetime
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 from kio.schema.errors import ErrorCode
@@ -55,6 +56,16 @@ SASL_VERSIONS = {SASL_HANDSHAKE_KEY: (1, 1), SASL_AUTHENTICATE_KEY: (0, 2)}
 _SCRAM = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 _STEPS = {"PLAIN": 1, "SCRAM-SHA-256": 2, "SCRAM-SHA-512": 2}
 _ZERO = datetime.timedelta(0)
+
+
+class LocalExchange(Protocol):
+    """One login against static users (standalone mode, :mod:`fetcher.kafka.local_auth`)."""
+
+    user: str | None
+
+    def step(self, token: bytes) -> tuple[str | None, bytes, bool]:
+        """(error message or None, server bytes, done)."""
+        ...
 
 
 class SaslProtocolError(RlmError):
@@ -146,8 +157,16 @@ def principal_of(mechanism: str, token: bytes) -> str | None:
 class SaslSession:
     """The SASL state of one client connection (relay mode)."""
 
-    def __init__(self, access: BrokerAccess, mechanisms: tuple[str, ...], peer: str) -> None:
+    def __init__(
+        self,
+        access: BrokerAccess | None,
+        mechanisms: tuple[str, ...],
+        peer: str,
+        local: Callable[[str], LocalExchange] | None = None,
+    ) -> None:
         self.access = access
+        self.local = local  # standalone mode: static users instead of the relay
+        self._exchange: LocalExchange | None = None
         self.mechanisms = mechanisms
         self.peer = peer
         self.state = _State.NEW
@@ -186,6 +205,11 @@ class SaslSession:
         if mechanism not in self.mechanisms:
             self._fail("unsupported_mechanism", mechanism=mechanism[:64])
             return make(cls, error_code=ErrorCode.unsupported_sasl_mechanism, mechanisms=self.mechanisms)
+        if self.local is not None:
+            self._exchange, self._mechanism, self._step = self.local(mechanism), mechanism, 0
+            self.state = _State.HANDSHAKEN
+            return make(cls, error_code=ErrorCode.none, mechanisms=self.mechanisms)
+        assert self.access is not None
         try:
             conn, broker = await self.access.connect()
         except ConnectionError as e:
@@ -213,6 +237,16 @@ class SaslSession:
         def answer(code: ErrorCode, message: str | None, data: bytes = b"", life: Any = _ZERO) -> Any:
             return make(cls, error_code=code, error_message=message, auth_bytes=data, session_lifetime=life)
 
+        if self._exchange is not None and self.state is _State.HANDSHAKEN:
+            err, data, done = self._exchange.step(bytes(req.auth_bytes))
+            if err is not None:
+                self._fail("login_refused", mechanism=self._mechanism)
+                return answer(ErrorCode.sasl_authentication_failed, err)
+            if not done:
+                return answer(ErrorCode.none, None, data)
+            user, self._exchange = self._exchange.user, None
+            assert user is not None
+            return self._finish(user, None, data, _ZERO, version, answer)
         if self.state is not _State.HANDSHAKEN or self._pending is None:
             self._fail("authenticate_before_handshake")
             return answer(ErrorCode.illegal_sasl_state, "SaslAuthenticate before SaslHandshake")
@@ -243,20 +277,30 @@ class SaslSession:
 
     def _complete(self, resp: Any, version: int, answer: Any) -> Any:
         assert self._pending is not None and self._pending_user is not None
-        principal = f"User:{self._pending_user}"
+        pending, self._pending = self._pending, None
+        return self._finish(
+            self._pending_user, pending, bytes(resp.auth_bytes), resp.session_lifetime, version, answer
+        )
+
+    def _finish(
+        self, user: str, session: BrokerSession | None, data: bytes, life: Any, version: int, answer: Any
+    ) -> Any:
+        principal = f"User:{user}"
         if self.principal is not None and principal != self.principal:
             log.warning(
                 "kafka_sasl_reauth_principal_changed", peer=self.peer, old=self.principal, new=principal
             )
+            if session is not None:
+                session.close()
             self._fail("principal_changed")
             raise CloseConnection
         reauth = self.principal is not None
         if self.session is not None:
             self.session.close()
-        self.session, self._pending = self._pending, None
+        self.session = session
         self.principal = principal
         self.state = _State.AUTHENTICATED
-        life_ms = int(resp.session_lifetime.total_seconds() * 1000)
+        life_ms = int(life.total_seconds() * 1000)
         self._expires = time.monotonic() + life_ms / 1000 if life_ms > 0 else None
         self._reauth_ok = version >= 1  # KIP-368: only clients that can read the lifetime re-auth
         log.info(
@@ -267,7 +311,7 @@ class SaslSession:
             reauthentication=reauth,
             session_lifetime_ms=life_ms,
         )
-        return answer(ErrorCode.none, None, bytes(resp.auth_bytes), resp.session_lifetime)
+        return answer(ErrorCode.none, None, data, life)
 
     def _fail(self, reason: str, **kw: Any) -> None:
         """Refuse: the error response goes out, any further request closes the connection."""

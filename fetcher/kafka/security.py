@@ -17,6 +17,7 @@ import structlog
 from fetcher.core import RemoteFetcher
 from fetcher.kafka.authz import AuthzCache, ConnectionGuard, PrincipalLimits
 from fetcher.kafka.broker_login import BrokerLogin
+from fetcher.kafka.local_auth import LocalUsers
 from fetcher.kafka.sasl import BrokerAccess
 from fetcher.tls import ReloadingServerContext
 from rlm.config import ListenerSecurity
@@ -34,10 +35,11 @@ class EndpointSecurity:
         self.cache = AuthzCache(sec.authz_cache_ms / 1000)
         self.limits = PrincipalLimits(sec.connections_per_principal, sec.read_bytes_per_second_per_principal)
         self.tls = ReloadingServerContext(sec) if sec.tls else None
-        if sec.sasl and access is None:
+        self.local: LocalUsers | None = LocalUsers(sec) if sec.sasl and sec.users else None
+        if sec.sasl and access is None and self.local is None:
             raise ConfigError(
                 "read.kafka_security: SASL is checked by the cluster (logins are relayed to a broker, "
-                "ACLs asked of it), so it needs bootstrap_servers"
+                "ACLs asked of it), so it needs bootstrap_servers, or (standalone) users and allow rules"
             )
         self._reloader: asyncio.Task[None] | None = None
 
@@ -45,7 +47,7 @@ class EndpointSecurity:
     def from_fetcher(cls, fetcher: RemoteFetcher) -> EndpointSecurity:
         sec = fetcher.read_config.kafka_security
         access = None
-        if sec.sasl and fetcher.broker is not None:
+        if sec.sasl and fetcher.broker is not None and not sec.users:
             login = BrokerLogin.from_client_config(fetcher.broker.client_config)
             access = BrokerAccess.from_client(fetcher.broker.bootstrap_servers, login)
         return cls(sec, access)
@@ -57,9 +59,8 @@ class EndpointSecurity:
     def guard(self, peer: str) -> ConnectionGuard | None:
         if not self.settings.sasl:
             return None
-        assert self.access is not None
         mechanisms = tuple(self.settings.sasl_enabled_mechanisms)
-        return ConnectionGuard(self.access, mechanisms, self.cache, peer, self.limits)
+        return ConnectionGuard(self.access, mechanisms, self.cache, peer, self.limits, self.local)
 
     def start(self) -> None:
         """Watch the certificate files (call on the listener's event loop)."""
