@@ -65,7 +65,12 @@ class HttpBrokerAuth:
             await self.app(scope, receive, send)
             return
         path = str(scope.get("path", ""))
-        who = await self._authenticate(scope)
+        try:
+            who = await self._authenticate(scope)
+        except Exception as e:  # no traceback: its frames hold the credentials
+            log.error("http_auth_failed", error_type=type(e).__name__)
+            await JSONResponse({"error": "unavailable", "message": "try again"}, 503)(scope, receive, send)
+            return
         if who is None:
             resp = JSONResponse({"error": "unauthorized", "message": "authentication required"}, 401)
             resp.headers["WWW-Authenticate"] = 'Basic realm="rlm"'

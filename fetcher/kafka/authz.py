@@ -206,7 +206,15 @@ class ConnectionGuard:
         if key == SASL_HANDSHAKE_KEY:
             return await self.sasl.handshake(req, version)
         if key == SASL_AUTHENTICATE_KEY:
-            resp = await self.sasl.authenticate(req, version)
+            try:
+                resp = await self.sasl.authenticate(req, version)
+            except CloseConnection:
+                raise
+            except Exception as e:
+                # never a traceback here: the frames hold the client's token (a PLAIN password), and
+                # a renderer that shows locals would print it
+                log.error("kafka_sasl_failed", peer=self.peer, error_type=type(e).__name__)
+                raise CloseConnection from None
             principal = self.sasl.principal
             if self.sasl.authenticated and principal is not None and self._counted is None:
                 if not self.limits.acquire(principal):

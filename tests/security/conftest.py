@@ -14,6 +14,8 @@ everything the endpoint serves below ``remote_end`` can only come from remote st
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,6 +40,7 @@ from confluent_kafka.admin import (
 from fetcher import RemoteFetcher
 from fetcher.kafka import EndpointThread, ListenerSettings
 from rlm.config import load_config
+from rlm.daemon.logging_setup import configure_logging
 from rlm.daemon.service import Daemon
 from rlm.log.partition import PartitionDir
 from tests.daemon.helpers import SEGMENT_BYTES, produce, wait_for
@@ -119,6 +122,14 @@ def _no_secret_in_output(capfd: pytest.CaptureFixture[str]) -> Iterator[None]:
     out, err = capfd.readouterr()
     for secret in SECRETS:
         assert secret not in out and secret not in err, f"a password appeared in the output: {secret[:3]}…"
+
+
+def rebind_logging() -> None:
+    """The daemon configured structlog to print to the ``sys.stderr`` of the moment, a capture
+    file pytest closes after the test: later log lines (from the endpoint's thread) would fail.
+    Bind it to the process's real stderr (still captured at the file-descriptor level)."""
+    with contextlib.redirect_stderr(sys.__stderr__):
+        configure_logging("console", "info")
 
 
 @dataclass
@@ -240,6 +251,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
             assert d.run_once() == 0
         finally:
             d.stop()
+        rebind_logging()
         keystore = issue(ca, tmp / "pki" / "endpoint.pem", "endpoint")
         cfg = _tier_config(
             kafka,

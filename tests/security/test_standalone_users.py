@@ -21,6 +21,7 @@ from rlm.log.records import Record, iter_records
 from rlm.types import KafkaUuid
 from tests.daemon.test_standalone import run_once, write_partition
 from tests.security.certs import issue, make_ca
+from tests.security.conftest import rebind_logging
 
 pytestmark = [pytest.mark.security]
 PW = {"alice": "alice-local-pw-31", "bob": "bob-local-pw-48"}
@@ -68,6 +69,7 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]
     cfg_file.write_text(yaml.safe_dump(doc))
     cfg = load_config(cfg_file)
     run_once(cfg)
+    rebind_logging()
     fetcher = RemoteFetcher.from_config(cfg)
     for topic in ("pub", "priv"):
         end = fetcher.plan(topic, 0).log_end
