@@ -360,3 +360,24 @@ def test_no_password_in_files_written(secured: Secured) -> None:
             for secret in SECRETS:
                 assert secret.encode() not in data, f"{f} holds a password"
     assert seen > 0
+
+
+def test_connection_setup_cost_is_reported(secured: Secured) -> None:
+    """Connection set-up (TCP + TLS + PLAIN login + one Metadata) through the endpoint vs straight
+    to the broker, same run: printed for docs/security.md, not asserted (shared CI machines)."""
+
+    def one(port: int) -> float:
+        t0 = time.perf_counter()
+        ctx = ssl.create_default_context(cafile=str(secured.ca.path))
+        raw = socket.create_connection(("127.0.0.1", port), timeout=_WAIT_S)
+        with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as s:
+            assert _plain_login(s, "bob", PASSWORDS["bob"]).error_code == ErrorCode.none
+            s.sendall(_frame(3, 12, 4, _metadata([secured.topics["A"]])))
+            assert _response(s, 3, 12).topics[0].error_code == ErrorCode.none
+        return time.perf_counter() - t0
+
+    broker_port = int(secured.kafka.bootstrap.rsplit(":", 1)[1])
+    one(secured.endpoint.port), one(broker_port)  # warm-up
+    endpoint = sorted(one(secured.endpoint.port) for _ in range(15))
+    broker = sorted(one(broker_port) for _ in range(15))
+    print(f"connection set-up median: endpoint {endpoint[7] * 1000:.1f} ms, broker {broker[7] * 1000:.1f} ms")
