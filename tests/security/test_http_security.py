@@ -123,3 +123,51 @@ def test_schemathesis_with_and_without_credentials(
             assert b.encode() not in r.content
 
     run()
+
+
+def test_https_mtls_and_certificate_rotation(secured: Secured) -> None:
+    """HTTPS with ssl.client.auth=required: no client certificate, no answer; a rotated server
+    certificate is served without a restart."""
+    import socket
+
+    from cryptography import x509
+
+    from tests.daemon.helpers import wait_for
+    from tests.security.certs import issue
+
+    pki = secured.tmp / "pki-http"
+    pki.mkdir(exist_ok=True)
+    keystore = issue(secured.ca, pki / "server.pem", "http-server")
+    client = issue(secured.ca, pki / "client.pem", "http-client", server=False)
+    sec = ListenerSecurity.model_validate(
+        {
+            "security.protocol": "SSL",
+            "ssl.keystore.location": str(keystore),
+            "ssl.truststore.location": str(secured.ca.path),
+            "ssl.client.auth": "required",
+            "ssl_reload_interval_ms": 100,
+        }
+    )
+    server = HttpApiServer(secured.fetcher, "127.0.0.1", 0, security=sec).start()
+    try:
+        url = f"https://127.0.0.1:{server.port}/health"
+        anonymous = ssl.create_default_context(cafile=str(secured.ca.path))
+        with pytest.raises((urllib.error.URLError, ssl.SSLError, ConnectionError)):
+            urllib.request.urlopen(url, context=anonymous, timeout=10).read()
+        with_cert = ssl.create_default_context(cafile=str(secured.ca.path))
+        with_cert.load_cert_chain(str(client))
+        with urllib.request.urlopen(url, context=with_cert, timeout=10) as r:
+            assert r.status == 200
+
+        def served_serial() -> int:
+            raw = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+            with with_cert.wrap_socket(raw, server_hostname="127.0.0.1") as s:
+                der = s.getpeercert(binary_form=True)
+                assert der is not None
+                return x509.load_der_x509_certificate(der).serial_number
+
+        issue(secured.ca, keystore, "http-server-rotated")
+        new = x509.load_pem_x509_certificate(keystore.read_bytes()).serial_number
+        wait_for("the rotated certificate is served", lambda: served_serial() == new, timeout=30)
+    finally:
+        server.stop()
