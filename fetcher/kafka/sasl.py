@@ -41,7 +41,6 @@ from kio.schema.sasl_handshake.v1 import request as hs_req
 from fetcher.kafka.broker_login import BrokerLogin
 from fetcher.kafka.codec import make, response_class
 from fetcher.kafka.forward import _BrokerConn, _host_port
-from rlm.errors import RlmError
 
 log = structlog.get_logger(__name__)
 
@@ -66,13 +65,6 @@ class LocalExchange(Protocol):
     def step(self, token: bytes) -> tuple[str | None, bytes, bool]:
         """(error message or None, server bytes, done)."""
         ...
-
-
-class SaslProtocolError(RlmError):
-    """A client broke the SASL sequence or sent a token that is not PLAIN/SCRAM; the connection
-    is closed after the error response (as Kafka does)."""
-
-    retriable = False
 
 
 class CloseConnection(Exception):
