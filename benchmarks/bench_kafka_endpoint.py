@@ -1,27 +1,34 @@
-"""Kafka-protocol endpoint benchmark: confluent-kafka consumers via the endpoint vs the broker (not a test).
+"""Kafka-protocol endpoint vs the broker, same records, rounds interleaved (not a test).
 
-Starts a real Kafka broker (KRaft, from the jars), produces ``--size-gb`` (default 1) of 1 KB
-records into a 4-partition topic (about 6 segments a partition, no compression), then in the same run:
+Starts a real Kafka broker (KRaft, from the jars) and SeaweedFS, produces ``--size-mb`` of 1 KB
+records into a 4-partition topic, tiers every rolled segment twice — into a local directory
+(``local`` plugin) and into SeaweedFS (``s3`` plugin), each with a file metadata store — and
+starts one ``rlm kafka-serve`` process per storage (merged mode off: every record comes from
+remote storage). The broker keeps its local copy, so it can be read in the same run.
 
-1. ``broker``: one confluent-kafka consumer reads all 4 partitions (the whole size) from the
-   broker; then 4 consumers read one partition each, at once (threads; librdkafka releases the
-   GIL while fetching);
-2. tiers every rolled segment with ``rlm run --once`` (``local`` plugin, the topic metadata
-   store, as beside a broker) and deletes the local history with
-   DeleteRecords up to the remote end;
-3. ``endpoint``: the same consumers read the same offset ranges through ``rlm kafka-serve``
-   (its own process, as deployed; merged mode off).
+Each round reads the tiered range of every partition with confluent-kafka through each target —
+``broker``, ``endpoint-local``, ``endpoint-s3`` — in turn, once with 1 consumer (all four
+partitions) and once with 4 consumers (one partition each, at once). Timing stops when the last
+record is in; then the records (partition, offset, key, value) are digested and must equal the
+broker's digest of that round, or the benchmark fails. A warm-up round is not counted.
 
-Reported: records/s and MB/s (key + value bytes) per run, and endpoint/broker ratios.
+Printed: every round's MB/s, and per target the median of the per-round ratios to the broker of
+the same round. Raw results go to ``docs/data/bench-kafka-endpoint.json`` (commit, date, machine,
+every round) unless ``--no-save``.
 
-    .venv/bin/python benchmarks/bench_kafka_endpoint.py --size-gb 1
+    .venv/bin/python benchmarks/bench_kafka_endpoint.py --size-mb 256 --rounds 3
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import hashlib
+import json
 import os
+import platform
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,28 +40,23 @@ from typing import Any
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
 MB = 1 << 20
 PARTITIONS = 4
 VALUE = 1000
+Read = tuple[int, int, float, str]  # records, bytes, seconds, digest
 
 
 def produce(bs: str, topic: str, total_bytes: int) -> None:
     from confluent_kafka import Producer
 
-    p = Producer(
-        {
-            "bootstrap.servers": bs,
-            "linger.ms": 20,
-            "batch.size": 1 << 20,
-            "acks": 1,
-            "queue.buffering.max.kbytes": 1 << 20,
-        }
-    )
-    value = b"x" * VALUE
+    p = Producer({"bootstrap.servers": bs, "linger.ms": 20, "batch.size": 1 << 20, "acks": 1,
+                  "queue.buffering.max.kbytes": 1 << 20})
     n = total_bytes // VALUE
     for i in range(n):
+        value = (b"%012d" % i) * (VALUE // 12) + b"x" * (VALUE % 12)  # distinct content per record
         while True:
             try:
                 p.produce(topic, key=b"%012d" % i, value=value, partition=i % PARTITIONS)
@@ -66,150 +68,201 @@ def produce(bs: str, topic: str, total_bytes: int) -> None:
     assert p.flush(120) == 0
 
 
-def consume(
-    bs: str, topic: str, partitions: list[int], ends: dict[int, int], out: dict[int, tuple[int, int, float]]
-) -> None:
-    """Read ``partitions`` from offset 0 up to their ``ends`` (exclusive); (records, bytes, seconds)."""
+def consume(bs: str, topic: str, partitions: list[int], ends: dict[int, int]) -> tuple[
+        dict[int, list[Any]], int, float]:
+    """Every record of ``partitions`` from 0 below ``ends``: (messages by partition, bytes, seconds)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer(
-        {
-            "bootstrap.servers": bs,
-            "group.id": f"bench-{uuid.uuid4().hex[:6]}",
-            "enable.auto.commit": False,
-            "fetch.max.bytes": 50 * MB,
-            "max.partition.fetch.bytes": 8 * MB,
-            "queued.max.messages.kbytes": 256 * 1024,
-        }
-    )
+    c = Consumer({"bootstrap.servers": bs, "group.id": f"bench-{uuid.uuid4().hex[:6]}",
+                  "enable.auto.commit": False, "fetch.max.bytes": 50 * MB,
+                  "max.partition.fetch.bytes": 8 * MB, "queued.max.messages.kbytes": 256 * 1024})
     c.assign([TopicPartition(topic, p, 0) for p in partitions])
-    n = size = 0
-    todo = set(partitions)
+    got: dict[int, list[Any]] = {p: [] for p in partitions}
+    size = 0
+    todo = {p for p in partitions if ends[p] > 0}
     t0 = time.perf_counter()
-    while todo:
+    deadline = time.monotonic() + 600
+    while todo and time.monotonic() < deadline:
         for m in c.consume(num_messages=10000, timeout=1.0):
-            if m.error():
+            if m.error() is not None:
+                raise RuntimeError(f"consumer error from {bs}: {m.error()}")
+            if m.offset() >= ends[m.partition()]:
                 continue
-            n += 1
+            got[m.partition()].append(m)
             size += len(m.value() or b"") + len(m.key() or b"")
-            if m.offset() >= ends[m.partition()] - 1:
+            if m.offset() == ends[m.partition()] - 1:
                 todo.discard(m.partition())
-    out[partitions[0]] = (n, size, time.perf_counter() - t0)
+    seconds = time.perf_counter() - t0
     c.close()
+    if todo:
+        raise RuntimeError(f"{bs}: partitions {sorted(todo)} did not reach their end in 600 s")
+    return got, size, seconds
 
 
-def run(label: str, bs: str, topic: str, ends: dict[int, int]) -> dict[str, tuple[float, float]]:
-    res: dict[str, tuple[float, float]] = {}
-    out: dict[int, tuple[int, int, float]] = {}
-    consume(bs, topic, list(range(PARTITIONS)), ends, out)  # one consumer, all of the history
-    n, size, s = out[0]
-    res["1 consumer"] = (n / s, size / MB / s)
-    out = {}
-    threads = [threading.Thread(target=consume, args=(bs, topic, [p], ends, out)) for p in range(PARTITIONS)]
+def digest(messages: dict[int, list[Any]]) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for p in sorted(messages):
+        for m in messages[p]:
+            h.update(b"%d:%d:" % (p, m.offset()))
+            h.update(m.key() or b"")
+            h.update(m.value() or b"")
+    return h.hexdigest()
+
+
+def one_round(bs: str, topic: str, ends: dict[int, int], consumers: int) -> Read:
+    if consumers == 1:
+        msgs, size, seconds = consume(bs, topic, list(range(PARTITIONS)), ends)
+        return sum(len(v) for v in msgs.values()), size, seconds, digest(msgs)
+    results: dict[int, Any] = {}
+    errors: list[BaseException] = []
+
+    def worker(p: int) -> None:
+        try:
+            results[p] = consume(bs, topic, [p], ends)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(p,)) for p in range(PARTITIONS)]
     t0 = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
-    n = sum(v[0] for v in out.values())
-    size = sum(v[1] for v in out.values())
-    res["4 consumers"] = (n / wall, size / MB / wall)
-    for k, (rps, mbs) in res.items():
-        print(f"{label:9s} {k:12s} {rps:12,.0f} rec/s {mbs:9.1f} MB/s", flush=True)
-    return res
+    if errors:
+        raise errors[0]
+    msgs = {p: r[0][p] for p, r in results.items()}
+    return sum(len(v) for v in msgs.values()), sum(r[1] for r in results.values()), wall, digest(msgs)
+
+
+def serve(tmp: Path, name: str, conf: dict[str, Any]) -> tuple[subprocess.Popen[str], str]:
+    (tmp / f"{name}.yaml").write_text(yaml.safe_dump(conf))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlm.cli", "kafka-serve", "--config", str(tmp / f"{name}.yaml"),
+         "--listener", "127.0.0.1:0"],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert proc.stdout is not None
+    line = next(ln for ln in proc.stdout if ln.startswith("kafka endpoint listening on "))
+    return proc, line.split()[-1]
+
+
+def git_commit() -> str:
+    res = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    return res.stdout.strip() or "unknown"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--size-gb", type=float, default=1.0)
+    ap.add_argument("--size-mb", type=int, default=256)
+    ap.add_argument("--rounds", type=int, default=3, help="counted rounds (after one warm-up)")
+    ap.add_argument("--storage", choices=("local", "s3", "both"), default="both")
+    ap.add_argument("--no-save", action="store_true", help="do not write docs/data/bench-kafka-endpoint.json")
     args = ap.parse_args()
 
-    from confluent_kafka import TopicPartition
-    from confluent_kafka.admin import AdminClient
-
-    from fetcher import RemoteFetcher
     from rlm.config import load_config
     from rlm.daemon.service import Daemon
-    from tests.daemon.helpers import create_topic, topic_rlmm
+    from tests.daemon.helpers import create_topic, s3_storage
     from tests.services.kafka import KafkaCluster
+    from tests.services.s3 import SeaweedFS
 
     cluster = KafkaCluster(nodes=1, name="bench-endpoint", heap="1g").start()
+    weed = SeaweedFS(name="bench-endpoint").start() if args.storage in ("s3", "both") else None
     tmp = Path(tempfile.mkdtemp(prefix="bench-endpoint-"))
+    procs: list[subprocess.Popen[str]] = []
     try:
         bs = cluster.bootstrap
         topic = "bench"
-        total = int(args.size_gb * (1 << 30))
-        segment = min(max(total // PARTITIONS // 6, MB), 256 * MB)  # ~5 rolled segments a partition
+        total = args.size_mb * MB
+        segment = min(max(total // PARTITIONS // 5, MB), 256 * MB)  # ~5 segments a partition
         create_topic(bs, topic, partitions=PARTITIONS, **{"segment.bytes": str(segment)})
         t0 = time.perf_counter()
         produce(bs, topic, total)
-        print(f"produced {args.size_gb} GB in {time.perf_counter() - t0:.1f} s", flush=True)
+        print(f"produced {args.size_mb} MB in {time.perf_counter() - t0:.1f} s", flush=True)
 
-        def cfg(work: str) -> Any:
-            return load_config(
-                None,
-                log_dirs=[str(cluster.log_dir)],
-                work_dir=str(tmp / work),
-                bootstrap_servers=bs,
-                storage={"plugin": "local", "config": {"root": str(tmp / "remote"), "fsync": False}},
-                metadata=topic_rlmm(bs, tmp / work),
-                topics=[{"pattern": topic, "remote.storage.enable": True}],
-                http={"enabled": False},
-            )
+        storages: dict[str, dict[str, Any]] = {}
+        if args.storage in ("local", "both"):
+            storages["local"] = {"plugin": "local", "config": {"root": str(tmp / "remote"), "fsync": False}}
+        if weed is not None:
+            storages["s3"] = s3_storage(weed, weed.create_bucket("bench"))
+        targets: dict[str, str] = {"broker": bs}
+        ends: dict[int, int] | None = None
+        for name, storage in storages.items():
+            conf: dict[str, Any] = {
+                "log_dirs": [str(cluster.log_dir)], "work_dir": str(tmp / f"daemon-{name}"),
+                "bootstrap_servers": bs, "storage": storage,
+                "metadata": {"manager": "file", "config": {"dir": str(tmp / f"metadata-{name}")}},
+                "topics": [{"pattern": topic, "remote.storage.enable": True, "retention.ms": -1}],
+                "http": {"enabled": False}, "log_level": "warning",
+            }
+            t0 = time.perf_counter()
+            d = Daemon(load_config(None, **conf), once=True).start()
+            assert d.run_once() == 0
+            d.stop()
+            print(f"tiered to {name} in {time.perf_counter() - t0:.1f} s", flush=True)
+            reader = {k: v for k, v in conf.items() if k not in ("log_dirs", "topics")}
+            reader.update(work_dir=str(tmp / f"serve-{name}"), read={"kafka_merged": False})
+            proc, address = serve(tmp, f"serve-{name}", reader)
+            procs.append(proc)
+            targets[f"endpoint-{name}"] = address
+            from fetcher import RemoteFetcher
 
-        t0 = time.perf_counter()
-        d = Daemon(cfg("daemon"), once=True).start()
-        assert d.run_once() == 0
-        d.stop()
-        print(f"tiered in {time.perf_counter() - t0:.1f} s", flush=True)
-        fetcher = RemoteFetcher.from_config(cfg("reader"))
-        deadline = time.monotonic() + 60
-        while topic not in fetcher.topics() and time.monotonic() < deadline:
-            time.sleep(0.5)
-        ends = {p: fetcher.plan(topic, p).log_end for p in range(PARTITIONS)}
-        print(f"remote ends {ends}", flush=True)
-        broker = run("broker", bs, topic, ends)
-        admin = AdminClient({"bootstrap.servers": bs})
-        for f in admin.delete_records([TopicPartition(topic, p, e) for p, e in ends.items()]).values():
-            f.result(60)
-        fetcher.close()
-        conf = {
-            "log_dirs": [str(cluster.log_dir)],
-            "work_dir": str(tmp / "serve"),
-            "bootstrap_servers": bs,
-            "storage": {"plugin": "local", "config": {"root": str(tmp / "remote")}},
-            "metadata": topic_rlmm(bs, tmp / "serve"),
-            "read": {"kafka_merged": False},
-            "log_level": "warning",
-        }
-        (tmp / "serve.yaml").write_text(yaml.safe_dump(conf))
-        serve = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "rlm.cli",
-                "kafka-serve",
-                "--config",
-                str(tmp / "serve.yaml"),
-                "--listener",
-                "127.0.0.1:0",
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        try:
-            assert serve.stdout is not None
-            line = next(ln for ln in serve.stdout if ln.startswith("kafka endpoint listening on "))
-            endpoint = run("endpoint", line.split()[-1], topic, ends)
-        finally:
-            serve.send_signal(signal.SIGTERM)
-            serve.wait(60)
-        for k in broker:
-            print(f"ratio     {k:12s} {endpoint[k][0] / broker[k][0]:.2f}x", flush=True)
+            with RemoteFetcher.from_config(load_config(None, **reader)) as f:
+                got = {p: f.plan(topic, p).log_end for p in range(PARTITIONS)}
+            ends = got if ends is None else {p: min(ends[p], got[p]) for p in got}
+        assert ends is not None and all(e > 0 for e in ends.values()), ends
+        print(f"tiered range per partition: {ends}", flush=True)
+
+        rounds: list[dict[str, Any]] = []
+        for r in range(args.rounds + 1):
+            for consumers in (1, 4):
+                row: dict[str, Any] = {"round": r, "warmup": r == 0, "consumers": consumers, "targets": {}}
+                for name, address in targets.items():  # interleaved: broker, endpoint-local, endpoint-s3
+                    n, size, seconds, dig = one_round(address, topic, ends, consumers)
+                    row["targets"][name] = {"records": n, "bytes": size, "seconds": seconds, "digest": dig,
+                                            "mb_per_s": size / MB / seconds}
+                want = row["targets"]["broker"]["digest"]
+                bad = {k: v["digest"] for k, v in row["targets"].items() if v["digest"] != want}
+                if bad:
+                    raise SystemExit(f"round {r}, {consumers} consumer(s): answers differ from the broker's "
+                                     f"{want}: {bad}")
+                rounds.append(row)
+                print(f"round {r}{' (warm-up)' if r == 0 else ''} {consumers} consumer(s): " + "  ".join(
+                    f"{k} {v['mb_per_s']:.1f} MB/s" for k, v in row["targets"].items()), flush=True)
+
+        summary: dict[str, dict[str, float]] = {}
+        print("\nmedian of per-round ratios to the broker (goal >= 1.0):")
+        for consumers in (1, 4):
+            counted = [r for r in rounds if not r["warmup"] and r["consumers"] == consumers]
+            for name in targets:
+                if name == "broker":
+                    continue
+                ratios = [r["targets"][name]["mb_per_s"] / r["targets"]["broker"]["mb_per_s"]
+                          for r in counted]
+                med = statistics.median(ratios)
+                summary.setdefault(name, {})[f"{consumers} consumer(s)"] = med
+                print(f"  {name:15s} {consumers} consumer(s): {med:.2f}x  (rounds: "
+                      f"{', '.join(f'{x:.2f}' for x in ratios)})  {'met' if med >= 1.0 else 'NOT met'}")
+        if not args.no_save:
+            out = ROOT / "docs" / "data" / "bench-kafka-endpoint.json"
+            out.write_text(json.dumps({
+                "benchmark": "bench_kafka_endpoint", "commit": git_commit(),
+                "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+                "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                            "python": platform.python_version()},
+                "size_mb": args.size_mb, "partitions": PARTITIONS, "ends": ends,
+                "median_ratio_to_broker": summary, "rounds": rounds,
+            }, indent=1) + "\n")
+            print(f"raw results: {out.relative_to(ROOT)}")
     finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
         cluster.stop()
+        if weed is not None:
+            weed.stop()
         import shutil
 
         shutil.rmtree(tmp, ignore_errors=True)

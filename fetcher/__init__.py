@@ -8,6 +8,7 @@ CLI, the HTTP API, the Kafka-protocol endpoint and the Spark source are faces of
 
 from fetcher.core import OffsetAnswer, RemoteFetcher
 from fetcher.fetch import AbortedTransaction, FetchResult, IsolationLevel
+from fetcher.frontier import Frontier, FrontierSource
 from fetcher.log_start import LogStart
 from fetcher.planning import PartitionPlan, PlannedSegment, plan_partition
 from fetcher.scan import ScanRange
@@ -20,6 +21,8 @@ __all__ = [
     "AbortedTransaction",
     "CommittedBound",
     "FetchResult",
+    "Frontier",
+    "FrontierSource",
     "IsolationLevel",
     "LogStart",
     "OffsetAnswer",

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import structlog
 
 from fetcher.broker import BrokerOffsets
 from fetcher.fetch import FetchRequest, FetchResult, IsolationLevel, fetch_from_plan
-from fetcher.frontier import LogDirFrontier
+from fetcher.frontier import FrontierSource, LogDirFrontier
 from fetcher.index_cache import DIR_NAME, RemoteIndexCache
 from fetcher.log_start import LogStart, LogStartSources, bounded_plan
 from fetcher.planning import PartitionPlan, plan_partition
@@ -34,6 +34,8 @@ from rlm.log.txn_index import AbortedTxn
 from rlm.types import RemoteLogSegmentState, TopicIdPartition
 from rlmm.api import RemoteLogMetadataManager
 from rsm_plugins.api import RemoteStorageManager
+
+T = TypeVar("T")
 
 log = structlog.get_logger(__name__)
 
@@ -60,7 +62,16 @@ class OffsetAnswer:
 
 
 class RemoteFetcher:
-    """Historical reads of tiered partitions. Thread-safe; close it (or use ``with``)."""
+    """Historical reads of tiered partitions. Thread-safe; close it (or use ``with``).
+
+    This class is the read core's public surface: every face (CLI, HTTP, the Kafka endpoint,
+    Spark, ``rlm demo``/``backfill``) calls its methods and reads only ``read_config``,
+    ``work_dir`` and ``broker`` (the broker's offsets, :class:`fetcher.broker.BrokerOffsets`, or
+    ``None``). ``rsm``, ``rlmm``, ``reader``, ``indexes``, ``pool``, ``stable`` and
+    ``log_starts`` are the core's own parts: faces never choose segments, walk indexes or run
+    work on the reader pool through them (:meth:`run_bounded`, :meth:`counters` and
+    :attr:`read_capacity` are what they need).
+    """
 
     def __init__(self, rsm: RemoteStorageManager, rlmm: RemoteLogMetadataManager, *, work_dir: Path,
                  read: ReadConfig | None = None, index_cache_bytes: int = 1 << 30,
@@ -89,6 +100,8 @@ class RemoteFetcher:
                                           refresh_s=rc.log_start_refresh_ms / 1000)
         self.pool = ReaderPool(rc.reader_threads, rc.reader_max_pending_tasks, rc.fetch_max_wait_ms)
         self._plans: dict[TopicIdPartition, tuple[float, PartitionPlan]] = {}
+        #: the segments of each partition's last chain, to drop cache entries of those that leave it
+        self._chained: dict[TopicIdPartition, dict[Any, Any]] = {}
         self._catalog_cache: tuple[float, dict[str, list[TopicIdPartition]],
                                    dict[tuple[str, int], TopicIdPartition]] | None = None
         self._lock = threading.Lock()
@@ -117,6 +130,36 @@ class RemoteFetcher:
             rlmm.close()
             rsm.close()
             raise
+
+    @property
+    def read_capacity(self) -> int:
+        """How many reads the reader pool takes at once (threads plus queue slots): a face limits
+        its own worker threads a little above it, so a burst is refused by the pool, not queued."""
+        return self.pool.threads + self.pool.max_pending
+
+    def run_bounded(self, fn: Callable[[], T], timeout_ms: int | None = None, what: str = "read") -> T:
+        """Run ``fn`` (a blocking read, e.g. pulling a :meth:`scan` iterator) on the reader pool:
+        bounded like every other remote read (``ReaderPoolFullError`` when full, a timeout error
+        after ``timeout_ms``, by default ``remote.fetch.max.wait.ms``)."""
+        return self.pool.run(fn, timeout_ms, what)
+
+    def add_frontier_source(self, source: FrontierSource) -> None:
+        """Let ``source`` decide transactions open at the remote end when the broker's log dir
+        cannot (not configured here, or a copy gap): the Kafka endpoint in merged mode adds one
+        that asks the broker, so read_committed reads go on to the partition's LSO."""
+        self.stable.add_source(source)
+
+    def remove_frontier_source(self, source: FrontierSource) -> None:
+        self.stable.remove_source(source)
+
+    def counters(self) -> dict[str, int]:
+        """The core's counters for metrics: remote traffic, chunk and index caches, reader pool."""
+        out = self.stats.snapshot()
+        out.update(index_cache_hits=self.indexes.hits, index_cache_misses=self.indexes.misses,
+                   index_cache_bytes=self.indexes.total_bytes, pool_rejected=self.pool.rejected,
+                   pool_timeouts=self.pool.timeouts, pool_in_use=self.pool.in_use,
+                   pool_capacity=self.read_capacity)
+        return out
 
     def close(self) -> None:
         with self._lock:
@@ -206,8 +249,15 @@ class RemoteFetcher:
                 return cached[1]
         raw = plan_partition(tp, self.rlmm.list_remote_log_segments(tp))
         plan = bounded_plan(raw, self.log_starts.get(raw).offset)
+        current = {link.metadata.remote_log_segment_id: link.metadata for link in raw.segments}
         with self._lock:
             self._plans[tp] = (now, plan)
+            before = self._chained.get(tp, {})
+            self._chained[tp] = current
+        for sid, md in before.items():  # left the chain (deleted): its cached indexes and chunks go
+            if sid not in current:
+                self.indexes.invalidate(md)
+                self.reader.forget(md)
         return plan
 
     def log_start(self, topic: str | TopicIdPartition, partition: int | None = None) -> LogStart:
@@ -269,6 +319,30 @@ class RemoteFetcher:
         if self.broker is not None:
             return self._broker_answer(topic, partition, timestamp)
         return None
+
+    def list_offset(self, topic: str, partition: int, timestamp: int, *,
+                    isolation: IsolationLevel | str = IsolationLevel.READ_UNCOMMITTED,
+                    remote_only: bool = False) -> OffsetAnswer | None:
+        """Kafka's ListOffsets for one partition, answered in one place for every face.
+
+        ``EARLIEST_TIMESTAMP`` is the partition's log start. ``LATEST_TIMESTAMP`` is the end of
+        what the reader serves: with ``remote_only`` (or no broker) the remote end — for
+        read_committed the read_committed bound (:meth:`committed_bound`) — otherwise the
+        broker's answer. Other negative specs (e.g. max-timestamp) have no remote answer
+        (``None``); a timestamp is :meth:`offset_for_timestamp`'s answer.
+        """
+        if timestamp == EARLIEST_TIMESTAMP:
+            return self.offset_for_timestamp(topic, partition, timestamp)
+        if timestamp == LATEST_TIMESTAMP:
+            if remote_only or self.broker is None:
+                plan = self.plan(topic, partition)
+                end = (self.last_stable_offset(topic, partition)
+                       if IsolationLevel.parse(isolation) is IsolationLevel.READ_COMMITTED else plan.log_end)
+                return OffsetAnswer(end, -1, max(plan.latest_epoch, -1), "remote")
+            return self._broker_answer(topic, partition, timestamp)
+        if timestamp < 0:
+            return None
+        return self.offset_for_timestamp(topic, partition, timestamp)
 
     def _broker_answer(self, topic: str, partition: int, timestamp: int) -> OffsetAnswer | None:
         assert self.broker is not None

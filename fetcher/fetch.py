@@ -12,6 +12,7 @@ this and later segments up to the offset index's upper bound, collected as Kafka
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from fetcher.batches import Located, describe, walk
@@ -20,7 +21,7 @@ from fetcher.planning import PartitionPlan, PlannedSegment
 from fetcher.reader import SegmentReader
 from fetcher.transactions import collect_aborted_txns
 from rlm.errors import RemoteSegmentIncompleteError
-from rlm.log.records import BatchHeader
+from rlm.log.records import BatchHeader, Record, iter_records
 from rlm.log.txn_index import AbortedTxn
 from rlm.types import TopicIdPartition
 
@@ -73,6 +74,17 @@ class FetchResult:
     @property
     def empty(self) -> bool:
         return not self.records
+
+    def data_records(self, start_offset: int | None = None) -> Iterator[tuple[BatchHeader, Record]]:
+        """The data records a consumer sees in this result, in order: those at or after
+        ``start_offset`` (default: the fetch offset; the first batch may begin before it), control
+        records left out. Every face that prints records walks them here (one batch walker);
+        a corrupt batch raises the log reader's typed error naming partition and offset."""
+        first = self.fetch_offset if start_offset is None else start_offset
+        where = f"{self.tp.topic}-{self.tp.partition}@{self.fetch_offset}"
+        for h, rec in iter_records(self.records, path=where):
+            if isinstance(rec, Record) and rec.offset >= first:
+                yield h, rec
 
 
 @dataclass(frozen=True, slots=True)

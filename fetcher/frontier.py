@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import structlog
 
@@ -46,6 +47,16 @@ class Frontier:
     aborted: tuple[AbortedTxn, ...]
     """Aborted transactions with data at or below the remote end and their marker after it."""
     source: str
+
+
+class FrontierSource(Protocol):
+    """Anything that can tell the outcome of the transactions open at the remote end: the broker's
+    log dir (:class:`LogDirFrontier`), or a face that talks to the broker (the Kafka endpoint in
+    merged mode asks the broker with a read_committed Fetch)."""
+
+    def frontier(self, tp: TopicIdPartition, remote_end: int) -> Frontier | None:
+        """Facts for a remote tier ending at ``remote_end`` (inclusive), or ``None`` if unknown."""
+        ...
 
 
 class LogDirFrontier:

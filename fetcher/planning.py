@@ -99,6 +99,21 @@ class PartitionPlan:
         i = bisect.bisect_right(starts, offset) - 1
         return self.lineage[i][0] if i >= 0 else -1
 
+    def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int]:
+        """Kafka's OffsetForLeaderEpoch answer over the remote lineage (``LeaderEpochFileCache.
+        endOffsetFor``): ``(epoch, end offset)`` — the latest epoch ends at the log end; an older
+        one at the next higher epoch's start, reported as the largest epoch at or below it (or
+        itself when it is older than every epoch); newer than every epoch: ``(-1, -1)``."""
+        if not self.lineage:
+            return -1, -1
+        if leader_epoch == self.latest_epoch:
+            return leader_epoch, self.log_end
+        higher = next(((e, s) for e, s in self.lineage if e > leader_epoch), None)
+        if higher is None:
+            return -1, -1
+        floor = [e for e, _s in self.lineage if e <= leader_epoch]
+        return (floor[-1] if floor else leader_epoch), higher[1]
+
     def check_leader_epoch(self, leader_epoch: int | None, offset: int) -> None:
         """Refuse a read whose ``leader_epoch`` ended before ``offset`` (fenced), or is unknown.
 

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fetcher.frontier import LogDirFrontier
+from fetcher.frontier import FrontierSource
 from fetcher.index_cache import RemoteIndexCache
 from fetcher.planning import PartitionPlan, PlannedSegment
 from rlm.errors import RemoteResourceNotFoundError, RemoteStorageIntegrityError
@@ -65,9 +65,9 @@ class StableOffsets:
     """Remote LSO per partition, from the last segment's producer snapshot (cached by segment),
     and the read_committed bound with the frontier's facts when a source knows them."""
 
-    def __init__(self, rsm: RemoteStorageManager, frontier: LogDirFrontier | None = None) -> None:
+    def __init__(self, rsm: RemoteStorageManager, frontier: FrontierSource | None = None) -> None:
         self._rsm = rsm
-        self._frontier = frontier
+        self._sources: list[FrontierSource] = [frontier] if frontier is not None else []
         self._lock = threading.Lock()
         self._by_segment: dict[str, int] = {}
 
@@ -77,11 +77,22 @@ class StableOffsets:
         remote_lso = self.last_stable_offset(plan)
         if remote_lso >= plan.log_end:
             return CommittedBound(plan.log_end, (), False)
-        found = self._frontier.frontier(plan.tp, plan.log_end - 1) if self._frontier is not None else None
+        found = None
+        for source in list(self._sources):  # the log dir first (no round trip), then the broker
+            found = source.frontier(plan.tp, plan.log_end - 1)
+            if found is not None:
+                break
         if found is None:
             return CommittedBound(remote_lso, (), True)
         return CommittedBound(max(remote_lso, min(plan.log_end, found.last_stable_offset)),
                               found.aborted, False)
+
+    def add_source(self, source: FrontierSource) -> None:
+        self._sources.append(source)
+
+    def remove_source(self, source: FrontierSource) -> None:
+        if source in self._sources:
+            self._sources.remove(source)
 
     def last_stable_offset(self, plan: PartitionPlan) -> int:
         if not plan.segments:

@@ -32,6 +32,7 @@ COMMAND_MODULES = (
     "rlm.commands.kafka_serve",
     "rlm.commands.backfill",
     "rlm.commands.verify",
+    "rlm.commands.restore",
 )
 DISTRIBUTION = "kafka-rlm-sidecar"
 

@@ -157,7 +157,9 @@ class StorageConfig(_Strict):
     plugin: str = Field(
         "local",
         json_schema_extra=_kafka("remote.log.storage.manager.class.name"),
-        description="Built-in name (local, s3, fsspec), entry-point name or 'module:Class'.",
+        description="Built-in name (local, s3, fsspec, aiven), entry-point name or 'module:Class' "
+        "(Kafka's LocalTieredStorage and Aiven's io.aiven.kafka.tieredstorage.RemoteStorageManager "
+        "class names are accepted; aiven is read-only).",
     )
     config: SecretAwareBlock = Field(
         default_factory=dict,
@@ -404,6 +406,19 @@ class ReadConfig(_Strict):
         16 * 1024 * 1024, ge=1024, json_schema_extra=_kafka("max.partition.fetch.bytes"),
         description="Kafka-protocol endpoint: a Fetch's partition_max_bytes is capped at this, so one "
         "request cannot read a whole segment from remote storage; the first batch is still returned whole.",
+    )
+    kafka_group_initial_rebalance_delay_ms: int = Field(
+        3000, ge=0, le=300_000, json_schema_extra=_kafka("group.initial.rebalance.delay.ms"),
+        description="Kafka-protocol endpoint: how long a new (empty) consumer group waits for more "
+        "members before its first rebalance completes (the broker's setting, same default).",
+    )
+    kafka_peers: list[str] = Field(
+        default_factory=list,
+        description="Kafka-protocol endpoint: the advertised host:port of every endpoint process "
+        "serving the same remote tier behind one address (e.g. the pods of a StatefulSet), the same "
+        "list in the same order in each; `kafka_node_id` is this process's index in it. Each consumer "
+        "group is coordinated by one of them (by a hash of its id), as a broker cluster does. Empty: "
+        "this process coordinates every group.",
     )
     kafka_security: ListenerSecurity = Field(
         default_factory=ListenerSecurity,  # type: ignore[arg-type]

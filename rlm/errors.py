@@ -103,6 +103,34 @@ class RemoteRangeError(RemoteStorageError):
     """A byte range asked of a remote object is invalid (negative, reversed, or starts past its end)."""
 
 
+class RemoteObjectFormatError(RemoteStorageIntegrityError):
+    """A remote object written by another tiered-storage implementation cannot be understood: a
+    manifest of an unknown version, a chunk index whose sizes disagree with the object, a chunk
+    that does not decompress to its size. Never retriable: the bytes will not change."""
+
+
+class ChunkIntegrityError(RemoteStorageIntegrityError):
+    """An encrypted chunk failed authentication (AES-GCM tag) or is too short to hold one: the
+    object was altered or the wrong data key was used. Names the object and the chunk so an
+    operator can find the damaged bytes."""
+
+    def __init__(self, message: str, *, object_key: str = "", chunk: int = -1) -> None:
+        super().__init__(message)
+        self.object_key = object_key
+        self.chunk = chunk
+
+
+class DataKeyError(RemoteStorageError):
+    """A segment's wrapped data key cannot be unwrapped: its key-pair id is not configured, or the
+    configured private key is not the one it was wrapped with. Configuration, not data: fixing
+    the key ring fixes the read, so it is not retriable by itself."""
+
+
+class ReadOnlyStorageError(RemoteStorageError):
+    """A write (copy, delete, log-start publication) was asked of a read-only storage layout,
+    such as the objects a broker's own tiered storage owns."""
+
+
 # ---- remote log metadata (rlmm) --------------------------------------------------------------
 class RemoteLogMetadataError(RlmError):
     """A metadata manager operation failed."""

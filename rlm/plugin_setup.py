@@ -60,9 +60,20 @@ def rlmm_settings(config: DaemonConfig, node_id: int, *, read_only: bool = False
                 if COMMON_CLIENT_PREFIX + key not in given:
                     cfg[COMMON_CLIENT_PREFIX + key] = value
         cfg.setdefault("log.dir", str(config.work_dir / ("rlmm-reader" if read_only else "rlmm")))
+        if read_only and _read_only_storage(config):
+            # reading a broker's own tiered storage: its metadata topic is only ever consumed
+            cfg.setdefault("remote.log.metadata.topic.create", False)
         cfg.setdefault("remote.log.metadata.consume.wait.ms", config.metadata_request_timeout_ms)
     cfg.setdefault("broker.id", node_id)
     return cfg
+
+
+def _read_only_storage(config: DaemonConfig) -> bool:
+    """Whether the storage plugin only reads a layout another system owns (``aiven``)."""
+    try:
+        return bool(rsm_plugins.loading.resolve(config.storage.plugin).read_only)
+    except Exception:  # an unloadable plugin fails with its own message when it is loaded
+        return False
 
 
 def load_rlmm(config: DaemonConfig, node_id: int, *, read_only: bool = False) -> RemoteLogMetadataManager:

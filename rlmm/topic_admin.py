@@ -81,6 +81,11 @@ def ensure_metadata_topic(cfg: TopicRlmmConfig, admin: AdminClient | None = None
 
 def _ensure_once(cfg: TopicRlmmConfig, admin: AdminClient, *, timeout: float) -> int:
     existing = _existing_partitions(admin, cfg.topic_name, timeout)
+    if existing is None and not cfg.create_topic:
+        raise ConfigError(
+            f"metadata topic {cfg.topic_name!r} does not exist at {cfg.bootstrap_servers} and "
+            "remote.log.metadata.topic.create is false (a reader of a broker's own tiered storage "
+            "never creates it): check the bootstrap servers and the topic name")
     if existing is None:
         rf = cfg.replication_factor or min(3, _broker_count(admin, timeout))
         new = NewTopic(cfg.topic_name, num_partitions=cfg.num_partitions, replication_factor=rf,

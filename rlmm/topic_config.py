@@ -45,6 +45,7 @@ CONSUME_WAIT_MS = "remote.log.metadata.consume.wait.ms"
 INIT_RETRY_MAX_TIMEOUT_MS = "remote.log.metadata.initialization.retry.max.timeout.ms"
 INIT_RETRY_INTERVAL_MS = "remote.log.metadata.initialization.retry.interval.ms"
 SNAPSHOT_INTERVAL_MS = "remote.log.metadata.snapshot.interval.ms"  # our addition
+CREATE_TOPIC = "remote.log.metadata.topic.create"  # our addition: false = never create it
 BOOTSTRAP_SERVERS = "bootstrap.servers"  # shortcut for remote.log.metadata.common.client.bootstrap.servers
 BROKER_ID = "broker.id"
 LOG_DIR = "log.dir"
@@ -56,7 +57,7 @@ _JAVA_ONLY = frozenset({
 })
 
 _KNOWN = frozenset({TOPIC_NAME, NUM_PARTITIONS, REPLICATION_FACTOR, RETENTION_MS, CONSUME_WAIT_MS,
-                    INIT_RETRY_MAX_TIMEOUT_MS, INIT_RETRY_INTERVAL_MS, SNAPSHOT_INTERVAL_MS})
+                    INIT_RETRY_MAX_TIMEOUT_MS, INIT_RETRY_INTERVAL_MS, SNAPSHOT_INTERVAL_MS, CREATE_TOPIC})
 
 
 class TopicRlmmConfig(BaseModel):
@@ -77,6 +78,7 @@ class TopicRlmmConfig(BaseModel):
     init_retry_interval_ms: int = Field(
         100, alias="remote.log.metadata.initialization.retry.interval.ms", ge=0)
     snapshot_interval_ms: int = Field(60_000, alias="remote.log.metadata.snapshot.interval.ms", ge=0)
+    create_topic: bool = Field(True, alias="remote.log.metadata.topic.create")
     broker_id: int = Field(alias="broker.id")
     log_dir: Path = Field(alias="log.dir")
     common_client: ClientProps = Field(default_factory=dict)

@@ -19,8 +19,12 @@ from typing import Any, BinaryIO, ClassVar, Generic
 from typing_extensions import TypeVar
 
 from rlm.errors import (
+    ChunkIntegrityError,
     ConfigError,
+    DataKeyError,
     PluginLoadError,
+    ReadOnlyStorageError,
+    RemoteObjectFormatError,
     RemoteRangeError,
     RemoteResourceNotFoundError,
     RemoteStorageError,
@@ -43,15 +47,19 @@ from .listing import StoredObject
 from .streams import check_range
 
 __all__ = [
+    "ChunkIntegrityError",
     "ConfigError",
+    "DataKeyError",
     "IndexType",
     "KafkaUuid",
     "LogSegmentData",
     "PluginConfig",
     "PluginLoadError",
+    "ReadOnlyStorageError",
     "RemoteLogSegmentId",
     "RemoteLogSegmentMetadata",
     "RemoteLogSegmentState",
+    "RemoteObjectFormatError",
     "RemoteRangeError",
     "RemoteResourceNotFoundError",
     "RemoteStorageError",
@@ -92,6 +100,9 @@ class RemoteStorageManager(ABC, Generic[C]):
     config_model: ClassVar[type[PluginConfig]] = PluginConfig
     #: Attributes not pickled: cached clients, pools, locks (``__init__`` re-creates them).
     transient_attributes: ClassVar[frozenset[str]] = frozenset()
+    #: A layout this plugin only reads (storage a broker's own tiered storage owns): ``rlm run``
+    #: refuses to start on it, and copy/delete raise :class:`ReadOnlyStorageError`.
+    read_only: ClassVar[bool] = False
 
     _config: C | None = None
 
@@ -175,6 +186,34 @@ class RemoteStorageManager(ABC, Generic[C]):
         Raises :class:`RemoteStorageError` when the store cannot be listed."""
         return None
 
+    # ---- optional: objects by key (layouts written by other plugins, see rsm_plugins.aiven) ----
+    def open_object(self, key: str, start: int = 0, end: int | None = None) -> BinaryIO:
+        """Stream bytes ``start..end`` (both **inclusive**, ``None`` = to the end) of the object at
+        ``key``, a ``/``-separated name relative to the plugin's root (directory, bucket + prefix,
+        URL). This is how a storage layout that this plugin did not write (Aiven's) is read over
+        the plugin's storage, client and credentials. Range rules as :meth:`fetch_log_segment`;
+        a missing object raises :class:`RemoteResourceNotFoundError`. The default cannot: it
+        raises :class:`RemoteStorageError`."""
+        raise RemoteStorageError(f"the {self.display_name} storage plugin cannot read objects by key")
+
+    def object_size(self, key: str) -> int:
+        """The size of the object at ``key`` (see :meth:`open_object`);
+        :class:`RemoteResourceNotFoundError` when it does not exist."""
+        raise RemoteStorageError(f"the {self.display_name} storage plugin cannot read objects by key")
+
+    def list_objects(self, prefix: str) -> list[StoredObject] | None:
+        """The objects directly under ``prefix`` (a key ending in ``/``, see :meth:`open_object`),
+        keys relative to the plugin's root, or ``None`` when the plugin cannot list (the default).
+        A prefix with nothing under it is an empty list. Raises :class:`RemoteStorageError`."""
+        return None
+
+    def verify_segment(self, metadata: RemoteLogSegmentMetadata) -> list[str]:
+        """Layout checks of one finished segment beyond its whole-file reads, for ``rlm verify``:
+        each string describes one inconsistency (a layout's manifest against its objects). The
+        default has none to make. Raises :class:`RemoteStorageError` when the segment cannot be
+        examined (a missing object is :class:`RemoteResourceNotFoundError`)."""
+        return []
+
     # ---- optional: the published log start offset (see rsm_plugins.log_start) ----------------
     def write_log_start_offset(self, tp: TopicIdPartition, log_start_offset: int) -> bool:
         """Store the partition's log start offset (``DeleteRecords`` and remote-retention bound)
@@ -192,6 +231,27 @@ class RemoteStorageManager(ABC, Generic[C]):
     def delete_log_start_offset(self, tp: TopicIdPartition) -> None:
         """Remove the stored value (the partition was deleted). Idempotent; the default does
         nothing. Raises :class:`RemoteStorageError`."""
+
+    # ---- optional: self-describing segments (see rsm_plugins.descriptor) ----------------------
+    def write_segment_descriptor(self, metadata: RemoteLogSegmentMetadata, data: bytes) -> bool:
+        """Store the segment's descriptor (its own metadata, :mod:`rsm_plugins.descriptor`) beside
+        its files, atomically; called after :meth:`copy_log_segment_data` and before the segment
+        is COPY_SEGMENT_FINISHED. Idempotent (overwrites). Returns ``False`` when the plugin cannot
+        store one (the default): ``rlm metadata rebuild`` then rebuilds the segment's metadata from
+        its files. Raises :class:`RemoteStorageError`."""
+        return False
+
+    def read_segment_descriptor(self, metadata: RemoteLogSegmentMetadata) -> bytes | None:
+        """The bytes stored by :meth:`write_segment_descriptor` (located by the segment id, start
+        offset and partition of ``metadata``), ``None`` when there is none or the plugin cannot
+        store one (the default). Raises :class:`RemoteStorageError`."""
+        return None
+
+    def list_partitions(self) -> list[TopicIdPartition] | None:
+        """Every partition with objects in the store (from the directory or prefix names alone),
+        ``None`` when the plugin cannot list (the default): ``rlm metadata rebuild`` needs it.
+        Raises :class:`RemoteStorageError` when the store cannot be listed."""
+        return None
 
     def open_source(self, path: Path) -> BinaryIO:
         """Open one local file of a :class:`LogSegmentData` for reading.

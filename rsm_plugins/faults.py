@@ -21,10 +21,10 @@ from typing import Any, BinaryIO
 
 from rlm.types import IndexType, LogSegmentData, RemoteLogSegmentMetadata, TopicIdPartition
 
-from .api import RemoteStorageManager
+from .api import RemoteStorageManager, StoredObject
 from .layout import SegmentFileType
 
-OPERATIONS = ("copy", "fetch_log_segment", "fetch_index", "delete")
+OPERATIONS = ("copy", "fetch_log_segment", "fetch_index", "delete", "write_descriptor")
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +235,25 @@ class FaultInjectingRSM(RemoteStorageManager):
             raise
         self._record("delete", metadata, None)
 
+
+    def write_segment_descriptor(self, metadata: RemoteLogSegmentMetadata, data: bytes) -> bool:
+        self._before("write_descriptor", metadata)
+        try:
+            out = self.inner.write_segment_descriptor(metadata, data)
+        except BaseException as e:
+            self._record("write_descriptor", metadata, e)
+            raise
+        self._record("write_descriptor", metadata, None)
+        return out
+
+    def read_segment_descriptor(self, metadata: RemoteLogSegmentMetadata) -> bytes | None:
+        return self.inner.read_segment_descriptor(metadata)
+
+    def list_partitions(self) -> list[TopicIdPartition] | None:
+        return self.inner.list_partitions()
+
+    def list_segment_objects(self, tp: TopicIdPartition) -> list[StoredObject] | None:
+        return self.inner.list_segment_objects(tp)
 
     def write_log_start_offset(self, tp: TopicIdPartition, log_start_offset: int) -> bool:
         return self.inner.write_log_start_offset(tp, log_start_offset)  # passed through, no faults

@@ -15,7 +15,7 @@ import contextlib
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, BinaryIO
 
@@ -57,6 +57,9 @@ class FsspecConfig(PluginConfig):
     )
     atomic_rename: bool | None = Field(None, description="Write temp name + rename; default by protocol.")
     read_block_size: int = Field(8 << 20, ge=1 << 16, description="Read-ahead block of fsspec files.")
+    create_root: bool = Field(
+        True, description="Create a missing root; false = a missing root is a configuration error."
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -101,6 +104,18 @@ class FsspecRemoteStorageManager(RemoteStorageManager[FsspecConfig]):
     # ---- configuration ----------------------------------------------------------------------
     def on_configure(self, cfg: FsspecConfig) -> None:
         fs = self._local.fs = self._new_fs()
+        if not cfg.create_root:
+            try:
+                found = fs.isdir(self._root)
+            except Exception as e:
+                raise ConfigError(f"fsspec storage plugin: cannot look at root {cfg.url}: "
+                                  f"{type(e).__name__}: {e}") from e
+            if not found:
+                raise ConfigError(f"fsspec storage plugin: root {cfg.url} does not exist "
+                                  "(create_root is false: it is not created)")
+            log.info("rsm_configured", plugin=self.plugin_name, url=cfg.url, protocol=self._protocol,
+                     create_root=False)
+            return
         try:
             fs.makedirs(self._root, exist_ok=True)
         except Exception as e:
@@ -264,7 +279,62 @@ class FsspecRemoteStorageManager(RemoteStorageManager[FsspecConfig]):
         except Exception as e:
             raise _map(e, path, "delete") from e
 
+    # ---- segment descriptors (rsm_plugins.descriptor) --------------------------------------
+    def write_segment_descriptor(self, metadata: RemoteLogSegmentMetadata, data: bytes) -> bool:
+        final = self.path_of(metadata, SegmentFileType.DESCRIPTOR)
+        fs = self.fs
+        try:
+            fs.makedirs(final.rsplit("/", 1)[0], exist_ok=True)
+            self._write(fs, SourceFile(SegmentFileType.DESCRIPTOR, data=data), final)
+        except Exception as e:
+            raise _map(e, final, "write") from e
+        return True
+
+    def read_segment_descriptor(self, metadata: RemoteLogSegmentMetadata) -> bytes | None:
+        path = self.path_of(metadata, SegmentFileType.DESCRIPTOR)
+        try:
+            with self.fs.open(path, "rb") as f:
+                data: bytes = f.read()
+                return data
+        except FileNotFoundError:
+            return None
+        except Exception as e:
+            err = _map(e, path, "read")
+            if isinstance(err, RemoteResourceNotFoundError):
+                return None
+            raise err from e
+
+    def list_partitions(self) -> list[TopicIdPartition]:
+        root = self._root.rstrip("/")
+        try:
+            entries = self.fs.ls(root, detail=True)
+        except FileNotFoundError:
+            return []
+        except Exception as e:
+            raise _map(e, root, "list") from e
+        parsed = (layout.parse_kafka_partition_dir(str(i["name"]).rstrip("/").rsplit("/", 1)[-1])
+                  for i in entries if i.get("type") == "directory")
+        return sorted((tp for tp in parsed if tp is not None), key=lambda tp: (tp.topic, tp.partition))
+
     # ---- fetch ------------------------------------------------------------------------------
+    def list_objects(self, prefix: str) -> list[StoredObject]:
+        pdir = self._key_path(prefix.rstrip("/"))
+        try:
+            entries = self.fs.ls(pdir, detail=True)
+        except FileNotFoundError:
+            return []
+        except Exception as e:
+            raise _map(e, pdir, "list") from e
+        out = []
+        for info in entries:
+            if info.get("type") != "file":
+                continue
+            mtime = info.get("mtime") or info.get("LastModified") or info.get("last_modified") or 0
+            ms = int(mtime.timestamp() * 1000) if hasattr(mtime, "timestamp") else int(float(mtime) * 1000)
+            name = str(info["name"]).rstrip("/").rsplit("/", 1)[-1]
+            out.append(StoredObject(prefix + name, int(info.get("size") or 0), ms))
+        return sorted(out, key=lambda o: o.key)
+
     def list_segment_objects(self, tp: TopicIdPartition) -> list[StoredObject]:
         pdir = f"{self._root.rstrip('/')}/{layout.kafka_partition_dir(tp)}"
         try:
@@ -293,7 +363,30 @@ class FsspecRemoteStorageManager(RemoteStorageManager[FsspecConfig]):
     def _fetch(
         self, metadata: RemoteLogSegmentMetadata, file_type: SegmentFileType, start: int, end: int | None
     ) -> BinaryIO:
-        path = self.path_of(metadata, file_type)
+        def expected_sum() -> FileChecksum | None:
+            if not self.config.verify_checksums:
+                return None
+            manifest = integrity.decode(metadata.custom_metadata)
+            return manifest.checksum(file_type) if manifest else None
+
+        return self._open_path(self.path_of(metadata, file_type), start, end, expected_sum)
+
+    def open_object(self, key: str, start: int = 0, end: int | None = None) -> BinaryIO:
+        return self._open_path(self._key_path(key), start, end, lambda: None)
+
+    def object_size(self, key: str) -> int:
+        path = self._key_path(key)
+        try:
+            return int(self.fs.size(path))
+        except Exception as e:
+            raise _map(e, path, "size") from e
+
+    def _key_path(self, key: str) -> str:
+        return f"{self._root.rstrip('/')}/{layout.checked_key(key)}"
+
+    def _open_path(
+        self, path: str, start: int, end: int | None, expected_sum: Callable[[], FileChecksum | None]
+    ) -> BinaryIO:
         what = f"{self._protocol}://{path.lstrip('/')}" if self._protocol != "file" else path
         try:
             f = self.fs.open(path, "rb", block_size=self.config.read_block_size, cache_type="readahead")
@@ -302,10 +395,7 @@ class FsspecRemoteStorageManager(RemoteStorageManager[FsspecConfig]):
         try:
             size = int(f.size) if getattr(f, "size", None) is not None else int(self.fs.size(path))
             begin, stop = streams.check_range(start, end, size, what)
-            expected = None
-            if streams.covers_whole(begin, stop, size) and self.config.verify_checksums:
-                manifest = integrity.decode(metadata.custom_metadata)
-                expected = manifest.checksum(file_type) if manifest else None
+            expected = expected_sum() if streams.covers_whole(begin, stop, size) else None
             if begin:
                 f.seek(begin)
             return streams.wrap(

@@ -21,7 +21,15 @@ import enum
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlm.types import IndexType, LogSegmentData, RemoteLogSegmentMetadata, TopicIdPartition, check_topic_name
+from rlm.errors import InvalidNameError
+from rlm.types import (
+    IndexType,
+    KafkaUuid,
+    LogSegmentData,
+    RemoteLogSegmentMetadata,
+    TopicIdPartition,
+    check_topic_name,
+)
 
 
 class SegmentFileType(enum.Enum):
@@ -36,6 +44,10 @@ class SegmentFileType(enum.Enum):
     TRANSACTION_INDEX = ".txnindex"
     LEADER_EPOCH_CHECKPOINT = ".leader_epoch_checkpoint"
     PRODUCER_SNAPSHOT = ".snapshot"
+    DESCRIPTOR = ".rlm_descriptor"
+    """The segment's own metadata (:mod:`rsm_plugins.descriptor`), written after the copy and
+    before COPY_SEGMENT_FINISHED so the bucket alone can rebuild the metadata store. Not one of
+    Kafka's files: never checksummed, never required (segments copied before it existed lack it)."""
 
     @property
     def suffix(self) -> str:
@@ -43,7 +55,7 @@ class SegmentFileType(enum.Enum):
 
     @property
     def optional(self) -> bool:
-        return self is SegmentFileType.TRANSACTION_INDEX
+        return self is SegmentFileType.TRANSACTION_INDEX or self is SegmentFileType.DESCRIPTOR
 
     @property
     def bit(self) -> int:
@@ -122,6 +134,32 @@ def kafka_partition_dir(tp: TopicIdPartition) -> str:
     return f"{check_topic_name(tp.topic)}-{tp.partition}-{tp.topic_id.text}"
 
 
+def parse_kafka_partition_dir(name: str) -> TopicIdPartition | None:
+    """The partition a ``<topic>-<partition>-<topicId>`` directory name stands for, ``None`` when
+    ``name`` is not one (the topic id is 22 characters and may itself contain ``-``)."""
+    head = parse_s3_topic_dir(name)
+    if head is None:
+        return None
+    topic_part, topic_id = head
+    topic, sep, part = topic_part.rpartition("-")
+    if not sep or not part.isdigit() or not topic:
+        return None
+    try:
+        return TopicIdPartition(topic_id, check_topic_name(topic), int(part))
+    except (ValueError, InvalidNameError):
+        return None
+
+
+def parse_s3_topic_dir(name: str) -> tuple[str, KafkaUuid] | None:
+    """(topic, topic id) of an ``s3`` layout ``<topic>-<topicId>`` prefix component, else ``None``."""
+    if len(name) < 24 or name[-23] != "-":
+        return None
+    try:
+        return check_topic_name(name[:-23]), KafkaUuid.from_text(name[-22:])
+    except (ValueError, InvalidNameError):
+        return None
+
+
 def kafka_relative_path(metadata: RemoteLogSegmentMetadata, file_type: SegmentFileType) -> str:
     return f"{kafka_partition_dir(metadata.topic_id_partition)}/{segment_file_name(metadata, file_type)}"
 
@@ -136,6 +174,20 @@ def s3_key(prefix: str, metadata: RemoteLogSegmentMetadata, file_type: SegmentFi
 def s3_partition_prefix(prefix: str, tp: TopicIdPartition) -> str:
     """``<prefix><topic>-<topicId>/<partition>/``: where the ``s3`` layout keeps a partition."""
     return f"{prefix}{check_topic_name(tp.topic)}-{tp.topic_id.text}/{tp.partition}/"
+
+
+def checked_key(key: str) -> str:
+    """An object key that stays inside a storage root: relative, no ``..`` or empty parts.
+
+    Keys of foreign layouts are built from metadata (topic names, a configured prefix); this is
+    the last check before one becomes a path, so a crafted name cannot read outside the root.
+    """
+    parts = key.split("/")
+    if not key or key.startswith("/") or any(p in ("", ".", "..") for p in parts[:-1]) or parts[-1] in (
+        "", ".", ".."
+    ):
+        raise InvalidNameError(f"object key {key!r} is not a relative path inside the storage root")
+    return key
 
 
 def describe(metadata: RemoteLogSegmentMetadata) -> dict[str, object]:

@@ -2,8 +2,8 @@
 
 Lookup order (one function, as fsspec's registry does):
 
-1. a built-in name: ``local``, ``s3``, ``fsspec`` (and Kafka's ``LocalTieredStorage`` class name,
-   an alias of ``local``);
+1. a built-in name: ``local``, ``s3``, ``fsspec``, ``aiven`` (and Kafka's ``LocalTieredStorage``
+   class name, an alias of ``local``; Aiven's ``RemoteStorageManager`` class name, of ``aiven``);
 2. an entry point in group ``rsm_plugins`` (how third-party packages register);
 3. an explicit ``package.module:Class`` or ``package.module.Class`` path, like Kafka's
    ``remote.log.storage.manager.class.name``.
@@ -30,9 +30,15 @@ BUILTINS: dict[str, BuiltIn] = {
         "fsspec plus the filesystem's own package, e.g. s3fs, gcsfs, adlfs "
         "(pip install 'kafka-rlm-sidecar[hdfs]' for HDFS)",
     ),
+    "aiven": BuiltIn(
+        "rsm_plugins.aiven:AivenRemoteStorageManager",
+        "pycryptodome for encrypted segments (pip install 'kafka-rlm-sidecar[aiven]')",
+    ),
 }
 ALIASES: dict[str, str] = {
     "org.apache.kafka.server.log.remote.storage.LocalTieredStorage": "local",
+    # Aiven's plugin as the broker names it: its rsm.config.* lines are read as written (read-only)
+    "io.aiven.kafka.tieredstorage.RemoteStorageManager": "aiven",
 }
 
 FAMILY: PluginFamily[RemoteStorageManager] = PluginFamily(
@@ -51,7 +57,8 @@ def resolve(name_or_class_path: str) -> type[RemoteStorageManager]:
 
 
 def builtin_name(name_or_class_path: str) -> str | None:
-    """``"local"``, ``"s3"`` or ``"fsspec"`` when the name denotes a built-in (name, alias or class path)."""
+    """``"local"``, ``"s3"``, ``"fsspec"`` or ``"aiven"`` when the name denotes a built-in (name,
+    alias or class path)."""
     return FAMILY.builtin_name(name_or_class_path)
 
 

@@ -19,6 +19,7 @@ import os
 import stat
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -60,6 +61,10 @@ class LocalConfig(PluginConfig):
     )
     fsync: bool = Field(True, description="fsync each file and the partition directory before returning.")
     delete_enable: bool = Field(True, description="False makes deletes no-ops (Kafka's delete.enable).")
+    create_root: bool = Field(
+        True, description="Create a missing root; false = a missing root is a configuration error "
+        "(a reader of storage it does not own writes nothing)."
+    )
 
     @model_validator(mode="after")
     def _one_root(self) -> LocalConfig:
@@ -83,6 +88,9 @@ class LocalRemoteStorageManager(RemoteStorageManager[LocalConfig]):
 
     # ---- configuration ----------------------------------------------------------------------
     def on_configure(self, config: LocalConfig) -> None:
+        if not config.create_root and not config.storage_dir.is_dir():
+            raise ConfigError(f"local storage plugin: root {config.storage_dir} is not a directory "
+                              "(create_root is false: it is not created)")
         try:
             config.storage_dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -183,6 +191,12 @@ class LocalRemoteStorageManager(RemoteStorageManager[LocalConfig]):
             raise RemoteResourceNotFoundError(
                 f"segment {metadata.remote_log_segment_id} not found: no {what} without its .log file"
             )
+        return self._open_path(path, start, end, lambda: self._expected(metadata, file_type))
+
+    def _open_path(
+        self, path: Path, start: int, end: int | None, expected_sum: Callable[[], FileChecksum | None]
+    ) -> BinaryIO:
+        what = str(path)
         try:
             f = open(path, "rb")  # noqa: SIM115 - handed to the caller inside the stream
         except FileNotFoundError as e:
@@ -192,15 +206,25 @@ class LocalRemoteStorageManager(RemoteStorageManager[LocalConfig]):
         try:
             size = os.fstat(f.fileno()).st_size
             begin, stop = streams.check_range(start, end, size, what)
-            expected = (
-                self._expected(metadata, file_type) if streams.covers_whole(begin, stop, size) else None
-            )
+            expected = expected_sum() if streams.covers_whole(begin, stop, size) else None
             if begin:
                 f.seek(begin)
             return streams.wrap(f, stop - begin, what=what, expected=expected)
         except BaseException:
             f.close()
             raise
+
+    def open_object(self, key: str, start: int = 0, end: int | None = None) -> BinaryIO:
+        return self._open_path(self.root / layout.checked_key(key), start, end, lambda: None)
+
+    def object_size(self, key: str) -> int:
+        path = self.root / layout.checked_key(key)
+        try:
+            return path.stat().st_size
+        except FileNotFoundError as e:
+            raise RemoteResourceNotFoundError(f"{path} not found") from e
+        except OSError as e:
+            raise RemoteStorageError(f"{path}: cannot stat: {e}", retriable=True) from e
 
     def _expected(
         self, metadata: RemoteLogSegmentMetadata, file_type: SegmentFileType
@@ -244,7 +268,54 @@ class LocalRemoteStorageManager(RemoteStorageManager[LocalConfig]):
         except OSError as e:
             raise RemoteStorageError(f"{path}: cannot delete: {e}", retriable=True) from e
 
+    # ---- segment descriptors (rsm_plugins.descriptor) --------------------------------------
+    def write_segment_descriptor(self, metadata: RemoteLogSegmentMetadata, data: bytes) -> bool:
+        final = self.path_of(metadata, SegmentFileType.DESCRIPTOR)
+        try:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            self._write_atomic(SourceFile(SegmentFileType.DESCRIPTOR, data=data), final)
+            if self.config.fsync:
+                _fsync_dir(final.parent)
+        except OSError as e:
+            raise RemoteStorageError(f"{final}: cannot write: {e}", retriable=True) from e
+        return True
+
+    def read_segment_descriptor(self, metadata: RemoteLogSegmentMetadata) -> bytes | None:
+        path = self.path_of(metadata, SegmentFileType.DESCRIPTOR)
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise RemoteStorageError(f"{path}: cannot read: {e}", retriable=True) from e
+
+    def list_partitions(self) -> list[TopicIdPartition]:
+        try:
+            names = [e.name for e in os.scandir(self.root) if e.is_dir(follow_symlinks=False)]
+        except FileNotFoundError:
+            return []
+        except OSError as e:
+            raise RemoteStorageError(f"{self.root}: cannot list: {e}", retriable=True) from e
+        parsed = (layout.parse_kafka_partition_dir(n) for n in names)
+        return sorted((tp for tp in parsed if tp is not None), key=lambda tp: (tp.topic, tp.partition))
+
     # ---- listing (rlm verify) -------------------------------------------------------------
+    def list_objects(self, prefix: str) -> list[StoredObject]:
+        pdir = self.root / layout.checked_key(prefix.rstrip("/"))
+        out: list[StoredObject] = []
+        try:
+            entries = list(os.scandir(pdir))
+        except FileNotFoundError:
+            return out
+        except OSError as e:
+            raise RemoteStorageError(f"{pdir}: cannot list: {e}", retriable=True) from e
+        for entry in entries:
+            with contextlib.suppress(FileNotFoundError):  # deleted while listing
+                if entry.is_file():
+                    st = entry.stat()
+                    out.append(StoredObject(prefix + entry.name, st.st_size, int(st.st_mtime * 1000)))
+        return sorted(out, key=lambda o: o.key)
+
     def list_segment_objects(self, tp: TopicIdPartition) -> list[StoredObject]:
         pdir = self.root / layout.kafka_partition_dir(tp)
         out: list[StoredObject] = []

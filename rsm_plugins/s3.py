@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, BinaryIO, Literal
 
@@ -249,6 +249,28 @@ class S3RemoteStorageManager(RemoteStorageManager[S3Config]):
     ) -> BinaryIO:
         bucket, prefix = self._location(metadata)
         key = self.key(metadata, SegmentFileType.SEGMENT, prefix)
+        return self._get_range(
+            bucket, key, start_position, end_position,
+            lambda: self._expected(metadata, SegmentFileType.SEGMENT),
+        )
+
+    def open_object(self, key: str, start: int = 0, end: int | None = None) -> BinaryIO:
+        cfg = self.config
+        return self._get_range(cfg.bucket, cfg.prefix + layout.checked_key(key), start, end, lambda: None)
+
+    def object_size(self, key: str) -> int:
+        cfg = self.config
+        return self._size(cfg.bucket, cfg.prefix + layout.checked_key(key))
+
+    def _get_range(
+        self,
+        bucket: str,
+        key: str,
+        start_position: int,
+        end_position: int | None,
+        expected_sum: Callable[[], FileChecksum | None],
+    ) -> BinaryIO:
+        """Ranged GETs of ``start_position..end_position`` (inclusive), in parallel chunks when long."""
         what = f"s3://{bucket}/{key}"
         if start_position < 0:
             raise RemoteRangeError(f"{what}: start position {start_position} is negative")
@@ -280,11 +302,7 @@ class S3RemoteStorageManager(RemoteStorageManager[S3Config]):
             resp["Body"].close()
             raise
         got = int(resp["ContentLength"])
-        expected = (
-            self._expected(metadata, SegmentFileType.SEGMENT)
-            if streams.covers_whole(begin, stop, total)
-            else None
-        )
+        expected = expected_sum() if streams.covers_whole(begin, stop, total) else None
         inner: Any = resp["Body"]
         if begin + got < stop:
             inner = ChunkedBody(
@@ -370,6 +388,66 @@ class S3RemoteStorageManager(RemoteStorageManager[S3Config]):
 
     def delete_log_start_offset(self, tp: TopicIdPartition) -> None:
         self._delete_keys(self.config.bucket, [self.log_start_key(tp)])
+
+    # ---- segment descriptors (rsm_plugins.descriptor) --------------------------------------
+    def write_segment_descriptor(self, metadata: RemoteLogSegmentMetadata, data: bytes) -> bool:
+        bucket, prefix = self._location(metadata)
+        key = self.key(metadata, SegmentFileType.DESCRIPTOR, prefix)
+        extra = {k: v for k, v in self._extra_args().items() if k != "StorageClass"}
+        try:
+            self.client.put_object(Bucket=bucket, Key=key, Body=data, ContentType="application/json", **extra)
+        except Exception as e:
+            raise map_error(e, bucket, key, "PutObject") from e
+        return True
+
+    def read_segment_descriptor(self, metadata: RemoteLogSegmentMetadata) -> bytes | None:
+        bucket, prefix = self._location(metadata)
+        key = self.key(metadata, SegmentFileType.DESCRIPTOR, prefix)
+        try:
+            resp = self.client.get_object(Bucket=bucket, Key=key)
+            data: bytes = resp["Body"].read()
+            resp["Body"].close()
+        except Exception as e:
+            err = map_error(e, bucket, key, "GetObject")
+            if isinstance(err, RemoteResourceNotFoundError):
+                return None
+            raise err from e
+        return data
+
+    def list_partitions(self) -> list[TopicIdPartition]:
+        cfg = self.config
+        out: list[TopicIdPartition] = []
+        try:
+            pages = self.client.get_paginator("list_objects_v2")
+            for page in pages.paginate(Bucket=cfg.bucket, Prefix=cfg.prefix, Delimiter="/"):
+                for cp in page.get("CommonPrefixes", []):
+                    head = layout.parse_s3_topic_dir(str(cp["Prefix"])[len(cfg.prefix):].rstrip("/"))
+                    if head is None:
+                        continue
+                    topic, topic_id = head
+                    sub = str(cp["Prefix"])
+                    for page2 in pages.paginate(Bucket=cfg.bucket, Prefix=sub, Delimiter="/"):
+                        for cp2 in page2.get("CommonPrefixes", []):
+                            part = str(cp2["Prefix"])[len(sub):].rstrip("/")
+                            if part.isdigit():
+                                out.append(TopicIdPartition(topic_id, topic, int(part)))
+        except Exception as e:
+            raise map_error(e, cfg.bucket, cfg.prefix, "ListObjectsV2") from e
+        return sorted(out, key=lambda tp: (tp.topic, tp.partition))
+    def list_objects(self, prefix: str) -> list[StoredObject]:
+        cfg = self.config
+        full = cfg.prefix + layout.checked_key(prefix.rstrip("/")) + "/"
+        out = []
+        try:
+            pages = self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=cfg.bucket, Prefix=full, Delimiter="/")
+            for page in pages:
+                for o in page.get("Contents", []):
+                    ms = int(o["LastModified"].timestamp() * 1000)
+                    out.append(StoredObject(str(o["Key"])[len(cfg.prefix):], int(o["Size"]), ms))
+        except Exception as e:
+            raise map_error(e, cfg.bucket, full, "ListObjectsV2") from e
+        return sorted(out, key=lambda o: o.key)
 
     def list_segment_objects(self, tp: TopicIdPartition) -> list[StoredObject]:
         cfg = self.config

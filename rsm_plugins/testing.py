@@ -443,3 +443,31 @@ class RemoteStorageManagerContract:
         rsm.delete_log_segment_data(md)
         assert rsm.read_log_start_offset(tp) == 7
         self.assert_gone(rsm, md)
+
+    def test_segment_descriptor_and_partition_listing(
+        self, rsm: RemoteStorageManager, segments: SegmentFactory
+    ) -> None:
+        """The optional self-description (``rlm metadata rebuild``): a descriptor stored beside a
+        segment reads back, shows in the listing as the segment's, goes with the segment's delete;
+        the plugin lists the partitions it holds. Plugins without them keep the defaults."""
+        from . import descriptor
+
+        seg = segments.make(1000, partition=3)
+        tp = seg.metadata.topic_id_partition
+        md = self.copy(rsm, seg)
+        assert rsm.read_segment_descriptor(md) is None  # the copy alone writes none
+        parts = rsm.list_partitions()
+        if parts is not None:
+            assert tp in parts, parts
+        if not rsm.write_segment_descriptor(md, descriptor.encode(md)):
+            assert rsm.read_segment_descriptor(md) is None
+            return
+        data = rsm.read_segment_descriptor(md)
+        assert data is not None and descriptor.decode(data, "test", md.remote_log_segment_id) == md
+        listing = rsm.list_segment_objects(tp)
+        if listing is not None:
+            kinds = {o.file_type for o in listing if o.segment_id == md.remote_log_segment_id.id.text}
+            assert SegmentFileType.DESCRIPTOR in kinds and SegmentFileType.SEGMENT in kinds, listing
+        rsm.delete_log_segment_data(md)
+        assert rsm.read_segment_descriptor(md) is None
+        self.assert_gone(rsm, md)

@@ -66,12 +66,12 @@ class _Api:
     def __init__(self, fetcher: RemoteFetcher) -> None:
         self.fetcher = fetcher
         self.stats = ApiMetrics(fetcher)
-        self._limiter = CapacityLimiter(fetcher.pool.threads + fetcher.pool.max_pending + EXTRA_THREADS)
+        self._limiter = CapacityLimiter(fetcher.read_capacity + EXTRA_THREADS)
 
     async def _pooled(self, fn: Callable[[], T], what: str, timeout_ms: int | None = None) -> T:
         """Run ``fn`` on the reader pool (429 when full, 504 after ``timeout_ms``, by default
         ``remote.fetch.max.wait.ms``), waiting in a worker thread so the event loop stays free."""
-        return await self._thread(self.fetcher.pool.run, fn, timeout_ms, what)
+        return await self._thread(self.fetcher.run_bounded, fn, timeout_ms, what)
 
     async def _thread(self, fn: Callable[..., T], *args: Any) -> T:
         """A blocking core call on a worker thread. The threads are limited above the reader

@@ -14,7 +14,6 @@ import pyarrow as pa
 
 from fetcher.fetch import FetchResult
 from rlm.log.record_json import record_obj
-from rlm.log.records import ControlRecord, iter_records
 
 RAW = "application/vnd.kafka.record-batches"
 NDJSON = "application/x-ndjson"
@@ -37,10 +36,7 @@ def ndjson_pieces(result: FetchResult, start_offset: int) -> Iterator[bytes]:
     is the batch's byte position in the raw answer of the same request."""
     lines: list[str] = []
     size = 0
-    where = f"{result.tp.topic}-{result.tp.partition}@{result.fetch_offset}"
-    for h, rec in iter_records(result.records, path=where):
-        if isinstance(rec, ControlRecord) or rec.offset < start_offset:
-            continue
+    for h, rec in result.data_records(start_offset):
         line = json.dumps(record_obj(h, rec), separators=(",", ":"))
         lines.append(line)
         size += len(line) + 1

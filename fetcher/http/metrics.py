@@ -26,8 +26,7 @@ class _FetcherCollector(Collector):
         self.fetcher = fetcher
 
     def collect(self) -> Iterator[Metric]:
-        f = self.fetcher
-        s = f.stats.snapshot()
+        s = self.fetcher.counters()
         counters = (
             ("rlm_fetch_remote_get_requests", "Ranged GETs of remote segment data", s["get_requests"]),
             ("rlm_fetch_remote_get_bytes", "Bytes of remote segment data read", s["get_bytes"]),
@@ -35,20 +34,20 @@ class _FetcherCollector(Collector):
             ("rlm_fetch_chunk_cache_misses", "Chunks fetched from remote storage", s["chunk_misses"]),
             ("rlm_fetch_index_fetches", "Remote index files fetched", s["index_fetches"]),
             ("rlm_fetch_index_fetch_bytes", "Bytes of remote index files fetched", s["index_bytes"]),
-            ("rlm_fetch_index_cache_hits", "Remote index cache hits", f.indexes.hits),
-            ("rlm_fetch_index_cache_misses", "Remote index cache misses", f.indexes.misses),
+            ("rlm_fetch_index_cache_hits", "Remote index cache hits", s["index_cache_hits"]),
+            ("rlm_fetch_index_cache_misses", "Remote index cache misses", s["index_cache_misses"]),
             ("rlm_fetch_reader_pool_rejected", "Reads refused because the reader pool was full",
-             f.pool.rejected),
-            ("rlm_fetch_reader_pool_timeouts", "Reads that did not finish in time", f.pool.timeouts),
+             s["pool_rejected"]),
+            ("rlm_fetch_reader_pool_timeouts", "Reads that did not finish in time", s["pool_timeouts"]),
         )
         for name, doc, value in counters:
             yield CounterMetricFamily(name, doc, value=value)
         yield GaugeMetricFamily("rlm_fetch_reader_pool_in_use", "Running plus queued remote reads",
-                                value=f.pool.in_use)
+                                value=s["pool_in_use"])
         yield GaugeMetricFamily("rlm_fetch_reader_pool_capacity", "Reader threads plus queue slots",
-                                value=f.pool.threads + f.pool.max_pending)
+                                value=s["pool_capacity"])
         yield GaugeMetricFamily("rlm_fetch_index_cache_bytes", "Bytes of the on-disk remote index cache",
-                                value=f.indexes.total_bytes)
+                                value=s["index_cache_bytes"])
 
 
 class ApiMetrics:

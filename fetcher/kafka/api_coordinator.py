@@ -22,19 +22,20 @@ async def handle_find_coordinator(ctx: EndpointContext, req: Any, version: int, 
     cls = response_class(10, version)
     key_type = int(getattr(req, "key_type", 0))
     code = ErrorCode.none if key_type == 0 else ErrorCode.coordinator_not_available
-    node, host, port = (
-        (ctx.settings.node_id, ctx.advertised_host, ctx.advertised_port)
-        if code is ErrorCode.none
-        else (-1, "", -1)
-    )
     msg = None if code is ErrorCode.none else "the remote-tier endpoint coordinates consumer groups only"
+
+    def where(key: str) -> tuple[int, str, int]:
+        return ctx.coordinator_for(key) if code is ErrorCode.none else (-1, "", -1)
+
     if version >= 4:
         coord = nested(cls, "Coordinator")
-        coords = tuple(
-            make(coord, key=k, node_id=node, host=host, port=port, error_code=code, error_message=msg)
-            for k in req.coordinator_keys
-        )
-        return make(cls, throttle_time=ZERO, coordinators=coords)
+        coords = []
+        for k in req.coordinator_keys:
+            node, host, port = where(k)
+            coords.append(make(coord, key=k, node_id=node, host=host, port=port, error_code=code,
+                               error_message=msg))
+        return make(cls, throttle_time=ZERO, coordinators=tuple(coords))
+    node, host, port = where(req.key)
     return make(
         cls, throttle_time=ZERO, error_code=code, error_message=msg, node_id=node, host=host, port=port
     )
@@ -54,7 +55,7 @@ def _offset_fetch(ctx: EndpointContext, req: Any, version: int) -> Any:
             make(
                 gcls,
                 group_id=g.group_id,
-                error_code=ErrorCode.none,
+                error_code=ErrorCode.none if ctx.owns_group(g.group_id) else ErrorCode.not_coordinator,
                 topics=_fetch_topics(
                     ctx,
                     cls,
@@ -62,11 +63,13 @@ def _offset_fetch(ctx: EndpointContext, req: Any, version: int) -> Any:
                     g.topics,
                     "OffsetFetchResponseTopics",
                     "OffsetFetchResponsePartitions",
-                ),
+                ) if ctx.owns_group(g.group_id) else (),
             )
             for g in req.groups
         )
         return make(cls, throttle_time=ZERO, groups=groups)
+    if not ctx.owns_group(req.group_id):
+        return make(cls, throttle_time=ZERO, topics=(), error_code=ErrorCode.not_coordinator)
     topics = _fetch_topics(
         ctx, cls, req.group_id, req.topics, "OffsetFetchResponseTopic", "OffsetFetchResponsePartition"
     )
@@ -105,7 +108,9 @@ async def handle_offset_commit(ctx: EndpointContext, req: Any, version: int, hea
     cls = response_class(8, version)
     tcls, pcls = nested(cls, "OffsetCommitResponseTopic"), nested(cls, "OffsetCommitResponsePartition")
     generation = int(getattr(req, "generation_id_or_member_epoch", getattr(req, "generation_id", -1)))
-    code = ctx.groups.commit_allowed(req.group_id, req.member_id, generation)
+    code = (ctx.groups.commit_allowed(req.group_id, req.member_id, generation,
+                                      getattr(req, "group_instance_id", None))
+            if ctx.owns_group(req.group_id) else ErrorCode.not_coordinator)
     if code is ErrorCode.none:
         entries = [
             (

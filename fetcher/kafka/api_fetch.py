@@ -8,7 +8,8 @@
 - A fetch at the end waits up to ``max_wait_ms`` and reads again (more may have been tiered).
 - A remote read that times out gives empty records and no error (Kafka's DelayedRemoteFetch
   expiry); out-of-range offsets get OFFSET_OUT_OF_RANGE so clients apply ``auto.offset.reset``.
-- No fetch sessions: the response's session id is 0, so clients send full requests.
+- Incremental fetch sessions (KIP-227, :mod:`fetcher.kafka.fetch_sessions`): a session's
+  requests carry only changed partitions, its answers only partitions with news.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from fetcher.kafka.api_meta import ZERO
 from fetcher.kafka.codec import has_field, make, nested, response_class
 from fetcher.kafka.context import Catalog, EndpointContext
 from fetcher.kafka.errors import error_code_for
+from fetcher.kafka.fetch_sessions import FetchSession, SessionPartition
 from rlm.errors import FetchTimeoutError, RlmError
 
 log = structlog.get_logger(__name__)
@@ -182,16 +184,51 @@ def _read(ctx: EndpointContext, parts: list[_Part], max_bytes: int, isolation: I
     return total
 
 
+def _session_request(ctx: EndpointContext, req: Any, version: int) -> tuple[
+        ErrorCode, FetchSession | None, bool]:
+    """(error, session, incremental) for the request's session id and epoch (KIP-227)."""
+    if version < 7:
+        return ErrorCode.none, None, False
+    sid, epoch = int(req.session_id), int(req.session_epoch)
+    sessions = ctx.fetch_sessions
+    if sid == 0:
+        return ErrorCode.none, (sessions.new() if epoch == 0 else None), False
+    if epoch in (-1, 0):  # close it; epoch 0 also starts a new one
+        sessions.close(sid)
+        return ErrorCode.none, (sessions.new() if epoch == 0 else None), False
+    session = sessions.get(sid)
+    if session is None:
+        return ErrorCode.fetch_session_id_not_found, None, False
+    if epoch != session.epoch:
+        return ErrorCode.invalid_fetch_session_epoch, None, False
+    return ErrorCode.none, session, True
+
+
+def _merge_session(session: FetchSession, req: Any, incremental: bool) -> Any:
+    """Apply the request's partitions (added or changed) and forgotten ones to the session, and
+    return the full partition list to read, in the request's shape."""
+    if not incremental:
+        session.parts.clear()
+    for t in getattr(req, "forgotten_topics_data", ()) or ():
+        key = getattr(t, "topic_id", None) if has_field(type(t), "topic_id") else t.topic
+        for p in t.partitions:
+            session.parts.pop((key, int(p)), None)
+    for t in req.topics:
+        key = getattr(t, "topic_id", None) if has_field(type(t), "topic_id") else t.topic
+        for p in t.partitions:
+            old = session.parts.get((key, int(p.partition)))
+            session.parts[(key, int(p.partition))] = SessionPartition(
+                int(p.fetch_offset), int(p.partition_max_bytes), int(getattr(p, "current_leader_epoch", -1)),
+                old.sent if old is not None else None)
+    session.epoch = session.epoch + 1 if incremental else 1
+    return session
+
+
 async def handle_fetch(ctx: EndpointContext, req: Any, version: int, header: Any) -> Any:
     cls = response_class(1, version)
-    if int(getattr(req, "session_id", 0)) != 0:
-        return make(
-            cls,
-            throttle_time=ZERO,
-            error_code=ErrorCode.fetch_session_id_not_found,
-            session_id=0,
-            responses=(),
-        )
+    code, session, incremental = _session_request(ctx, req, version)
+    if code is not ErrorCode.none:
+        return make(cls, throttle_time=ZERO, error_code=code, session_id=0, responses=())
     isolation = IsolationLevel(int(getattr(req, "isolation_level", 0)) or 0)
     # client-sent limits are capped as a broker caps them (fetch.max.bytes): one request must
     # not turn into a GET of a whole segment
@@ -199,7 +236,11 @@ async def handle_fetch(ctx: EndpointContext, req: Any, version: int, header: Any
     max_wait_ms = min(int(req.max_wait.total_seconds() * 1000), _MAX_WAIT_CAP_MS)
     deadline = time.monotonic() + max_wait_ms / 1000
     catalog = await ctx.topics()
-    wanted = _wanted(req, catalog, ctx.settings.max_partition_fetch_bytes)
+    if session is not None:
+        _merge_session(session, req, incremental)
+        wanted = _wanted_in_session(session, version >= 13, catalog, ctx.settings.max_partition_fetch_bytes)
+    else:
+        wanted = _wanted(req, catalog, ctx.settings.max_partition_fetch_bytes)
     flat = [p for _, ps in wanted for p in ps]
     if ctx.forwarder is not None:
         await merged.route(ctx, flat)
@@ -215,10 +256,48 @@ async def handle_fetch(ctx: EndpointContext, req: Any, version: int, header: Any
         if remaining > 0:
             await asyncio.sleep(remaining)
             await ctx.call(lambda: _read(ctx, flat, max_bytes, isolation))
-    return _response(cls, wanted, ctx.settings.node_id)
+    if session is not None:
+        wanted = _news(session, wanted, incremental)
+    return _response(cls, wanted, ctx.settings.node_id, session.session_id if session is not None else 0)
 
 
-def _response(cls: Any, wanted: list[tuple[Any, list[_Part]]], node: int) -> Any:
+def _wanted_in_session(session: FetchSession, by_id: bool, catalog: Catalog,
+                       partition_cap: int) -> list[tuple[Any, list[_Part]]]:
+    """Every partition of the session, grouped by topic in the session's order."""
+    grouped: dict[Any, list[_Part]] = {}
+    for (key, partition), sp in session.parts.items():
+        entry = catalog.by_id.get(key) if by_id else catalog.by_name.get(key)
+        part = _Part(entry.name if entry else None, partition, sp.fetch_offset,
+                     min(sp.max_bytes, partition_cap), sp.leader_epoch)
+        if entry is None:
+            part.error = ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition
+        elif all(tp.partition != partition for tp in entry.partitions):
+            part.error = ErrorCode.unknown_topic_or_partition
+        grouped.setdefault(key, []).append(part)
+    return list(grouped.items())
+
+
+def _news(session: FetchSession, wanted: list[tuple[Any, list[_Part]]],
+          incremental: bool) -> list[tuple[Any, list[_Part]]]:
+    """What the answer carries: everything for a full request; for an incremental one only
+    partitions with records, an error, or a changed high watermark / LSO / log start."""
+    out = []
+    for key, parts in wanted:
+        keep = []
+        for p in parts:
+            sp = session.parts.get((key, p.partition))
+            state = (p.hw, p.lso, p.log_start)
+            news = p.records or p.error is not ErrorCode.none or sp is None or sp.sent != state
+            if news or not incremental:
+                keep.append(p)
+            if sp is not None:
+                sp.sent = state
+        if keep:
+            out.append((key, keep))
+    return out
+
+
+def _response(cls: Any, wanted: list[tuple[Any, list[_Part]]], node: int, session_id: int = 0) -> Any:
     topic_cls = nested(cls, "FetchableTopicResponse")
     part_cls = nested(cls, "PartitionData")
     aborted_cls = nested(cls, "AbortedTransaction")
@@ -248,4 +327,5 @@ def _response(cls: Any, wanted: list[tuple[Any, list[_Part]]], node: int) -> Any
                 )
             )
         topics.append(make(topic_cls, topic=key, topic_id=key, partitions=tuple(out)))
-    return make(cls, throttle_time=ZERO, error_code=ErrorCode.none, session_id=0, responses=tuple(topics))
+    return make(cls, throttle_time=ZERO, error_code=ErrorCode.none, session_id=session_id,
+                responses=tuple(topics))

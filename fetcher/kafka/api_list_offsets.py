@@ -11,7 +11,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from fetcher import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from fetcher import IsolationLevel
 from fetcher.kafka.api_meta import ZERO
 from fetcher.kafka.codec import make, nested, response_class
 from fetcher.kafka.context import EndpointContext
@@ -66,16 +66,10 @@ async def handle_list_offsets(ctx: EndpointContext, req: Any, version: int, head
 
 def _lookup(ctx: EndpointContext, topic: str, partition: int, timestamp: int,
             read_committed: bool = False) -> tuple[int, int, int]:
-    plan = ctx.fetcher.plan(topic, partition)
-    if timestamp == LATEST_TIMESTAMP and read_committed and ctx.forwarder is None:
-        return ctx.fetcher.last_stable_offset(topic, partition), -1, max(plan.latest_epoch, -1)
-    if timestamp == EARLIEST_TIMESTAMP:
-        return plan.log_start, -1, plan.epoch_for_offset(plan.log_start)
-    if timestamp == LATEST_TIMESTAMP and ctx.forwarder is None:
-        return plan.log_end, -1, max(plan.latest_epoch, -1)  # the end of tiered history is the end
-    if timestamp < 0 and timestamp != LATEST_TIMESTAMP:
-        return -1, -1, -1
-    got = ctx.fetcher.offset_for_timestamp(topic, partition, timestamp)
+    """The core's ListOffsets answer; without merged mode the end of tiered history is the end."""
+    got = ctx.fetcher.list_offset(
+        topic, partition, timestamp, remote_only=ctx.forwarder is None,
+        isolation=IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED)
     if got is None:
         return -1, -1, -1
     return got.offset, got.timestamp, got.leader_epoch

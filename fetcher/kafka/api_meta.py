@@ -1,9 +1,8 @@
 """ApiVersions and Metadata: what the endpoint speaks and which partitions it leads (all of them).
 
 Every tiered partition is led by this endpoint with a leader epoch that only changes when the
-remote lineage does (its latest epoch), so clients never see a leader change they would have to
-validate with OffsetForLeaderEpoch (which the endpoint does not advertise; both Java and
-librdkafka then skip validation).
+remote lineage does (its latest epoch); when it does, clients validate their position with
+OffsetForLeaderEpoch, answered from the lineage (:mod:`fetcher.kafka.api_epochs`).
 """
 
 from __future__ import annotations

@@ -33,7 +33,10 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     12: (0, 4),  # Heartbeat
     13: (0, 5),  # LeaveGroup (batched members from 3)
     14: (0, 5),  # SyncGroup
+    15: (0, 5),  # DescribeGroups
+    16: (0, 5),  # ListGroups (types filter from 5)
     18: (0, 3),  # ApiVersions
+    23: (2, 4),  # OffsetForLeaderEpoch (position validation: librdkafka needs 2, Java 3)
 }
 
 _HEAD = struct.Struct(">hhi")

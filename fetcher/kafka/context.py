@@ -18,8 +18,9 @@ from typing import TypeVar
 
 from fetcher.core import RemoteFetcher
 from fetcher.kafka.broker_login import BrokerLogin
+from fetcher.kafka.fetch_sessions import FetchSessionCache
 from fetcher.kafka.forward import BrokerForwarder
-from fetcher.kafka.groups import GroupCoordinator
+from fetcher.kafka.groups import GroupCoordinator, coordinator_index
 from fetcher.kafka.offset_store import OffsetStore
 from fetcher.kafka.prefetch import Prefetcher
 from rlm.config import ReadConfig
@@ -51,6 +52,10 @@ class ListenerSettings:
     merged: bool | None = (
         None  # forward reads at/above the broker's local log start; None: when one is configured
     )
+    group_initial_rebalance_delay_ms: int = 3000
+    #: every endpoint process behind one address ("host:port", in the same order everywhere);
+    #: empty: this one coordinates every group
+    peers: tuple[str, ...] = ()
 
     @classmethod
     def from_read_config(
@@ -68,6 +73,8 @@ class ListenerSettings:
             fetch_max_bytes=rc.kafka_fetch_max_bytes,
             max_partition_fetch_bytes=rc.kafka_max_partition_fetch_bytes,
             merged=None if rc.kafka_merged else False,
+            group_initial_rebalance_delay_ms=rc.kafka_group_initial_rebalance_delay_ms,
+            peers=tuple(rc.kafka_peers),
         )
 
 
@@ -110,7 +117,8 @@ class EndpointContext:
         self.settings = settings
         self.catalog = Catalog(fetcher)
         self.offsets = OffsetStore(state_dir / "committed-offsets.json")
-        self.groups = GroupCoordinator()
+        self.groups = GroupCoordinator(settings.group_initial_rebalance_delay_ms)
+        self.fetch_sessions = FetchSessionCache()
         self.advertised_port = settings.port
         merged = settings.merged if settings.merged is not None else fetcher.broker is not None
         if merged and fetcher.broker is None:
@@ -144,7 +152,22 @@ class EndpointContext:
     async def topics(self) -> Catalog:
         return await self.call(self.catalog.refresh)
 
+    def coordinator_for(self, group_id: str) -> tuple[int, str, int]:
+        """(node id, host, port) of the endpoint process that coordinates ``group_id``."""
+        peers = self.settings.peers
+        if not peers:
+            return self.settings.node_id, self.advertised_host, self.advertised_port
+        index = coordinator_index(group_id, len(peers))
+        host, _, port = peers[index].rpartition(":")
+        return index, host, int(port)
+
+    def owns_group(self, group_id: str) -> bool:
+        """Is this process the group's coordinator? (Others answer NOT_COORDINATOR, as brokers do.)"""
+        return not self.settings.peers or coordinator_index(
+            group_id, len(self.settings.peers)) == self.settings.node_id
+
     def close(self) -> None:
+        self.groups.close()
         if self.forwarder is not None:
             self.forwarder.close()
         self._executor.shutdown(wait=False, cancel_futures=True)

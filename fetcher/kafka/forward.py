@@ -23,6 +23,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12 import request as fetch_req
 from kio.schema.list_offsets.v7 import request as lo_req
 from kio.schema.metadata.v12 import request as md_req
+from kio.schema.offset_for_leader_epoch.v4 import request as ofle_req
 
 from fetcher.kafka.broker_login import BrokerLogin
 from fetcher.kafka.codec import encode_request, make, read_response
@@ -260,6 +261,26 @@ class BrokerForwarder:
                 bytes(p.records or b""),
                 aborted,
             )
+        raise AssertionError("unreachable")
+
+    async def end_offset_for_epoch(self, topic: str, partition: int, leader_epoch: int) -> tuple[int, int]:
+        """The leader's OffsetForLeaderEpoch answer ``(epoch, end offset)``, unfenced (the client's
+        current epoch is the endpoint's, not the broker's); a leader change is retried once."""
+        req = make(ofle_req.OffsetForLeaderEpochRequest, replica_id=-1, topics=(
+            make(ofle_req.OffsetForLeaderTopic, topic=topic, partitions=(
+                make(ofle_req.OffsetForLeaderPartition, partition=partition, current_leader_epoch=-1,
+                     leader_epoch=leader_epoch),)),))
+        for attempt in (0, 1):
+            addr = await self.leader(topic, partition)
+            resp = await self._call(addr, req, self.timeout_s)
+            p = resp.topics[0].partitions[0]
+            if p.error_code is ErrorCode.none:
+                return int(p.leader_epoch), int(p.end_offset)
+            self._leaders.pop((topic, partition), None)
+            if attempt == 1 or p.error_code not in (
+                    ErrorCode.not_leader_or_follower, ErrorCode.unknown_topic_or_partition):
+                raise ConnectionError(
+                    f"broker OffsetForLeaderEpoch for {topic}-{partition}: {p.error_code.name}")
         raise AssertionError("unreachable")
 
     def close(self) -> None:

@@ -35,17 +35,21 @@ from kio.schema.errors import ErrorCode
 
 from fetcher.core import RemoteFetcher
 from fetcher.kafka.api_coordinator import handle_find_coordinator, handle_offset_commit, handle_offset_fetch
+from fetcher.kafka.api_epochs import handle_offset_for_leader_epoch
 from fetcher.kafka.api_fetch import handle_fetch
 from fetcher.kafka.api_groups import (
+    handle_describe_groups,
     handle_heartbeat,
     handle_join_group,
     handle_leave_group,
+    handle_list_groups,
     handle_sync_group,
 )
 from fetcher.kafka.api_list_offsets import handle_list_offsets
 from fetcher.kafka.api_meta import api_versions_response, handle_api_versions, handle_metadata
 from fetcher.kafka.api_produce import handle_produce
 from fetcher.kafka.authz import ConnectionGuard
+from fetcher.kafka.broker_frontier import BrokerFetchFrontier
 from fetcher.kafka.codec import (
     API_VERSIONS_KEY,
     SUPPORTED,
@@ -58,6 +62,7 @@ from fetcher.kafka.codec import (
     response_class,
 )
 from fetcher.kafka.context import EndpointContext, ListenerSettings
+from fetcher.kafka.groups import CLIENT_HOST
 from fetcher.kafka.sasl import CloseConnection
 from fetcher.kafka.security import EndpointSecurity
 
@@ -77,7 +82,10 @@ HANDLERS: dict[int, Handler] = {
     12: handle_heartbeat,
     13: handle_leave_group,
     14: handle_sync_group,
+    15: handle_describe_groups,
+    16: handle_list_groups,
     18: handle_api_versions,
+    23: handle_offset_for_leader_epoch,
 }
 assert set(HANDLERS) == set(SUPPORTED)
 
@@ -102,6 +110,7 @@ class KafkaEndpoint:
         self._server: asyncio.Server | None = None
         self._conns: dict[asyncio.Task[None], Connection] = {}
         self.port = settings.port
+        self._frontier: BrokerFetchFrontier | None = None
 
     async def start(self) -> KafkaEndpoint:
         self._server = await asyncio.start_server(
@@ -109,6 +118,9 @@ class KafkaEndpoint:
         )
         self.port = self._server.sockets[0].getsockname()[1]
         self.security.start()
+        if self.ctx.forwarder is not None:  # merged mode: the broker decides the frontier
+            self._frontier = BrokerFetchFrontier(self.ctx.forwarder, asyncio.get_running_loop())
+            self.ctx.fetcher.add_frontier_source(self._frontier)
         if self.settings.port == 0 or self.ctx.advertised_port == 0:
             self.ctx.advertised_port = self.port
         log.info(
@@ -129,6 +141,9 @@ class KafkaEndpoint:
         The read core is the caller's: close it only after this returns."""
         if self._server is not None:
             self._server.close()
+        if self._frontier is not None:
+            self.ctx.fetcher.remove_frontier_source(self._frontier)
+            self._frontier = None
         for conn in self._conns.values():
             conn.drain()
         if self._conns:
@@ -194,6 +209,8 @@ class Connection:
         self._draining.set()
 
     async def run(self) -> None:
+        peer = self.writer.get_extra_info("peername")  # (host, port[, ...]) as Kafka shows "/host"
+        CLIENT_HOST.set(f"/{peer[0]}" if isinstance(peer, tuple) and peer else "/")  # tasks inherit it
         writer_task = asyncio.create_task(self._write_loop())
         try:
             while not writer_task.done() and not self._draining.is_set():

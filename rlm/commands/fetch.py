@@ -32,7 +32,7 @@ from rlm.commands.readside import (
     parse_timestamp,
 )
 from rlm.log.record_json import record_obj
-from rlm.log.records import ControlRecord, iter_batches, iter_records
+from rlm.log.records import iter_batches
 
 _FETCH_BYTES = 1 << 20
 
@@ -109,9 +109,7 @@ def _json(f: RemoteFetcher, args: argparse.Namespace, start: int, end: int, prog
     out = sys.stdout
     n = 0
     for r in fetches(f, args, start, end):
-        for h, rec in iter_records(r.records, path=f"{args.topic}-{args.partition}@{r.fetch_offset}"):
-            if isinstance(rec, ControlRecord) or rec.offset < start:
-                continue
+        for h, rec in r.data_records(start):
             if rec.offset >= end or (args.count is not None and n >= args.count):
                 return n
             out.write(json.dumps(record_obj(h, rec)) + "\n")

@@ -216,3 +216,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     d.add_argument("--timeout-ms", type=int, default=30_000, help="give up when no progress for this long")
     d.add_argument("--json", action="store_true", help="one JSON object per line")
     d.set_defaults(func=run_dump)
+    from .metadata_rebuild import register as register_rebuild
+
+    register_rebuild(sub)

@@ -14,6 +14,9 @@ Per partition of the remote metadata store (read-only, as the read side opens it
   ``off_lineage_grace_ms``): expected after an unclean election, so they do not fail the check;
 * no COPY_SEGMENT_STARTED / DELETE_SEGMENT_STARTED older than ``stale_copy_grace_ms``
   (``stale_copy``, ``stale_delete``; ``rlm run`` cleans those up);
+* the storage layout's own checks (``layout_mismatch``): for Aiven's layout, object sizes
+  against the manifest's chunk index and index slices, and the segment the manifest embeds
+  (every chunk's GCM tag and zstd frame is checked by the whole-file read above);
 * with ``--deep``, every ``.log`` decodes (batch CRCs) to its recorded end offset and size
   (``incomplete_segment``, ``undecodable_segment``). Files are streamed, never held whole.
 
@@ -36,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from rlm.config import load_config
+from rlm.errors import ConfigError
 from rlm.exit_codes import ExitCode
 from rlm.types import KafkaUuid, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 from rsm_plugins.api import RemoteStorageManager, StoredObject
@@ -92,6 +96,10 @@ def verify(args: argparse.Namespace) -> int:
     node_id = config.node_id if config.node_id is not None else -1
     grace = config.stale_copy_grace_ms
     rsm = load_rsm(config, node_id)
+    if args.repair and args.execute and rsm.read_only:
+        rsm.close()
+        raise ConfigError(f"--repair --execute: the {rsm.display_name} layout is read-only (its objects "
+                          "belong to the broker's own tiered storage); nothing is deleted")
     try:
         metadata_read_ms = int(time.time() * 1000)
         rlmm = load_rlmm(config, node_id, read_only=True)

@@ -104,7 +104,8 @@ def check_files(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata, deep: b
     if manifest is not None:
         wanted = dict(manifest.files)
     else:
-        wanted = {ft: None for ft in SegmentFileType if not ft.optional or not md.txn_index_empty}
+        wanted = {ft: None for ft in SegmentFileType
+                  if not ft.optional or (ft is SegmentFileType.TRANSACTION_INDEX and not md.txn_index_empty)}
     sid, span = md.remote_log_segment_id.id.text, (md.start_offset, md.end_offset)
 
     def problem(kind: str, text: str) -> None:
@@ -140,6 +141,25 @@ def check_files(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata, deep: b
             problem("incomplete_segment", text)
 
 
+def check_layout(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata, report: PartitionReport) -> None:
+    """The plugin's own layout checks (a foreign layout's manifest against its objects), unless
+    a file of the segment was already found missing or unreadable."""
+    sid = md.remote_log_segment_id.id.text
+    if any(p.segment_id == sid for p in report.problems):
+        return
+    try:
+        found = rsm.verify_segment(md)
+    except RemoteResourceNotFoundError as e:
+        found, kind = [f"object missing: {e}"], "missing_object"
+    except RemoteStorageError as e:
+        found, kind = [f"cannot be examined: {e}"], "corrupt_object"
+    else:
+        kind = "layout_mismatch"
+    for text in found:
+        report.problems.append(Problem(report.partition, kind, f"{_seg(md)}: {text}", sid,
+                                       (md.start_offset, md.end_offset)))
+
+
 def check_partition(rsm: RemoteStorageManager, tp: TopicIdPartition,
                     segments: Iterable[RemoteLogSegmentMetadata], *, now_ms: int, grace_ms: int,
                     metadata_read_ms: int, deep: bool = False) -> PartitionReport:
@@ -154,6 +174,7 @@ def check_partition(rsm: RemoteStorageManager, tp: TopicIdPartition,
     for md in segs:
         if md.state is S.COPY_SEGMENT_FINISHED:
             check_files(rsm, md, deep, report)
+            check_layout(rsm, md, report)
         elif md.state in (S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED) and \
                 now_ms - md.event_timestamp_ms > grace_ms:
             kind = "stale_copy" if md.state is S.COPY_SEGMENT_STARTED else "stale_delete"

@@ -11,6 +11,7 @@ re-raised so the scheduler retries the partition with backoff (and a new id).
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import structlog
@@ -31,6 +32,7 @@ from rlm.types import (
     RemoteLogSegmentState,
     TopicIdPartition,
 )
+from rsm_plugins import descriptor
 
 log = structlog.get_logger(__name__)
 
@@ -201,6 +203,13 @@ class SegmentCopier:
                     f"{tp}: storage plugin returned {len(custom)} bytes of custom metadata, limit "
                     f"{ctx.config.custom_metadata_max_bytes}; copying stopped for this partition"
                 )
+            described = replace(md, custom_metadata=custom)
+            try:
+                ctx.rsm.write_segment_descriptor(described, descriptor.encode(described))
+            except Exception as e:
+                bind.warning("segment_descriptor_failed", error=str(e), kind=type(e).__name__)
+                self._undo(md, "descriptor_failed")
+                raise
             if ctx.still_leads is not None and not ctx.still_leads(tp):
                 bind.warning("segment_copy_undone_leadership_moved")
                 self._undo(md, "leadership_moved")

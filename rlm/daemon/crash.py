@@ -15,6 +15,10 @@ import signal
 
 COPY_STEPS = ("after_copy_started", "after_rsm_copy", "after_copy_finished")
 DELETE_STEPS = ("after_delete_started", "after_rsm_delete", "after_delete_finished")
+#: ``rlm metadata rebuild``: after a segment's STARTED record, after its FINISHED record.
+REBUILD_STEPS = ("rebuild_after_started", "rebuild_after_finished")
+#: ``rlm restore``: after a segment's ``.log`` was renamed into the partition directory.
+RESTORE_STEPS = ("restore_after_segment",)
 STEPS = COPY_STEPS  # the copy steps, under the name tests/daemon/test_crash.py uses
 ALL_STEPS = COPY_STEPS + DELETE_STEPS
 

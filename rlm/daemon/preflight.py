@@ -147,6 +147,13 @@ class Preflight:
             self._add("storage", f"storage.plugin = {cfg.storage.plugin!r}", False, str(e))
             return
         for what, fn in (("storage read", storage_read_check), ("storage write", storage_write_check)):
+            if what == "storage write" and self.rsm.read_only:
+                # never probe-copy into storage a broker owns; `rlm run` cannot start on it
+                self._add(what, f"storage.plugin = {cfg.storage.plugin!r}", False,
+                          f"the {self.rsm.display_name} layout is read-only: its objects belong to the "
+                          "broker's own tiered storage, so `rlm run` never copies into it; use this "
+                          "configuration with the read commands (fetch, offsets, serve, backfill, verify)")
+                return
             try:
                 where = self._storage_call(lambda fn=fn: fn(self.rsm))  # type: ignore[misc]
             except Exception as e:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from rlm.errors import RlmError
 from rlm.log.partition import PartitionDir
 from rlm.types import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 from tests.daemon.helpers import SEGMENT_BYTES, wait_for
+from tests.daemon.rebuild_helpers import read_path
 from tests.faults.cluster_helpers import leader_of, listed, settings, verify_config
 from tests.faults.proc_helpers import (
     all_segments,
@@ -418,6 +420,24 @@ def segment_ids(d: Daemon, tip: TopicIdPartition) -> dict[str, RemoteLogSegmentS
     return {m.remote_log_segment_id.id.text: m.state for m in listed(d, tip)}
 
 
+def rebuilt_reads_the_same(cars: Sidecars, tmp: Path, reader: DaemonConfig, lost: set[str]) -> None:
+    """Issue 25 on a real history: the metadata store rebuilt from the bucket alone (``rlm metadata
+    rebuild`` into a new file store) skips only lost-tail copies and reads like the original."""
+    s = cars.settings(C, tmp / "rebuilt")
+    s["metadata"] = {"manager": "file"}
+    path = tmp / "rebuilt.yaml"
+    path.write_text(json.dumps(s, default=str))  # YAML is a superset of JSON
+    proc = subprocess.run([sys.executable, "-m", "rlm.cli", "metadata", "rebuild", "--config", str(path),
+                           "--topic", cars.topic, "--execute", "--json"], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    (part,) = json.loads(proc.stdout)["partitions"]
+    skipped = {seg["segment_id"] for seg in part["skip"]}
+    assert skipped and skipped <= lost, (skipped, lost)
+    with RemoteFetcher.from_config(reader) as orig, RemoteFetcher.from_config(load_config(path)) as new:
+        assert read_path(new, cars.topic) == read_path(orig, cars.topic)
+
+
 def test_unclean_election_quarantines_then_deletes_the_lost_tail(
     cluster3: KafkaCluster, tmp_path: Path
 ) -> None:
@@ -428,7 +448,8 @@ def test_unclean_election_quarantines_then_deletes_the_lost_tail(
     C's sidecar keeps the tail's segments (quarantined, listed in its status) while the grace
     period runs and deletes them after it (the daemon's clock is jumped past the grace period);
     at no point does a reader return a record of the lost tail, and what it returns is what a
-    consumer reads from C.
+    consumer reads from C. While the tail is quarantined, a metadata store rebuilt from the bucket
+    alone (``rlm metadata rebuild``) skips lost-tail copies and reads exactly like the original.
     """
     c, topic = cluster3, "hist-unclean"
     bs = c.bootstrap
@@ -487,6 +508,7 @@ def test_unclean_election_quarantines_then_deletes_the_lost_tail(
         )
         on_c = consume_from(bs, topic, PartitionDir(pdir_c).log_end_offset())
         reads_only_c(on_c, tail)
+        rebuilt_reads_the_same(cars, tmp_path, reader, set(lost))
         clock.set_offset_ms(2 * HOUR_MS)  # the grace period is over
         wait_for(
             "the lost tail deleted after the grace period",

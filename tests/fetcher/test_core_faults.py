@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from fetcher import RemoteFetcher
-from fetcher.index_cache import DIR_NAME, RemoteIndexCache
+from fetcher.index_cache import DIR_NAME, RemoteIndexCache, entry_stem
 from fetcher.pool import ReaderPool
 from rlm.cli import main as cli_main
 from rlm.errors import (
@@ -208,11 +208,22 @@ def test_read_only_store_follows_new_segments(tmp_path: Path) -> None:
                 writer.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(sid, 1, state, 1))
         finally:
             writer.close()
+        gone = before.segments[-1].metadata
+        f.fetch("mixed", 0, before.segments[-1].first)  # its indexes and chunks are cached now
+        assert f.indexes.total_bytes > 0 and (entry_stem(gone) + ".index") in _cached(f)
         f.rlmm.refresh()  # type: ignore[attr-defined]
         f._invalidate(before.tp)
         after = f.plan("mixed", 0)
         assert len(after.segments) == len(before.segments) - 1
         assert after.log_end == before.segments[-1].first
+        # the deleted segment's cache entries go with it (as Kafka's RemoteIndexCache removes them)
+        assert not [n for n in _cached(f) if n.startswith(entry_stem(gone))]
+        sid = str(gone.remote_log_segment_id.id)
+        assert not [k for k in f.reader._chunks if k[0] == sid]
+
+
+def _cached(f: RemoteFetcher) -> list[str]:
+    return [p.name for p in f.indexes.directory.iterdir()]
 
 
 class _ShortReads:

@@ -219,3 +219,38 @@ def test_reads_of_cached_chunks_return_exactly_the_range(tmp_path_factory: pytes
             assert f.reader.read(md, lo, hi) == local[lo:hi], (lo, hi)
             assert bytes(f.reader.read_view(md, lo, hi)) == local[lo:hi], (lo, hi)
         assert f.stats.snapshot()["get_requests"] == before
+
+
+def test_public_surface_list_offset_counters_and_data_records(tiered: Tiered, fetcher: RemoteFetcher) -> None:
+    """What faces use instead of the core's parts: one ListOffsets answer, counters, one batch walker."""
+    from fetcher import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+
+    plan = fetcher.plan("mixed", 0)
+    earliest = fetcher.list_offset("mixed", 0, EARLIEST_TIMESTAMP)
+    assert earliest is not None and earliest.offset == plan.log_start
+    latest = fetcher.list_offset("mixed", 0, LATEST_TIMESTAMP)
+    assert latest is not None and (latest.offset, latest.leader_epoch) == (plan.log_end, plan.latest_epoch)
+    committed = fetcher.list_offset("mixed", 0, LATEST_TIMESTAMP, isolation="read_committed")
+    assert committed is not None and committed.offset == fetcher.last_stable_offset("mixed", 0)
+    assert fetcher.list_offset("mixed", 0, -3) is None  # max-timestamp: no remote answer
+    want = tiered.local_records()
+    mid = want[len(want) // 2]
+    by_time = fetcher.list_offset("mixed", 0, mid[3])
+    assert by_time is not None
+    assert by_time.offset == fetcher.offset_for_timestamp("mixed", 0, mid[3]).offset  # type: ignore[union-attr]
+
+    start = want[5][0] + 1  # inside a batch: records before it in the batch are left out
+    got: list[tuple[int, bytes | None, bytes | None, int]] = []
+    offset = start
+    while offset < plan.log_end:
+        r = fetcher.fetch("mixed", 0, offset, max_bytes=64 * 1024)
+        got += [(rec.offset, rec.key, rec.value, rec.timestamp) for _h, rec in r.data_records(start)]
+        offset = r.next_offset
+    assert got == [w for w in want if w[0] >= start]
+
+    before = fetcher.counters()
+    assert fetcher.run_bounded(lambda: 42, what="a unit of work") == 42
+    after = fetcher.counters()
+    assert after["get_requests"] >= before["get_requests"] > 0
+    assert after["pool_capacity"] == fetcher.read_capacity > 0
+    assert {"index_cache_hits", "index_cache_misses", "pool_rejected", "pool_timeouts"} <= set(after)

@@ -20,12 +20,13 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from fetcher import RemoteFetcher
 from fetcher.fetch import IsolationLevel
+from fetcher.kafka import EndpointThread, ListenerSettings
 from rlm.commands.kafka_serve import start_kafka_listener
 from rlm.config import load_config
 from rlm.daemon.service import Daemon
 from rlm.log.partition import PartitionDir
 from tests.daemon.helpers import create_topic, produce, transactional_producer, wait_for
-from tests.fetcher_e2e.conftest import consume_all, lso_of
+from tests.fetcher_e2e.conftest import _set_topic_config, _watermarks, consume_all, lso_of
 from tests.services.kafka import KafkaCluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -167,4 +168,24 @@ def test_read_committed_equals_the_broker_at_the_frontier(kafka: KafkaCluster, t
         assert _rows(f, topic, "read_committed") == [r for r in want_committed if r[0] < bound.stable_offset]
         r = f.fetch(topic, 0, bound.stable_offset, isolation="read_committed")
         assert r.empty and r.stable_limited and r.last_stable_offset == bound.stable_offset
+
+    # merged mode without the log dir: the endpoint asks the broker how the frontier's transactions
+    # ended. The broker's retention deletes the tiered segment first, so the consumer's reads below
+    # the remote end can only be served from the remote tier.
+    _set_topic_config(bs, topic, **{"retention.bytes": "1"})
+    wait_for("local retention deleted the tiered segment",
+             lambda: _watermarks(bs, topic)[0] >= remote_end, timeout=90)
+    with RemoteFetcher.from_config(_config(kafka, tmp_path, topic, log_dirs=False, work="r4")) as f:
+        assert f.committed_bound(topic, 0).limited
+        endpoint = EndpointThread(f, ListenerSettings(port=0, merged=True), tmp_path / "merged")
+        try:
+            bound = f.committed_bound(topic, 0)
+            assert (bound.stable_offset, bound.limited) == (remote_end, False)
+            assert [a.first_offset for a in bound.frontier_aborted] == [
+                min(o for o, k, _v in want_all if k is not None and k.startswith(b"a"))]
+            assert _rows(f, topic, "read_committed") == tiered_committed
+            assert _consumed(endpoint.bootstrap, topic, "read_committed", lso) == want_committed
+        finally:
+            endpoint.close()
+        assert f.committed_bound(topic, 0).limited, "the endpoint gone: the remote LSO again"
     left_open.abort_transaction(30)

@@ -267,5 +267,5 @@ def test_custom_metadata_fits_with_long_prefix(tmp_path: Path) -> None:
     assert len(blob) <= 128
     manifest = integrity.decode(blob)
     assert manifest is not None and manifest.location is None and manifest.files == sums
-    assert re.fullmatch(rb"\xa5\x01\x02\x3f.*", blob, re.S)
+    assert re.fullmatch(rb"\xa5\x01\x02\x7f.*", blob, re.S)  # bits of all 7 file types
     assert replace(manifest, location="x").location == "x"

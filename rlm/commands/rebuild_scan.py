@@ -1,0 +1,160 @@
+"""What the bucket alone says about a partition's remote segments (``rlm metadata rebuild``).
+
+Each segment found by listing the partition (:meth:`RemoteStorageManager.list_segment_objects`)
+is described in one of two ways:
+
+* **descriptor** (segments copied by this version on): the ``.rlm_descriptor`` object written
+  before COPY_SEGMENT_FINISHED (:mod:`rsm_plugins.descriptor`) gives the metadata exactly as the
+  daemon recorded it, the writer's broker id, event time and the plugin's custom metadata
+  (checksums, location) included;
+* **files** (older segments): rebuilt from the segment's own objects — topic, topic id and
+  partition from the directory or prefix; segment id and start offset from the file name; the
+  last offset and the largest timestamp from the ``.log`` (every batch header is read, as Kafka's
+  ``LogSegment.readLargestTimestamp`` does, because the time index's last entry may be missing or
+  stale); the segment's leader epochs from its ``.leader_epoch_checkpoint`` object, cut to the
+  segment's range with the copy task's own rule (:func:`rlm.lineage.epochs_for_range`), so they
+  equal what the copy recorded; the size from the ``.log`` object; ``txn_index_empty`` from the
+  presence of a non-empty ``.txnindex``. Unknown there: the writer's broker id (``-1``), the event
+  time (the ``.log`` object's modification time stands in) and custom metadata (none: reads work,
+  but without the per-file checksum check).
+
+A segment without its ``.log`` is not a segment: the ``.log`` is uploaded last (the commit marker)
+and deleted first, so its absence means a copy that never finished or a delete under way.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlm.errors import RemoteStorageError, RemoteStorageIntegrityError, RlmError
+from rlm.lineage import epochs_for_range
+from rlm.log import scan_batches
+from rlm.log.checkpoints import parse_leader_epoch_checkpoint
+from rlm.types import (
+    IndexType,
+    KafkaUuid,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+)
+from rsm_plugins import descriptor
+from rsm_plugins.api import RemoteStorageManager, StoredObject
+from rsm_plugins.layout import SegmentFileType
+
+_CHUNK = 1 << 20
+
+
+class RebuildError(RlmError):
+    """A segment's objects cannot be turned into metadata (named in the message)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FoundSegment:
+    """One segment of the bucket: its metadata (COPY_SEGMENT_FINISHED) and where it came from."""
+
+    metadata: RemoteLogSegmentMetadata
+    source: str
+    """``descriptor`` or ``files`` (with why, when a descriptor was there but unusable)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Unusable:
+    """Objects of the bucket that form no segment, and why."""
+
+    segment_id: str
+    start_offset: int
+    reason: str
+
+
+def _group(objects: Iterable[StoredObject]) -> dict[tuple[int, str], dict[SegmentFileType, StoredObject]]:
+    groups: dict[tuple[int, str], dict[SegmentFileType, StoredObject]] = {}
+    for o in objects:
+        if o.segment_id is None or o.start_offset is None or o.file_type is None:
+            continue  # not a segment file, or a temporary file of an interrupted write
+        groups.setdefault((o.start_offset, o.segment_id), {})[o.file_type] = o
+    return groups
+
+
+def _placeholder(tp: TopicIdPartition, sid: str, start: int, size: int) -> RemoteLogSegmentMetadata:
+    """Metadata naming only what a plugin needs to locate the segment's objects."""
+    return RemoteLogSegmentMetadata(
+        RemoteLogSegmentId(tp, KafkaUuid.from_text(sid)), start_offset=start, end_offset=start,
+        max_timestamp_ms=-1, broker_id=-1, event_timestamp_ms=0, segment_size_in_bytes=size,
+        segment_leader_epochs=((0, start),), state=RemoteLogSegmentState.COPY_SEGMENT_FINISHED)
+
+
+def scan_partition(
+    rsm: RemoteStorageManager, tp: TopicIdPartition, *, use_descriptors: bool = True
+) -> tuple[list[FoundSegment], list[Unusable]]:
+    """Every complete segment of ``tp`` in the bucket, oldest first, and the leftovers."""
+    objects = rsm.list_segment_objects(tp)
+    if objects is None:
+        raise RemoteStorageError(f"{rsm.display_name} storage cannot list {tp}: rebuild needs a listing")
+    found: list[FoundSegment] = []
+    unusable: list[Unusable] = []
+    for (start, sid), files in sorted(_group(objects).items()):
+        log_obj = files.get(SegmentFileType.SEGMENT)
+        if log_obj is None:
+            unusable.append(Unusable(sid, start, "no .log object (a copy that never finished, or a delete "
+                                                  "under way): not a segment"))
+            continue
+        where = f"{tp.topic}-{tp.partition} segment {sid} at offset {start}"
+        try:
+            found.append(describe(rsm, tp, sid, start, files, use_descriptors=use_descriptors))
+        except (RlmError, ValueError) as e:
+            unusable.append(Unusable(sid, start, f"{where}: {e}"))
+    return found, unusable
+
+
+def describe(rsm: RemoteStorageManager, tp: TopicIdPartition, sid: str, start: int,
+             files: dict[SegmentFileType, StoredObject], *, use_descriptors: bool = True) -> FoundSegment:
+    """The metadata of one segment: from its descriptor when present, else from its files."""
+    log_obj = files[SegmentFileType.SEGMENT]
+    place = _placeholder(tp, sid, start, log_obj.size)
+    if use_descriptors and SegmentFileType.DESCRIPTOR in files:
+        data = rsm.read_segment_descriptor(place)
+        if data is not None:
+            key = files[SegmentFileType.DESCRIPTOR].key
+            try:
+                md = descriptor.decode(data, key, place.remote_log_segment_id)
+                if md.start_offset != start:
+                    raise RemoteStorageIntegrityError(
+                        f"{key}: descriptor says start offset {md.start_offset}, its name says {start}")
+                return FoundSegment(md, "descriptor")
+            except RemoteStorageIntegrityError as e:  # the files still say it all, but more slowly
+                return FoundSegment(_from_files(rsm, place, files), f"files (descriptor unusable: {e})")
+    return FoundSegment(_from_files(rsm, place, files), "files")
+
+
+def _from_files(rsm: RemoteStorageManager, place: RemoteLogSegmentMetadata,
+                files: dict[SegmentFileType, StoredObject]) -> RemoteLogSegmentMetadata:
+    log_obj = files[SegmentFileType.SEGMENT]
+    start = place.start_offset
+    last_offset = start - 1
+    max_ts = -1
+    with tempfile.TemporaryDirectory(prefix="rlm-rebuild-") as tmp:
+        path = Path(tmp) / "segment.log"
+        with rsm.fetch_log_segment(place, 0) as src, open(path, "wb") as dst:
+            while chunk := src.read(_CHUNK):
+                dst.write(chunk)
+        for h in scan_batches(path):
+            last_offset = max(last_offset, h.last_offset)
+            max_ts = max(max_ts, h.max_timestamp)
+    if last_offset < start:
+        raise RebuildError(f"{log_obj.key}: no record batch at or after offset {start}")
+    if SegmentFileType.LEADER_EPOCH_CHECKPOINT not in files:
+        raise RebuildError(f"{log_obj.key}: no .leader_epoch_checkpoint object: its epochs are unknown")
+    cp_key = files[SegmentFileType.LEADER_EPOCH_CHECKPOINT].key
+    with rsm.fetch_index(place, IndexType.LEADER_EPOCH) as f:
+        entries = parse_leader_epoch_checkpoint(f.read(), path=cp_key)
+    epochs = epochs_for_range([(e.epoch, e.start_offset) for e in entries], start, last_offset + 1)
+    txn = files.get(SegmentFileType.TRANSACTION_INDEX)
+    return RemoteLogSegmentMetadata(
+        place.remote_log_segment_id, start_offset=start, end_offset=last_offset, max_timestamp_ms=max_ts,
+        broker_id=-1, event_timestamp_ms=log_obj.modified_ms, segment_size_in_bytes=log_obj.size,
+        segment_leader_epochs=tuple(epochs), state=RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
+        custom_metadata=None, txn_index_empty=txn is None or txn.size == 0)

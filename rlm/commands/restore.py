@@ -1,0 +1,244 @@
+"""``rlm restore --config F --topic T --log-dir DIR [--to-topic T2] [--local-bytes N] [--execute]``.
+
+Writes the newest remote segments of a tiered topic back into a **stopped** broker's partition
+directories, so that on start the broker serves them at the **same offsets** (its log start is the
+first restored offset). This is the local half of a restore into a new cluster (see
+docs/disaster-recovery.md for the whole procedure and what is not done yet):
+
+1. the topic exists in the new cluster (same partition count), so the broker has created
+   ``DIR/<T2>-<p>/`` with ``partition.metadata`` naming the **new** topic id, which is kept;
+2. the broker is stopped; ``--config`` names the bucket and a metadata store holding the old
+   history (e.g. one filled by ``rlm metadata rebuild``);
+3. per partition of ``T`` found in the store whose directory exists under ``DIR`` (a partition
+   this broker does not host is reported and skipped), the segments of the readers' chain (same
+   lineage rules as every reader, :func:`rlm.lineage.chain`) are taken from the newest backwards
+   until ``--local-bytes`` is reached (at least one segment); each is written byte for byte with
+   its ``.index``, ``.timeindex`` and non-empty ``.txnindex``; then the producer snapshot of the
+   newest (``<next offset>.snapshot``: idempotent producers keep their sequence state) and a
+   ``leader-epoch-checkpoint`` of the lineage over the restored range.
+
+Every file is written to a temporary name, fsynced and renamed. The directory must hold no
+record yet (the broker's empty first segment is replaced); a rerun that finds exactly the files
+it writes leaves them (idempotent), anything else is refused. Nothing is written without
+``--execute``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlm.config import load_config
+from rlm.daemon.crash import crash_point
+from rlm.errors import RlmError
+from rlm.exit_codes import ExitCode
+from rlm.lineage import chain, checkpoint_bytes, epochs_for_range, lineage_from_segments
+from rlm.log.checkpoints import read_partition_metadata
+from rlm.types import IndexType, KafkaUuid, RemoteLogSegmentMetadata, TopicIdPartition
+from rlmm.api import RemoteLogMetadataManager
+from rsm_plugins.api import RemoteStorageManager
+
+_CHUNK = 1 << 20
+
+
+class RestoreRefusedError(RlmError):
+    """The target partition directory already holds records, or cannot take the restored files."""
+
+
+@dataclass
+class PartitionRestore:
+    """What restore does for one partition."""
+
+    tp: TopicIdPartition
+    target: Path
+    new_topic_id: KafkaUuid | None
+    segments: list[RemoteLogSegmentMetadata] = field(default_factory=list)
+    epochs: list[tuple[int, int]] = field(default_factory=list)
+    skipped: str | None = None
+    written: list[str] = field(default_factory=list)
+
+    @property
+    def first_offset(self) -> int | None:
+        return self.segments[0].start_offset if self.segments else None
+
+    @property
+    def next_offset(self) -> int | None:
+        return self.segments[-1].end_offset + 1 if self.segments else None
+
+
+def _name(offset: int, suffix: str) -> str:
+    return f"{offset:020d}{suffix}"
+
+
+def plan_restore(rlmm: RemoteLogMetadataManager, tp: TopicIdPartition, target: Path,
+                 local_bytes: int) -> PartitionRestore:
+    """The newest whole segments of the read chain, up to ``local_bytes`` (at least one)."""
+    meta = target / "partition.metadata"
+    new_id = read_partition_metadata(meta) if meta.exists() else None
+    pr = PartitionRestore(tp, target, new_id)
+    if not target.is_dir() or new_id is None:
+        pr.skipped = f"{target}: no partition directory with partition.metadata on this broker"
+        return pr
+    segments = list(rlmm.list_remote_log_segments(tp))
+    lineage = lineage_from_segments(segments)
+    links, _gaps = chain(segments, lineage)
+    picked: list[RemoteLogSegmentMetadata] = []
+    total = 0
+    for md, first, last in reversed(links):
+        if first != md.start_offset or last != md.end_offset:
+            break  # a segment read only in part (lineage cut or overlap): the local log stops here
+        if picked and (total + md.segment_size_in_bytes > local_bytes
+                       or md.end_offset + 1 != picked[-1].start_offset):
+            break
+        picked.append(md)
+        total += md.segment_size_in_bytes
+    if not picked:
+        pr.skipped = f"{tp.topic}-{tp.partition}: no whole remote segment on the lineage to restore"
+        return pr
+    pr.segments = list(reversed(picked))
+    pr.epochs = epochs_for_range(lineage, pr.segments[0].start_offset, pr.segments[-1].end_offset + 1)
+    return pr
+
+
+def _check_target(pr: PartitionRestore, files: list[str]) -> None:
+    """Refuse a directory holding records or files restore would not write (rerun: identical names)."""
+    ours = set(files) | {"partition.metadata", "leader-epoch-checkpoint"}
+    for p in pr.target.iterdir():
+        if p.name in ours:
+            continue
+        empty_first = p.name.startswith(_name(0, ".")) and p.is_file() and p.stat().st_size == 0
+        if empty_first or p.name.endswith(".tmp-restore"):
+            continue  # the broker's empty first segment, or a leftover of an interrupted run
+        raise RestoreRefusedError(
+            f"{pr.target}: holds {p.name}; restore writes only into a partition directory without "
+            "records (created by the new cluster, broker stopped)")
+
+
+def _write(path: Path, data: bytes | None = None, stream: Any = None) -> None:
+    tmp = path.with_name(path.name + ".tmp-restore")
+    with open(tmp, "wb") as out:
+        if data is not None:
+            out.write(data)
+        else:
+            with stream as src:
+                while chunk := src.read(_CHUNK):
+                    out.write(chunk)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)
+
+
+def apply_restore(rsm: RemoteStorageManager, pr: PartitionRestore) -> None:
+    """Write the planned files into the partition directory (see the module docstring)."""
+    files: list[tuple[str, RemoteLogSegmentMetadata, IndexType | None]] = []
+    for md in pr.segments:
+        base = md.start_offset
+        files.append((_name(base, ".index"), md, IndexType.OFFSET))
+        files.append((_name(base, ".timeindex"), md, IndexType.TIMESTAMP))
+        if not md.txn_index_empty:
+            files.append((_name(base, ".txnindex"), md, IndexType.TRANSACTION))
+        files.append((_name(base, ".log"), md, None))  # the .log last: a segment is whole once it is there
+    last = pr.segments[-1]
+    nxt = last.end_offset + 1
+    files.append((_name(nxt, ".snapshot"), last, IndexType.PRODUCER_SNAPSHOT))
+    _check_target(pr, [name for name, _, _ in files])
+    for p in pr.target.iterdir():
+        if p.name.startswith(_name(0, ".")) and p.is_file() and p.stat().st_size == 0 and \
+                p.name not in {name for name, _, _ in files}:
+            p.unlink()  # the broker's empty first segment, replaced by the restored ones
+    done = {md.remote_log_segment_id for md in pr.segments
+            if (log := pr.target / _name(md.start_offset, ".log")).exists()
+            and log.stat().st_size == md.segment_size_in_bytes}
+    for name, md, index in files:
+        path = pr.target / name
+        if (md.remote_log_segment_id in done and index is not IndexType.PRODUCER_SNAPSHOT) or (
+                index is IndexType.PRODUCER_SNAPSHOT and path.exists()):
+            continue  # written by an earlier run: a segment's .log, and the snapshot, land last
+        stream = rsm.fetch_log_segment(md, 0) if index is None else rsm.fetch_index(md, index)
+        _write(path, stream=stream)
+        pr.written.append(name)
+        if index is None:
+            crash_point("restore_after_segment")
+    _write(pr.target / "leader-epoch-checkpoint", data=checkpoint_bytes(pr.epochs, nxt))
+    pr.written.append("leader-epoch-checkpoint")
+
+
+def _json(pr: PartitionRestore) -> dict[str, Any]:
+    return {"topic": pr.tp.topic, "partition": pr.tp.partition, "target": str(pr.target),
+            "new_topic_id": pr.new_topic_id.text if pr.new_topic_id else None,
+            "first_offset": pr.first_offset, "next_offset": pr.next_offset,
+            "segments": [{"segment_id": md.remote_log_segment_id.id.text, "start_offset": md.start_offset,
+                          "end_offset": md.end_offset, "size": md.segment_size_in_bytes}
+                         for md in pr.segments],
+            "leader_epochs": [list(e) for e in pr.epochs], "skipped": pr.skipped, "written": pr.written}
+
+
+def restore(args: argparse.Namespace) -> int:
+    from rlm.daemon.logging_setup import configure_logging
+    from rlm.plugin_setup import load_rlmm, load_rsm
+
+    config = load_config(args.config)
+    configure_logging("console", "critical")
+    node_id = config.node_id if config.node_id is not None else -1
+    to_topic = args.to_topic or args.topic
+    rsm = load_rsm(config, node_id)
+    plans: list[PartitionRestore] = []
+    refused: list[str] = []
+    try:
+        rlmm = load_rlmm(config, node_id, read_only=True)
+        try:
+            rlmm.follow_all()
+            tps = sorted((tp for tp in rlmm.known_partitions() if tp.topic == args.topic),
+                         key=lambda tp: tp.partition)
+            if not tps:
+                raise RlmError(f"topic {args.topic!r} has no remote segments in the metadata store")
+            for tp in tps:
+                target = Path(args.log_dir) / f"{to_topic}-{tp.partition}"
+                plans.append(plan_restore(rlmm, tp, target, args.local_bytes))
+        finally:
+            rlmm.close()
+        if args.execute:
+            for pr in plans:
+                if pr.skipped is None:
+                    try:
+                        apply_restore(rsm, pr)
+                    except RestoreRefusedError as e:
+                        refused.append(str(e))
+                        pr.skipped = f"refused: {e}"
+    finally:
+        rsm.close()
+    if args.json:
+        doc = {"execute": bool(args.execute), "partitions": [_json(p) for p in plans]}
+        json.dump(doc, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        for pr in plans:
+            if pr.skipped:
+                print(f"{pr.tp.topic}-{pr.tp.partition}: skipped: {pr.skipped}")
+                continue
+            verb = "restored" if args.execute else "would restore"
+            print(f"{pr.tp.topic}-{pr.tp.partition} -> {pr.target}: {verb} offsets {pr.first_offset}.."
+                  f"{(pr.next_offset or 0) - 1} ({len(pr.segments)} segments), epochs {pr.epochs}")
+        if not args.execute:
+            print("dry run: nothing written (add --execute; the broker must be stopped)")
+    return ExitCode.FAILURE if refused else ExitCode.OK
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser("restore", help="write the newest remote segments into a stopped broker",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", "-c", type=Path, required=True,
+                   help="configuration naming the bucket and a metadata store with the topic's history")
+    p.add_argument("--topic", required=True, help="the tiered topic (as named in remote storage)")
+    p.add_argument("--to-topic", help="the topic in the new cluster (default: the same name)")
+    p.add_argument("--log-dir", type=Path, required=True, help="the stopped broker's log dir")
+    p.add_argument("--local-bytes", type=int, default=0,
+                   help="newest segments up to this many bytes per partition (default 0: the newest only)")
+    p.add_argument("--execute", action="store_true", help="write the files (default: print the plan)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=restore)
