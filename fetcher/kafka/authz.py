@@ -239,6 +239,8 @@ class ConnectionGuard:
             return await self._list_offsets(ctx, req, version, header, handler)
         if key in _GROUP_KEYS:
             return await self._group(ctx, key, req, version, header, handler)
+        if key in (15, 16, 23):  # DescribeGroups, ListGroups, OffsetForLeaderEpoch
+            return await self._describe(ctx, key, req, version, header, handler)
         return await handler(ctx, req, version, header)
 
     # ---- broker answers ------------------------------------------------------------------
@@ -436,6 +438,57 @@ class ConnectionGuard:
             log.warning("kafka_authz_broker_lost", peer=self.peer, principal=principal, error=str(e))
             raise CloseConnection from e
         return await self._group_verdicts(ctx, key, req, version, header, handler, verdicts)
+
+    async def _group_allowed(self, groups: list[str]) -> dict[str, bool]:
+        principal = self.sasl.principal
+        if principal is None:
+            raise CloseConnection
+        if self.local is not None:
+            return {g: self.local.group_read(principal, g) for g in groups}
+        _, session = self._session()
+        try:
+            return {g: await self.cache.group_read(principal, g, session) for g in groups}
+        except (ConnectionError, TimeoutError, OSError) as e:
+            log.warning("kafka_authz_broker_lost", peer=self.peer, principal=principal, error=str(e))
+            raise CloseConnection from e
+
+    async def _describe(
+        self, ctx: EndpointContext, key: int, req: Any, version: int, header: Any, handler: Handler
+    ) -> Any:
+        """What a broker hides: DescribeGroups answers GROUP_AUTHORIZATION_FAILED for groups the
+        principal may not use, ListGroups lists only the others, OffsetForLeaderEpoch answers
+        TOPIC_AUTHORIZATION_FAILED for topics it may not DESCRIBE (nothing of theirs is sent)."""
+        resp = await handler(ctx, req, version, header)
+        if key == 15:
+            ok = await self._group_allowed([str(g.group_id) for g in resp.groups])
+            code = ErrorCode.group_authorization_failed
+            groups = tuple(
+                g
+                if ok[str(g.group_id)]
+                else dataclasses.replace(
+                    g, error_code=code, group_state="", protocol_type="", protocol_data="", members=()
+                )
+                for g in resp.groups
+            )
+            return dataclasses.replace(resp, groups=groups)
+        if key == 16:
+            ok = await self._group_allowed([str(g.group_id) for g in resp.groups])
+            return dataclasses.replace(resp, groups=tuple(g for g in resp.groups if ok[str(g.group_id)]))
+        ops = await self._ops(ctx)
+        topics = []
+        for t in resp.topics:
+            if ops.get(str(t.topic), 0) & DESCRIBE:
+                topics.append(t)
+                continue
+            self._denied("OffsetForLeaderEpoch", "no DESCRIBE on topic", topics=[str(t.topic)])
+            parts = tuple(
+                dataclasses.replace(
+                    p, error_code=ErrorCode.topic_authorization_failed, leader_epoch=-1, end_offset=-1
+                )
+                for p in t.partitions
+            )
+            topics.append(dataclasses.replace(t, partitions=parts))
+        return dataclasses.replace(resp, topics=tuple(topics))
 
     async def _group_verdicts(
         self,

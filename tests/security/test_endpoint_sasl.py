@@ -381,3 +381,30 @@ def test_connection_setup_cost_is_reported(secured: Secured) -> None:
     endpoint = sorted(one(secured.endpoint.port) for _ in range(15))
     broker = sorted(one(broker_port) for _ in range(15))
     print(f"connection set-up median: endpoint {endpoint[7] * 1000:.1f} ms, broker {broker[7] * 1000:.1f} ms")
+
+
+def test_describe_groups_and_leader_epochs_follow_the_acls(secured: Secured) -> None:
+    b = secured.topics["B"]
+    with _tls(secured) as s:
+        assert _plain_login(s, "alice", PASSWORDS["alice"]).error_code == ErrorCode.none
+        dg = load_request_schema(15, 5)(
+            groups=("other-group", "alice-group"), include_authorized_operations=False
+        )
+        s.sendall(_frame(15, 5, 4, dg))
+        codes = {g.group_id: g.error_code for g in _response(s, 15, 5).groups}
+        assert codes["other-group"] == ErrorCode.group_authorization_failed
+        assert codes["alice-group"] == ErrorCode.none
+        cls = load_request_schema(23, 4)
+        mod = __import__(cls.__module__, fromlist=["OffsetForLeaderTopic"])
+        req = cls(
+            topics=tuple(
+                mod.OffsetForLeaderTopic(
+                    topic=t, partitions=(mod.OffsetForLeaderPartition(partition=0, leader_epoch=0),)
+                )
+                for t in (b, secured.topics["A"])
+            )
+        )
+        s.sendall(_frame(23, 4, 5, req))
+        got = {t.topic: t.partitions[0] for t in _response(s, 23, 4).topics}
+        assert got[b].error_code == ErrorCode.topic_authorization_failed and got[b].end_offset == -1
+        assert got[secured.topics["A"]].error_code == ErrorCode.none
