@@ -490,6 +490,35 @@ class ConnectionGuard:
             topics.append(dataclasses.replace(t, partitions=parts))
         return dataclasses.replace(resp, topics=tuple(topics))
 
+    async def _commit_topics(
+        self, ctx: EndpointContext, req: Any, version: int, header: Any, handler: Handler
+    ) -> Any:
+        ops = await self._ops(ctx)
+        refused = [t for t in req.topics if not ops.get(str(t.name), 0) & READ]
+        if not refused:
+            return await handler(ctx, req, version, header)
+        self._denied("OffsetCommit", "no READ on topic", topics=sorted(str(t.name) for t in refused))
+        kept = tuple(t for t in req.topics if t not in refused)
+        cls = response_class(8, version)
+        resp = (
+            await handler(ctx, dataclasses.replace(req, topics=kept), version, header)
+            if kept
+            else make(cls, throttle_time=_zero(), topics=())
+        )
+        t_cls, p_cls = nested(cls, "OffsetCommitResponseTopic"), nested(cls, "OffsetCommitResponsePartition")
+        code = ErrorCode.topic_authorization_failed
+        extra = tuple(
+            make(
+                t_cls,
+                name=t.name,
+                partitions=tuple(
+                    make(p_cls, partition_index=p.partition_index, error_code=code) for p in t.partitions
+                ),
+            )
+            for t in refused
+        )
+        return dataclasses.replace(resp, topics=tuple(resp.topics) + extra)
+
     async def _group_verdicts(
         self,
         ctx: EndpointContext,
@@ -501,6 +530,8 @@ class ConnectionGuard:
         verdicts: dict[str, bool],
     ) -> Any:
         if all(verdicts.values()):
+            if key == 8:  # committing an offset also needs READ on each topic, as on a broker
+                return await self._commit_topics(ctx, req, version, header, handler)
             return await handler(ctx, req, version, header)
         denied = sorted(g for g, ok in verdicts.items() if not ok)
         self._denied(_GROUP_API[key], "no READ on group", groups=denied)

@@ -408,3 +408,21 @@ def test_describe_groups_and_leader_epochs_follow_the_acls(secured: Secured) -> 
         got = {t.topic: t.partitions[0] for t in _response(s, 23, 4).topics}
         assert got[b].error_code == ErrorCode.topic_authorization_failed and got[b].end_offset == -1
         assert got[secured.topics["A"]].error_code == ErrorCode.none
+
+
+def test_committing_needs_read_on_the_topic(secured: Secured) -> None:
+    a, b = secured.topics["A"], secured.topics["B"]
+    c = Consumer({**secured.client("alice"), "group.id": f"alice-{uuid.uuid4().hex[:6]}"})
+    try:
+        done = c.commit(offsets=[TopicPartition(a, 0, 5)], asynchronous=False)
+        assert done is not None and done[0].error is None
+        try:
+            res = c.commit(offsets=[TopicPartition(b, 0, 5)], asynchronous=False)
+            assert res is not None
+            err = res[0].error
+        except KafkaException as e:
+            err = e.args[0]
+        assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        assert c.committed([TopicPartition(a, 0)], timeout=30)[0].offset == 5
+    finally:
+        c.close()
