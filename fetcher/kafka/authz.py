@@ -239,6 +239,9 @@ class ConnectionGuard:
             return await self._list_offsets(ctx, req, version, header, handler)
         if key in _GROUP_KEYS:
             return await self._group(ctx, key, req, version, header, handler)
+        # FindCoordinator is answered for every group (a broker refuses it without DESCRIBE):
+        # librdkafka then times out on the lookup, whereas the group APIs' refusal reaches the
+        # application as GROUP_AUTHORIZATION_FAILED
         if key in (15, 16, 23):  # DescribeGroups, ListGroups, OffsetForLeaderEpoch
             return await self._describe(ctx, key, req, version, header, handler)
         return await handler(ctx, req, version, header)
