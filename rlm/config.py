@@ -27,6 +27,7 @@ from pydantic import (
     Field,
     PlainSerializer,
     PrivateAttr,
+    SecretStr,
     ValidationError,
     model_validator,
 )
@@ -193,6 +194,120 @@ class HttpConfig(_Strict):
     )
 
 
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+
+
+def _all_mechanisms() -> list[SaslMechanism]:
+    return ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+
+
+class LocalUser(_Strict):
+    """A user of the standalone mode: SCRAM credentials (Kafka's text), never a password."""
+
+    name: str
+    scram_sha_256: SecretStr | None = Field(
+        None, description="salt=...,stored_key=...,server_key=...,iterations=N (Kafka's format)."
+    )
+    scram_sha_512: SecretStr | None = Field(None, description="As scram_sha_256, for SCRAM-SHA-512.")
+
+
+class LocalAllow(_Strict):
+    """What one principal may read in standalone mode (shell patterns)."""
+
+    principal: str = Field(description="e.g. User:alice")
+    topics: list[str] = Field(default_factory=list, description="topics it may DESCRIBE and READ")
+    groups: list[str] = Field(default_factory=list, description="consumer groups it may use")
+
+
+class ListenerSecurity(_Strict):
+    """TLS and SASL of the Kafka-protocol endpoint, with Kafka's listener property names.
+
+    Who may read what is decided by the cluster (``bootstrap_servers``): SASL credentials are
+    relayed to a broker and authorization follows the broker's ACLs for that principal (see
+    docs/security.md), so there is no user database or ACL list here to keep in sync.
+    """
+
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT", json_schema_extra=_kafka("security.protocol"),
+        description="Protocol of the endpoint's listener, as in Kafka's listener.security.protocol.map.",
+    )
+    sasl_enabled_mechanisms: list[SaslMechanism] = Field(
+        default_factory=_all_mechanisms,
+        json_schema_extra=_kafka("sasl.enabled.mechanisms"),
+        description="SASL mechanisms offered (the broker must enable them too: each login is relayed to it).",
+    )
+    ssl_keystore_location: Path | None = Field(
+        None, json_schema_extra=_kafka("ssl.keystore.location"),
+        description="PEM file with the server certificate chain and its private key (ssl.keystore.type PEM).",
+    )
+    ssl_keystore_type: Literal["PEM"] = Field(
+        "PEM", json_schema_extra=_kafka("ssl.keystore.type"), description="Only PEM is read.",
+    )
+    ssl_key_location: Path | None = Field(
+        None, description="The private key in a file of its own (default: in ssl.keystore.location).",
+    )
+    ssl_key_password: SecretStr | None = Field(
+        None, json_schema_extra=_kafka("ssl.key.password"),
+        description="Password of an encrypted private key (kept secret: never logged or shown).",
+    )
+    ssl_truststore_location: Path | None = Field(
+        None, json_schema_extra=_kafka("ssl.truststore.location"),
+        description="PEM file of the CAs client certificates must chain to (mTLS).",
+    )
+    ssl_client_auth: Literal["required", "requested", "none"] = Field(
+        "none", json_schema_extra=_kafka("ssl.client.auth"),
+        description="Client certificates: required (mTLS), requested (verified when sent), none.",
+    )
+    ssl_reload_interval_ms: int = Field(
+        10_000, ge=0,
+        description="How often the certificate files are checked for a change and reloaded without a "
+        "restart (0 = only on SIGHUP).",
+    )
+    authz_cache_ms: int = Field(
+        5_000, ge=0,
+        description="How long the broker's answer on what a principal may describe/read is reused; an ACL "
+        "revoked on the broker takes effect within this time (0 = ask on every request).",
+    )
+
+    users: list[LocalUser] = Field(
+        default_factory=list,
+        description="Standalone mode only (no broker to relay logins to): users with SCRAM credentials "
+        "(`fetcher.kafka.local_auth.scram_credential` makes them); PLAIN is checked against them too.",
+    )
+    allow: list[LocalAllow] = Field(
+        default_factory=list,
+        description="Standalone mode only: per-principal topic and group allow rules (everything else "
+        "is denied).",
+    )
+    connections_per_principal: int = Field(
+        0, ge=0,
+        description="Kafka endpoint with SASL: open connections one principal may have (0 = no limit); "
+        "one more is closed after its login, as Kafka's max.connections.per.ip closes.",
+    )
+    read_bytes_per_second_per_principal: int = Field(
+        0, ge=0,
+        description="Kafka endpoint with SASL: record bytes per second one principal may fetch (0 = no "
+        "limit); beyond it Fetch answers carry throttle_time_ms and the connection's next Fetch waits "
+        "that long (KIP-219), so one reader cannot starve the others.",
+    )
+
+    @property
+    def tls(self) -> bool:
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def sasl(self) -> bool:
+        return self.security_protocol.startswith("SASL_")
+
+    @model_validator(mode="after")
+    def _keystore_for_tls(self) -> ListenerSecurity:
+        if self.tls and self.ssl_keystore_location is None:
+            raise ValueError(f"security.protocol {self.security_protocol} needs ssl.keystore.location")
+        if self.ssl_client_auth != "none" and self.ssl_truststore_location is None:
+            raise ValueError(f"ssl.client.auth={self.ssl_client_auth} needs ssl.truststore.location")
+        return self
+
+
 class ReadConfig(_Strict):
     """The read side (``fetcher``): reader pool, remote read sizing, and ``rlm serve``'s HTTP API.
 
@@ -251,6 +366,11 @@ class ReadConfig(_Strict):
     http_token_file: Path | None = Field(
         None, description="File holding a bearer token the HTTP API requires (first line).",
     )
+    http_security: ListenerSecurity = Field(
+        default_factory=ListenerSecurity,  # type: ignore[arg-type]
+        description="HTTP API: TLS (SSL, SASL_SSL) and, with SASL_*, HTTP Basic credentials checked by "
+        "logging in to the cluster plus per-topic authorization by its ACLs (docs/security.md).",
+    )
     kafka_host: str = Field("127.0.0.1", description="Kafka-protocol endpoint: bind address.")
     kafka_port: int = Field(9466, ge=0, le=65535, description="Kafka-protocol endpoint: port (0 = any).")
     kafka_advertised_host: str | None = Field(
@@ -299,6 +419,11 @@ class ReadConfig(_Strict):
         "list in the same order in each; `kafka_node_id` is this process's index in it. Each consumer "
         "group is coordinated by one of them (by a hash of its id), as a broker cluster does. Empty: "
         "this process coordinates every group.",
+    )
+    kafka_security: ListenerSecurity = Field(
+        default_factory=ListenerSecurity,  # type: ignore[arg-type]
+        description="Kafka-protocol endpoint: TLS, SASL and authorization by the cluster's ACLs "
+        "(docs/security.md).",
     )
 
 

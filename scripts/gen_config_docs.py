@@ -23,6 +23,7 @@ from rlm.config import (
     LONG_MAX,
     DaemonConfig,
     HttpConfig,
+    ListenerSecurity,
     MetadataConfig,
     ReadConfig,
     StorageConfig,
@@ -106,6 +107,7 @@ def render() -> str:
         ("`metadata` (RemoteLogMetadataManager)", MetadataConfig, "metadata."),
         ("`http` (metrics and health)", HttpConfig, "http."),
         ("`read` (the read side: reader pool, remote reads, `rlm serve`)", ReadConfig, "read."),
+        ("`read.kafka_security` (Kafka endpoint: TLS, SASL, ACLs)", ListenerSecurity, "read.kafka_security."),
         ("`topic_defaults` (per-topic settings for every topic)", TopicSettings, "topic_defaults."),
         ("`topics[]` (per-topic overrides)", TopicOverride, "topics[]."),
     ):

@@ -18,7 +18,8 @@ import uvicorn
 from fetcher.core import RemoteFetcher
 from fetcher.http.app import create_app
 from fetcher.http.auth import load_token
-from rlm.config import DaemonConfig
+from fetcher.http.security import secure_app
+from rlm.config import DaemonConfig, ListenerSecurity
 from rlm.errors import ConfigError
 
 log = structlog.get_logger(__name__)
@@ -31,13 +32,17 @@ class HttpApiServer:
     """One uvicorn server over one fetcher; ``port`` is the bound port once started."""
 
     def __init__(self, fetcher: RemoteFetcher, host: str, port: int, *, token: str | None = None,
-                 owns_fetcher: bool = False) -> None:
+                 owns_fetcher: bool = False, security: ListenerSecurity | None = None) -> None:
         self.fetcher = fetcher
         self.host = host
         self._owns = owns_fetcher
-        config = uvicorn.Config(create_app(fetcher, token=token), host=host, port=port, log_config=None,
+        sec = security if security is not None else fetcher.read_config.http_security
+        tls, app, self._auth, self._stop_watch = secure_app(create_app(fetcher, token=token), sec, fetcher)
+        self.tls = tls
+        config = uvicorn.Config(app, host=host, port=port, log_config=None,
                                 access_log=False, lifespan="off", server_header=False,
-                                timeout_graceful_shutdown=_GRACEFUL_S)
+                                timeout_graceful_shutdown=_GRACEFUL_S,
+                                ssl_context_factory=(lambda _c, _d: tls.context) if tls is not None else None)
         self._server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
         self.port = port
@@ -100,5 +105,8 @@ class HttpApiServer:
         self._close_fetcher()
 
     def _close_fetcher(self) -> None:
+        self._stop_watch.set()
+        if self._auth is not None:
+            self._auth.close()
         if self._owns:
             self.fetcher.close()

@@ -48,6 +48,11 @@ class EndpointThread:
     def bootstrap(self) -> str:
         return f"{self.endpoint.ctx.advertised_host}:{self.port}"
 
+    def reload_tls(self) -> bool:
+        """Load the TLS certificate files again (SIGHUP); False when TLS is off or loading failed."""
+        tls = self.endpoint.security.tls
+        return tls.reload() if tls is not None else False
+
     def close(self, timeout: float = 10.0) -> None:
         if self._closed:
             return

@@ -13,9 +13,11 @@ request or response stalled) longer than ``idle_timeout_ms``, and connections be
 response, any other API or version the UNSUPPORTED_VERSION error response, ApiVersions of an
 unknown version the KIP-511 v0 answer.
 
-TLS: pass an ``ssl.SSLContext`` (asyncio wraps the stream; nothing else changes). SASL would
-be two more handlers (SaslHandshake, SaslAuthenticate) plus a per-connection ``authenticated``
-flag checked in :meth:`Connection._answer` before dispatching anything but ApiVersions.
+TLS, SASL and ACLs come from ``read.kafka_security`` (:mod:`fetcher.kafka.security`): asyncio
+wraps the stream in the (reloading) TLS context, and with SASL each connection gets a
+:class:`~fetcher.kafka.authz.ConnectionGuard` that answers the SASL APIs, closes the connection
+on anything but ApiVersions/SASL before authentication, and applies the broker's ACL decisions
+around the handlers.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from fetcher.kafka.api_groups import (
 from fetcher.kafka.api_list_offsets import handle_list_offsets
 from fetcher.kafka.api_meta import api_versions_response, handle_api_versions, handle_metadata
 from fetcher.kafka.api_produce import handle_produce
+from fetcher.kafka.authz import ConnectionGuard
 from fetcher.kafka.broker_frontier import BrokerFetchFrontier
 from fetcher.kafka.codec import (
     API_VERSIONS_KEY,
@@ -60,6 +63,8 @@ from fetcher.kafka.codec import (
 )
 from fetcher.kafka.context import EndpointContext, ListenerSettings
 from fetcher.kafka.groups import CLIENT_HOST
+from fetcher.kafka.sasl import CloseConnection
+from fetcher.kafka.security import EndpointSecurity
 
 log = structlog.get_logger(__name__)
 
@@ -99,8 +104,9 @@ class KafkaEndpoint:
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.settings = settings
+        self.security = EndpointSecurity.from_fetcher(fetcher)
         self.ctx = EndpointContext(fetcher, settings, state_dir)
-        self._ssl = ssl_context
+        self._ssl = ssl_context or self.security.ssl_context
         self._server: asyncio.Server | None = None
         self._conns: dict[asyncio.Task[None], Connection] = {}
         self.port = settings.port
@@ -111,6 +117,7 @@ class KafkaEndpoint:
             self._accept, self.settings.host, self.settings.port, ssl=self._ssl, limit=1 << 16
         )
         self.port = self._server.sockets[0].getsockname()[1]
+        self.security.start()
         if self.ctx.forwarder is not None:  # merged mode: the broker decides the frontier
             self._frontier = BrokerFetchFrontier(self.ctx.forwarder, asyncio.get_running_loop())
             self.ctx.fetcher.add_frontier_source(self._frontier)
@@ -148,6 +155,7 @@ class KafkaEndpoint:
             await asyncio.gather(*late, return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
+        await self.security.stop()
         self.ctx.close()
         log.info("kafka_endpoint_stopped", port=self.port)
 
@@ -165,6 +173,7 @@ class KafkaEndpoint:
         task = asyncio.current_task()
         assert task is not None
         conn = Connection(self.ctx, reader, writer, str(peer))
+        conn.guard = self.security.guard(str(peer))
         self._conns[task] = conn
         try:
             await conn.run()
@@ -193,6 +202,7 @@ class Connection:
         self.slots = asyncio.Semaphore(s.max_in_flight)
         self.pending: asyncio.Queue[asyncio.Task[bytes] | None] = asyncio.Queue()
         self._draining = asyncio.Event()
+        self.guard: ConnectionGuard | None = None
 
     def drain(self) -> None:
         """Read no further request; answer those already read, then close (listener shutdown)."""
@@ -224,6 +234,8 @@ class Connection:
                 self.writer.close()  # also when stop() cancels a drain that took too long
             with contextlib.suppress(Exception):
                 await self.writer.wait_closed()
+            if self.guard is not None:
+                self.guard.close()
 
     async def _unless_draining(self, read: Coroutine[Any, Any, bytes | None]) -> bytes | None:
         """The next frame, or None as soon as :meth:`drain` is called (the partial read is dropped:
@@ -299,7 +311,10 @@ class Connection:
         except FrameError as e:
             log.warning("kafka_request_invalid", peer=self.peer, error=str(e))
             raise _Close from None
-        lo_hi = SUPPORTED.get(key)
+        if self.guard is not None and not self.guard.admits(key):
+            log.warning("kafka_request_before_authentication", peer=self.peer, api_key=key)
+            raise _Close
+        lo_hi = SUPPORTED.get(key) if self.guard is None else self.guard.versions(key)
         if key == API_VERSIONS_KEY and lo_hi is not None and not lo_hi[0] <= version <= lo_hi[1]:
             return encode_response(corr, api_versions_response(0, ErrorCode.unsupported_version))
         cls = request_class(key, version)
@@ -319,8 +334,13 @@ class Connection:
             )
             raise _Close from None
         try:
-            resp = await HANDLERS[key](self.ctx, body, version, header)
+            if self.guard is not None:
+                resp = await self.guard.dispatch(self.ctx, key, version, header, body, HANDLERS.get(key))
+            else:
+                resp = await HANDLERS[key](self.ctx, body, version, header)
             return encode_response(corr, resp)
+        except CloseConnection:
+            raise _Close from None
         except Exception as e:
             log.exception(
                 "kafka_handler_failed", peer=self.peer, api_key=key, api_version=version, error=str(e)

@@ -3,8 +3,9 @@
 Checks, in order: log dirs exist and are readable, the node id, the storage plugin loads and the
 store answers a read and accepts (then deletes) a tiny probe segment, the Kafka cluster answers,
 the metadata store is usable (the topic exists with the configured partitions or can be created;
-the file store's directory is writable). Nothing is written to the metadata store. Each step is
-bounded by ``storage_request_timeout_ms`` / ``metadata_request_timeout_ms``.
+the file store's directory is writable), and what the read faces expose (TLS, SASL; a face bound
+beyond loopback with neither fails unless ``--allow-plaintext``). Nothing is written to the
+metadata store. Each step is bounded by ``storage_request_timeout_ms`` / ``metadata_request_timeout_ms``.
 
 Exit status: 0 when every check passed, 1 when one failed, 3 for an invalid configuration.
 """
@@ -29,6 +30,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument("--config", "-c", type=Path, required=True, help="the daemon's configuration file")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--allow-plaintext", action="store_true",
+                   help="accept a read face bound beyond loopback with neither TLS nor SASL")
     p.set_defaults(func=check)
 
 
@@ -40,6 +43,9 @@ def check(args: argparse.Namespace) -> int:
     configure_logging(config.log_format, "critical")  # the printed lines say it all
     preflight = Preflight(config)
     checks = preflight.run()
+    from rlm.commands.security_check import security_checks
+
+    checks += security_checks(config, args.allow_plaintext)
     if preflight.rsm is not None:
         preflight.rsm.close()
     failed = [c for c in checks if not c.ok]

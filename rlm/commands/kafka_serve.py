@@ -2,8 +2,8 @@
 
 Any Kafka client reads tiered history by setting ``bootstrap.servers`` to the listener
 (default ``read.kafka_host``:``read.kafka_port``, 127.0.0.1:9466). SIGTERM/SIGINT stop it
-(exit status 0). ``rlm serve --kafka-listener`` starts the same listener with
-:func:`start_kafka_listener` beside the HTTP API.
+(exit status 0); SIGHUP reloads the TLS certificate files. ``rlm serve --kafka-listener`` starts
+the same listener with :func:`start_kafka_listener` beside the HTTP API.
 """
 
 from __future__ import annotations
@@ -89,6 +89,7 @@ def serve_kafka_until_signal(config: DaemonConfig, host: str | None, port: int |
     signal.signal(signal.SIGINT, on_signal)
     with RemoteFetcher.from_config(config) as fetcher:
         handle = start_kafka_listener(fetcher, host, port)
+        signal.signal(signal.SIGHUP, lambda signum, frame: handle.reload_tls())  # rotated certificate
         print(f"kafka endpoint listening on {handle.bootstrap}", flush=True)
         try:
             while not stop.wait(1.0):

@@ -96,6 +96,9 @@ def _serve_http(config: DaemonConfig, kafka_at: tuple[str, int] | None) -> int:
             server.stop()  # never started: this only closes its fetcher
             raise
         print(f"kafka endpoint listening on {listener.bootstrap}", flush=True)
+        import signal
+
+        signal.signal(signal.SIGHUP, lambda signum, frame: listener.reload_tls() if listener else None)
     # shutdown order: HTTP, then the Kafka listener (its in-flight requests answered), then the
     # fetcher both read through
     server.serve(on_stop=listener.close if listener is not None else None)

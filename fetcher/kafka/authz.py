@@ -1,0 +1,597 @@
+"""Authorization by the cluster's own ACLs: the broker is asked, as the client's principal.
+
+The SASL relay (:mod:`fetcher.kafka.sasl`) leaves each client connection with a broker
+connection authenticated as the same principal. On it the endpoint asks Metadata v12 with
+``include_topic_authorized_operations`` (KIP-430): a topic the principal may not DESCRIBE is not
+listed at all, and each listed one carries the bitfield of what it may do. DescribeGroups v5
+with ``include_authorized_operations`` does the same for a consumer group. The answers are the
+broker's authorizer's (StandardAuthorizer, AclAuthorizer, a plugin: whatever the cluster runs),
+so there is no second ACL list to keep in sync.
+
+What the endpoint then answers is what a broker answers: Metadata leaves out topics without
+DESCRIBE (or, when they were named, answers TOPIC_AUTHORIZATION_FAILED for them); Fetch and
+ListOffsets answer TOPIC_AUTHORIZATION_FAILED for partitions of topics without READ/DESCRIBE
+(their data is never read); group APIs answer GROUP_AUTHORIZATION_FAILED without READ on the
+group. Decisions are cached per principal for ``authz_cache_ms`` (shared by that principal's
+connections), so an ACL revoked on the broker takes effect within that time. Each denied
+request is logged once, with principal, resource and reason.
+
+Limit: DescribeGroups must reach the group's coordinator to report operations; when the relayed
+broker is not the coordinator only DESCRIBE is known (a GROUP_AUTHORIZATION_FAILED is still
+definite) and READ is assumed from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import structlog
+from kio.schema.describe_groups.v5 import request as dg_req
+from kio.schema.errors import ErrorCode
+from kio.schema.metadata.v12 import request as md_req
+
+from fetcher.kafka.codec import SUPPORTED, error_response, has_field, make, nested, response_class
+from fetcher.kafka.context import EndpointContext
+from fetcher.kafka.sasl import (
+    SASL_AUTHENTICATE_KEY,
+    SASL_HANDSHAKE_KEY,
+    SASL_VERSIONS,
+    BrokerAccess,
+    BrokerSession,
+    CloseConnection,
+    LocalExchange,
+    SaslSession,
+)
+
+log = structlog.get_logger(__name__)
+
+READ = 1 << 3  # Kafka's AclOperation codes, as bits of the KIP-430 bitfield
+DESCRIBE = 1 << 8
+_GROUP_KEYS = {8, 9, 11, 12, 13, 14}  # OffsetCommit, OffsetFetch, JoinGroup, Heartbeat, LeaveGroup, SyncGroup
+
+Handler = Callable[[EndpointContext, Any, int, Any], Awaitable[Any]]
+
+
+class AuthzCache:
+    """Per-principal topic operations and per-(principal, group) READ, each for ``ttl_s``."""
+
+    def __init__(self, ttl_s: float) -> None:
+        self.ttl_s = ttl_s
+        self._topics: dict[str, tuple[float, dict[str, int]]] = {}
+        self._groups: dict[tuple[str, str], tuple[float, bool]] = {}
+        self.broker_queries = 0
+        self._denials: dict[tuple[Any, ...], float] = {}
+
+    def first_denial(self, key: tuple[Any, ...], every_s: float = 60.0) -> bool:
+        """Whether this denial was not logged in the last ``every_s`` (bounded memory)."""
+        now = time.monotonic()
+        if now - self._denials.get(key, -1e18) < every_s:
+            return False
+        if len(self._denials) > 10_000:
+            self._denials.clear()
+        self._denials[key] = now
+        return True
+
+    async def topic_ops(self, principal: str, session: BrokerSession) -> dict[str, int]:
+        """topic name -> authorized-operations bitfield, for every topic it may DESCRIBE."""
+        now = time.monotonic()
+        hit = self._topics.get(principal)
+        if hit is not None and now < hit[0]:
+            return hit[1]
+        self.broker_queries += 1
+        resp = await session.call(
+            make(
+                md_req.MetadataRequest,
+                topics=None,
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=True,
+            )
+        )
+        ops = {
+            str(t.name): int(t.topic_authorized_operations)
+            for t in resp.topics
+            if t.error_code == ErrorCode.none and t.name is not None
+        }
+        self._topics[principal] = (time.monotonic() + self.ttl_s, ops)
+        return ops
+
+    async def group_read(self, principal: str, group: str, session: BrokerSession) -> bool:
+        now = time.monotonic()
+        hit = self._groups.get((principal, group))
+        if hit is not None and now < hit[0]:
+            return hit[1]
+        self.broker_queries += 1
+        resp = await session.call(
+            make(dg_req.DescribeGroupsRequest, groups=(group,), include_authorized_operations=True)
+        )
+        g = resp.groups[0] if resp.groups else None
+        if g is None or g.error_code == ErrorCode.group_authorization_failed:
+            allowed = False
+        elif g.error_code == ErrorCode.none:
+            ops = int(g.authorized_operations)
+            allowed = ops != -(2**31) and bool(ops & READ)
+        else:  # not the coordinator: DESCRIBE was granted, READ unknown (see the module doc)
+            allowed = True
+        self._groups[(principal, group)] = (time.monotonic() + self.ttl_s, allowed)
+        return allowed
+
+
+class LocalPolicy(Protocol):
+    """Standalone mode's users and allow rules (:class:`fetcher.kafka.local_auth.LocalUsers`)."""
+
+    def exchange(self, mechanism: str) -> LocalExchange: ...
+
+    def topic_ops(self, principal: str, names: list[str]) -> dict[str, int]: ...
+
+    def group_read(self, principal: str, group: str) -> bool: ...
+
+
+class PrincipalLimits:
+    """Per-principal connection count and a token bucket of fetched record bytes (one second of
+    burst), shared by the listener's connections."""
+
+    def __init__(self, max_connections: int, bytes_per_s: int) -> None:
+        self.max_connections = max_connections
+        self.rate = bytes_per_s
+        self._conns: dict[str, int] = {}
+        self._bucket: dict[str, tuple[float, float]] = {}  # principal -> (tokens, at)
+
+    def acquire(self, principal: str) -> bool:
+        n = self._conns.get(principal, 0)
+        if self.max_connections and n >= self.max_connections:
+            return False
+        self._conns[principal] = n + 1
+        return True
+
+    def release(self, principal: str) -> None:
+        n = self._conns.get(principal, 0) - 1
+        if n > 0:
+            self._conns[principal] = n
+        else:
+            self._conns.pop(principal, None)
+
+    def charge(self, principal: str, nbytes: int) -> float:
+        """Take ``nbytes`` from the principal's bucket; the seconds until it is out of debt."""
+        if not self.rate:
+            return 0.0
+        now = time.monotonic()
+        tokens, at = self._bucket.get(principal, (float(self.rate), now))
+        tokens = min(float(self.rate), tokens + (now - at) * self.rate) - nbytes
+        self._bucket[principal] = (tokens, now)
+        return max(0.0, -tokens / self.rate)
+
+
+class ConnectionGuard:
+    """SASL state and authorization of one client connection, around the endpoint's handlers."""
+
+    def __init__(
+        self,
+        access: BrokerAccess | None,
+        mechanisms: tuple[str, ...],
+        cache: AuthzCache,
+        peer: str,
+        limits: PrincipalLimits | None = None,
+        local: LocalPolicy | None = None,
+    ) -> None:
+        self.local = local
+        self.sasl = SaslSession(access, mechanisms, peer, local.exchange if local is not None else None)
+        self.cache = cache
+        self.peer = peer
+        self.limits = limits or PrincipalLimits(0, 0)
+        self._counted: str | None = None  # the principal whose connection slot this holds
+        self._muted_until = 0.0
+
+    def admits(self, key: int) -> bool:
+        return self.sasl.admits(key)
+
+    def versions(self, key: int) -> tuple[int, int] | None:
+        """The endpoint's versions of an API, the SASL APIs included."""
+        return SUPPORTED.get(key) or SASL_VERSIONS.get(key)
+
+    def close(self) -> None:
+        self.sasl.close()
+        if self._counted is not None:
+            self.limits.release(self._counted)
+            self._counted = None
+
+    async def dispatch(
+        self, ctx: EndpointContext, key: int, version: int, header: Any, req: Any, handler: Handler | None
+    ) -> Any:
+        if key == SASL_HANDSHAKE_KEY:
+            return await self.sasl.handshake(req, version)
+        if key == SASL_AUTHENTICATE_KEY:
+            try:
+                resp = await self.sasl.authenticate(req, version)
+            except CloseConnection:
+                raise
+            except Exception as e:
+                # never a traceback here: the frames hold the client's token (a PLAIN password), and
+                # a renderer that shows locals would print it
+                log.error("kafka_sasl_failed", peer=self.peer, error_type=type(e).__name__)
+                raise CloseConnection from None
+            principal = self.sasl.principal
+            if self.sasl.authenticated and principal is not None and self._counted is None:
+                if not self.limits.acquire(principal):
+                    log.warning(
+                        "kafka_connection_refused",
+                        peer=self.peer,
+                        principal=principal,
+                        reason="connections_per_principal",
+                        limit=self.limits.max_connections,
+                    )
+                    raise CloseConnection
+                self._counted = principal
+            return resp
+        assert handler is not None
+        if key == 18:
+            return await self._api_versions(ctx, req, version, header, handler)
+        if key == 3:
+            return await self._metadata(ctx, req, version, header, handler)
+        if key == 1:
+            return await self._fetch(ctx, req, version, header, handler)
+        if key == 2:
+            return await self._list_offsets(ctx, req, version, header, handler)
+        if key in _GROUP_KEYS:
+            return await self._group(ctx, key, req, version, header, handler)
+        # FindCoordinator is answered for every group (a broker refuses it without DESCRIBE):
+        # librdkafka then times out on the lookup, whereas the group APIs' refusal reaches the
+        # application as GROUP_AUTHORIZATION_FAILED
+        if key in (15, 16, 23):  # DescribeGroups, ListGroups, OffsetForLeaderEpoch
+            return await self._describe(ctx, key, req, version, header, handler)
+        return await handler(ctx, req, version, header)
+
+    # ---- broker answers ------------------------------------------------------------------
+    def _session(self) -> tuple[str, BrokerSession]:
+        s = self.sasl
+        if s.principal is None or s.session is None:
+            raise CloseConnection
+        return s.principal, s.session
+
+    async def _ops(self, ctx: EndpointContext) -> dict[str, int]:
+        if self.local is not None:
+            principal = self.sasl.principal
+            if principal is None:
+                raise CloseConnection
+            return self.local.topic_ops(principal, list((await ctx.topics()).by_name))
+        principal, session = self._session()
+        try:
+            return await self.cache.topic_ops(principal, session)
+        except (ConnectionError, TimeoutError, OSError) as e:
+            log.warning("kafka_authz_broker_lost", peer=self.peer, principal=principal, error=str(e))
+            raise CloseConnection from e
+
+    def _denied(self, api: str, reason: str, **what: Any) -> None:
+        """Log a denial once: a client retrying every second repeats the same request, and one line
+        per (principal, API, resources) and minute says all there is."""
+        if not self.cache.first_denial((self.sasl.principal, api, reason, repr(sorted(what.items())))):
+            return
+        log.warning(
+            "kafka_request_denied",
+            peer=self.peer,
+            principal=self.sasl.principal,
+            api=api,
+            reason=reason,
+            **what,
+        )
+
+    # ---- per API ---------------------------------------------------------------------------
+    async def _api_versions(
+        self, ctx: EndpointContext, req: Any, version: int, header: Any, handler: Handler
+    ) -> Any:
+        resp = await handler(ctx, req, version, header)
+        av = nested(type(resp), "ApiVersion")
+        extra = tuple(
+            make(av, api_key=k, min_version=lo, max_version=hi) for k, (lo, hi) in SASL_VERSIONS.items()
+        )
+        keys = sorted((*resp.api_keys, *extra), key=lambda k: int(k.api_key))
+        return dataclasses.replace(resp, api_keys=tuple(keys))
+
+    async def _metadata(
+        self, ctx: EndpointContext, req: Any, version: int, header: Any, handler: Handler
+    ) -> Any:
+        ops = await self._ops(ctx)
+        resp = await handler(ctx, req, version, header)
+        topic_cls = nested(type(resp), "MetadataResponseTopic")
+        out, denied = [], []
+        for t in resp.topics:
+            if t.name is None or t.error_code != ErrorCode.none:
+                out.append(t)
+                continue
+            bits = ops.get(str(t.name))
+            if bits is None:  # no DESCRIBE: absent from a full listing, an error when named
+                denied.append(str(t.name))
+                if req.topics is not None:
+                    out.append(
+                        make(
+                            topic_cls,
+                            error_code=ErrorCode.topic_authorization_failed,
+                            name=t.name,
+                            topic_id=uuid.UUID(int=0),
+                            is_internal=False,
+                            partitions=(),
+                            topic_authorized_operations=-(2**31),
+                        )
+                    )
+                continue
+            if has_field(topic_cls, "topic_authorized_operations") and req_wants_ops(req):
+                t = dataclasses.replace(t, topic_authorized_operations=bits)
+            out.append(t)
+        if denied and req.topics is not None:
+            self._denied("Metadata", "no DESCRIBE on topic", topics=sorted(denied))
+        return dataclasses.replace(resp, topics=tuple(out))
+
+    async def _fetch(
+        self, ctx: EndpointContext, req: Any, version: int, header: Any, handler: Handler
+    ) -> Any:
+        ops = await self._ops(ctx)
+        by_id = (await ctx.topics()).by_id if version >= 13 else {}
+        allowed, refused = [], []
+        for t in req.topics:
+            name = t.topic if version < 13 else (by_id[t.topic_id].name if t.topic_id in by_id else None)
+            if name is None or ops.get(name, 0) & READ:
+                allowed.append(t)
+            else:
+                refused.append(t)
+        wait = self._muted_until - time.monotonic()
+        if wait > 0:  # KIP-219: the client was told to back off; one that did not waits here
+            await asyncio.sleep(wait)
+        if not refused:
+            return self._throttle(await handler(ctx, req, version, header))
+        self._denied("Fetch", "no READ on topic", topics=sorted(_fetch_names(refused, by_id, version)))
+        cls = response_class(1, version)
+        if allowed:
+            resp = await handler(ctx, dataclasses.replace(req, topics=tuple(allowed)), version, header)
+        else:
+            resp = make(cls, throttle_time=_zero(), error_code=ErrorCode.none, session_id=0, responses=())
+        topic_cls, part_cls = nested(cls, "FetchableTopicResponse"), nested(cls, "PartitionData")
+        extra = tuple(
+            make(
+                topic_cls,
+                topic=getattr(t, "topic", None),
+                topic_id=getattr(t, "topic_id", None),
+                partitions=tuple(
+                    make(
+                        part_cls,
+                        partition_index=p.partition,
+                        error_code=ErrorCode.topic_authorization_failed,
+                        high_watermark=-1,
+                        last_stable_offset=-1,
+                        log_start_offset=-1,
+                        aborted_transactions=None,
+                        preferred_read_replica=-1,
+                        records=None,
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in refused
+        )
+        return self._throttle(dataclasses.replace(resp, responses=tuple(resp.responses) + extra))
+
+    def _throttle(self, resp: Any) -> Any:
+        """Charge the record bytes of a Fetch answer to the principal; over its rate the answer
+        carries throttle_time_ms and this connection's next Fetch waits that long."""
+        if not self.limits.rate or self.sasl.principal is None:
+            return resp
+        size = sum(len(p.records or b"") for t in resp.responses for p in t.partitions)
+        delay = self.limits.charge(self.sasl.principal, size)
+        if delay <= 0:
+            return resp
+        self._muted_until = time.monotonic() + delay
+        return dataclasses.replace(resp, throttle_time=datetime.timedelta(seconds=delay))
+
+    async def _list_offsets(
+        self, ctx: EndpointContext, req: Any, version: int, header: Any, handler: Handler
+    ) -> Any:
+        ops = await self._ops(ctx)
+        refused = [t for t in req.topics if not ops.get(str(t.name), 0) & DESCRIBE]
+        if not refused:
+            return await handler(ctx, req, version, header)
+        self._denied("ListOffsets", "no DESCRIBE on topic", topics=sorted(str(t.name) for t in refused))
+        kept = tuple(t for t in req.topics if t not in refused)
+        cls = response_class(2, version)
+        if kept:
+            resp = await handler(ctx, dataclasses.replace(req, topics=kept), version, header)
+        else:
+            resp = make(cls, throttle_time=_zero(), topics=())
+        topic_cls, part_cls = (
+            nested(cls, "ListOffsetsTopicResponse"),
+            nested(cls, "ListOffsetsPartitionResponse"),
+        )
+        extra = tuple(
+            make(
+                topic_cls,
+                name=t.name,
+                partitions=tuple(
+                    make(
+                        part_cls,
+                        partition_index=p.partition_index,
+                        error_code=ErrorCode.topic_authorization_failed,
+                        old_style_offsets=(),
+                        timestamp=-1,
+                        offset=-1,
+                        leader_epoch=-1,
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in refused
+        )
+        return dataclasses.replace(resp, topics=tuple(resp.topics) + extra)
+
+    async def _group(
+        self, ctx: EndpointContext, key: int, req: Any, version: int, header: Any, handler: Handler
+    ) -> Any:
+        if self.local is not None and self.sasl.principal is not None:
+            local, who = self.local, self.sasl.principal
+            verdicts = {g: local.group_read(who, g) for g in _group_ids(key, req, version)}
+            return await self._group_verdicts(ctx, key, req, version, header, handler, verdicts)
+        principal, session = self._session()
+        try:
+            verdicts = {
+                g: await self.cache.group_read(principal, g, session) for g in _group_ids(key, req, version)
+            }
+        except (ConnectionError, TimeoutError, OSError) as e:
+            log.warning("kafka_authz_broker_lost", peer=self.peer, principal=principal, error=str(e))
+            raise CloseConnection from e
+        return await self._group_verdicts(ctx, key, req, version, header, handler, verdicts)
+
+    async def _group_allowed(self, groups: list[str]) -> dict[str, bool]:
+        principal = self.sasl.principal
+        if principal is None:
+            raise CloseConnection
+        if self.local is not None:
+            return {g: self.local.group_read(principal, g) for g in groups}
+        _, session = self._session()
+        try:
+            return {g: await self.cache.group_read(principal, g, session) for g in groups}
+        except (ConnectionError, TimeoutError, OSError) as e:
+            log.warning("kafka_authz_broker_lost", peer=self.peer, principal=principal, error=str(e))
+            raise CloseConnection from e
+
+    async def _describe(
+        self, ctx: EndpointContext, key: int, req: Any, version: int, header: Any, handler: Handler
+    ) -> Any:
+        """What a broker hides: DescribeGroups answers GROUP_AUTHORIZATION_FAILED for groups the
+        principal may not use, ListGroups lists only the others, OffsetForLeaderEpoch answers
+        TOPIC_AUTHORIZATION_FAILED for topics it may not DESCRIBE (nothing of theirs is sent)."""
+        resp = await handler(ctx, req, version, header)
+        if key == 15:
+            ok = await self._group_allowed([str(g.group_id) for g in resp.groups])
+            code = ErrorCode.group_authorization_failed
+            groups = tuple(
+                g
+                if ok[str(g.group_id)]
+                else dataclasses.replace(
+                    g, error_code=code, group_state="", protocol_type="", protocol_data="", members=()
+                )
+                for g in resp.groups
+            )
+            return dataclasses.replace(resp, groups=groups)
+        if key == 16:
+            ok = await self._group_allowed([str(g.group_id) for g in resp.groups])
+            return dataclasses.replace(resp, groups=tuple(g for g in resp.groups if ok[str(g.group_id)]))
+        ops = await self._ops(ctx)
+        topics = []
+        for t in resp.topics:
+            if ops.get(str(t.topic), 0) & DESCRIBE:
+                topics.append(t)
+                continue
+            self._denied("OffsetForLeaderEpoch", "no DESCRIBE on topic", topics=[str(t.topic)])
+            parts = tuple(
+                dataclasses.replace(
+                    p, error_code=ErrorCode.topic_authorization_failed, leader_epoch=-1, end_offset=-1
+                )
+                for p in t.partitions
+            )
+            topics.append(dataclasses.replace(t, partitions=parts))
+        return dataclasses.replace(resp, topics=tuple(topics))
+
+    async def _commit_topics(
+        self, ctx: EndpointContext, req: Any, version: int, header: Any, handler: Handler
+    ) -> Any:
+        ops = await self._ops(ctx)
+        refused = [t for t in req.topics if not ops.get(str(t.name), 0) & READ]
+        if not refused:
+            return await handler(ctx, req, version, header)
+        self._denied("OffsetCommit", "no READ on topic", topics=sorted(str(t.name) for t in refused))
+        kept = tuple(t for t in req.topics if t not in refused)
+        cls = response_class(8, version)
+        resp = (
+            await handler(ctx, dataclasses.replace(req, topics=kept), version, header)
+            if kept
+            else make(cls, throttle_time=_zero(), topics=())
+        )
+        t_cls, p_cls = nested(cls, "OffsetCommitResponseTopic"), nested(cls, "OffsetCommitResponsePartition")
+        code = ErrorCode.topic_authorization_failed
+        extra = tuple(
+            make(
+                t_cls,
+                name=t.name,
+                partitions=tuple(
+                    make(p_cls, partition_index=p.partition_index, error_code=code) for p in t.partitions
+                ),
+            )
+            for t in refused
+        )
+        return dataclasses.replace(resp, topics=tuple(resp.topics) + extra)
+
+    async def _group_verdicts(
+        self,
+        ctx: EndpointContext,
+        key: int,
+        req: Any,
+        version: int,
+        header: Any,
+        handler: Handler,
+        verdicts: dict[str, bool],
+    ) -> Any:
+        if all(verdicts.values()):
+            if key == 8:  # committing an offset also needs READ on each topic, as on a broker
+                return await self._commit_topics(ctx, req, version, header, handler)
+            return await handler(ctx, req, version, header)
+        denied = sorted(g for g, ok in verdicts.items() if not ok)
+        self._denied(_GROUP_API[key], "no READ on group", groups=denied)
+        cls = response_class(key, version)
+        code = ErrorCode.group_authorization_failed
+        if key == 9 and version >= 8:  # batched: answer the allowed groups, refuse the others
+            kept = tuple(g for g in req.groups if verdicts[str(g.group_id)])
+            resp = (
+                await handler(ctx, dataclasses.replace(req, groups=kept), version, header)
+                if kept
+                else make(cls, throttle_time=_zero(), groups=())
+            )
+            g_cls = nested(cls, "OffsetFetchResponseGroup")
+            extra = tuple(make(g_cls, group_id=g, topics=(), error_code=code) for g in denied)
+            return dataclasses.replace(resp, groups=tuple(resp.groups) + extra)
+        if key == 8:  # OffsetCommit reports per partition
+            t_cls = nested(cls, "OffsetCommitResponseTopic")
+            p_cls = nested(cls, "OffsetCommitResponsePartition")
+            topics = tuple(
+                make(
+                    t_cls,
+                    name=t.name,
+                    partitions=tuple(
+                        make(p_cls, partition_index=p.partition_index, error_code=code) for p in t.partitions
+                    ),
+                )
+                for t in req.topics
+            )
+            return make(cls, throttle_time=_zero(), topics=topics)
+        return error_response(cls, code)
+
+
+def _group_ids(key: int, req: Any, version: int) -> list[str]:
+    return [str(g.group_id) for g in req.groups] if key == 9 and version >= 8 else [str(req.group_id)]
+
+
+_GROUP_API = {
+    8: "OffsetCommit",
+    9: "OffsetFetch",
+    11: "JoinGroup",
+    12: "Heartbeat",
+    13: "LeaveGroup",
+    14: "SyncGroup",
+}
+
+
+def req_wants_ops(req: Any) -> bool:
+    return bool(getattr(req, "include_topic_authorized_operations", False))
+
+
+def _fetch_names(topics: list[Any], by_id: dict[uuid.UUID, Any], version: int) -> list[str]:
+    if version < 13:
+        return [str(t.topic) for t in topics]
+    return [by_id[t.topic_id].name if t.topic_id in by_id else str(t.topic_id) for t in topics]
+
+
+def _zero() -> Any:
+    import datetime
+
+    return datetime.timedelta(0)

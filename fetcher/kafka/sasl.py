@@ -1,0 +1,320 @@
+"""SASL on the Kafka endpoint, checked by the cluster itself: every login is relayed to a broker.
+
+Why a relay: the sidecar must not keep a second user database. A client's SaslHandshake opens a
+fresh connection to a broker (TLS as ``kafka_client`` says, but *no* login of the sidecar's own)
+and each SaslAuthenticate token is passed to it unchanged and its answer passed back, message
+for message. PLAIN is one message; SCRAM-SHA-256/512 (RFC 5802/7677) is two, and Kafka's SCRAM
+has no channel binding (``c=biws``), so the exchange is valid whichever TCP connection carries
+it: the broker checks the proof, the client checks the broker's signature, and the sidecar never
+sees a password for SCRAM (for PLAIN it passes through, as it does through any TLS terminator).
+The broker's error (``SASL_AUTHENTICATION_FAILED`` with its message) is what the client gets.
+
+After a successful login that broker connection *is* the principal's session: the authorizer
+(:mod:`fetcher.kafka.authz`) asks the broker, as that principal, what it may describe and read,
+so the cluster's ACLs decide. Cost per client connection: one extra TCP (+TLS) connection to a
+broker and one broker round trip per SASL message; it stays open as long as the client's.
+
+Before authentication only ApiVersions, SaslHandshake and SaslAuthenticate are answered;
+anything else closes the connection, as a Kafka broker does. KIP-368 re-authentication: the
+broker's ``session_lifetime_ms`` is passed to the client; a client re-authenticating sends a new
+SaslHandshake on the same connection, which is relayed on a new broker connection that replaces
+the old one (the principal must not change, or the connection is closed, as in Kafka); a
+session past its lifetime that was not renewed is closed at its next request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Protocol
+
+import structlog
+from kio.schema.errors import ErrorCode
+from kio.schema.sasl_authenticate.v2 import request as auth_req
+from kio.schema.sasl_handshake.v1 import request as hs_req
+
+from fetcher.kafka.broker_login import BrokerLogin
+from fetcher.kafka.codec import make, response_class
+from fetcher.kafka.forward import _BrokerConn, _host_port
+
+log = structlog.get_logger(__name__)
+
+SASL_HANDSHAKE_KEY = 17
+SASL_AUTHENTICATE_KEY = 36
+#: what a client may send before it has authenticated (anything else closes the connection)
+PRE_AUTH_KEYS = frozenset({18, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY})
+#: versions of the SASL APIs, advertised in ApiVersions only by a SASL listener. SaslHandshake v0
+#: (unframed tokens afterwards) was removed by Kafka 4.0 (KIP-896); SaslAuthenticate v1+ carries
+#: the KIP-368 session lifetime.
+SASL_VERSIONS = {SASL_HANDSHAKE_KEY: (1, 1), SASL_AUTHENTICATE_KEY: (0, 2)}
+_SCRAM = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+_STEPS = {"PLAIN": 1, "SCRAM-SHA-256": 2, "SCRAM-SHA-512": 2}
+_ZERO = datetime.timedelta(0)
+
+
+class LocalExchange(Protocol):
+    """One login against static users (standalone mode, :mod:`fetcher.kafka.local_auth`)."""
+
+    user: str | None
+
+    def step(self, token: bytes) -> tuple[str | None, bytes, bool]:
+        """(error message or None, server bytes, done)."""
+        ...
+
+
+class CloseConnection(Exception):
+    """Close the client connection now (no response): Kafka's answer to a request out of order."""
+
+
+class _State(Enum):
+    NEW = "new"
+    HANDSHAKEN = "handshaken"
+    AUTHENTICATED = "authenticated"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class BrokerAccess:
+    """Where logins are relayed to: the cluster's bootstrap list and the TLS ``kafka_client`` sets."""
+
+    bootstrap: tuple[tuple[str, int], ...]
+    login: BrokerLogin
+    timeout_s: float = 30.0
+
+    @classmethod
+    def from_client(cls, bootstrap_servers: str, login: BrokerLogin) -> BrokerAccess:
+        addrs = tuple(_host_port(b) for b in bootstrap_servers.split(",") if b.strip())
+        return cls(addrs, login)
+
+    async def connect(self) -> tuple[_BrokerConn, str]:
+        """An unauthenticated connection to the first broker that answers."""
+        tls = self.login.tls
+        last: Exception | None = None
+        for host, port in self.bootstrap:
+            try:
+                r, w = await asyncio.wait_for(
+                    asyncio.open_connection(host, port, ssl=tls, server_hostname=host if tls else None),
+                    self.timeout_s,
+                )
+                return _BrokerConn(r, w), f"{host}:{port}"
+            except (OSError, TimeoutError) as e:
+                last = e
+        raise ConnectionError(f"no broker of {len(self.bootstrap)} reachable for the SASL relay: {last}")
+
+
+class BrokerSession:
+    """A broker connection authenticated as one principal; requests are serialized on it."""
+
+    def __init__(self, conn: _BrokerConn, broker: str, access: BrokerAccess) -> None:
+        self.conn = conn
+        self.broker = broker
+        self._timeout = access.timeout_s
+        self._lock = asyncio.Lock()
+
+    async def call(self, req: Any) -> Any:
+        async with self._lock:
+            return await self.conn.call(req, self._timeout)
+
+    def close(self) -> None:
+        with contextlib.suppress(RuntimeError):  # its event loop already closed (server shut down)
+            self.conn.close()
+
+
+def principal_of(mechanism: str, token: bytes) -> str | None:
+    """The user a first SASL message logs in as (PLAIN ``authzid\\0user\\0pass``, SCRAM
+    ``n,,n=user,r=...``), or None when the token is not such a message."""
+    try:
+        text = token.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if mechanism == "PLAIN":
+        parts = text.split("\0")
+        if len(parts) != 3 or not parts[1] or (parts[0] and parts[0] != parts[1]):
+            return None
+        return parts[1]
+    fields = text.split(",")
+    if len(fields) < 4 or fields[0] not in ("n", "y") or not fields[2].startswith("n="):
+        return None
+    name = fields[2][2:]
+    if not name or "=" in name.replace("=2C", "").replace("=3D", ""):
+        return None
+    return name.replace("=2C", ",").replace("=3D", "=")
+
+
+class SaslSession:
+    """The SASL state of one client connection (relay mode)."""
+
+    def __init__(
+        self,
+        access: BrokerAccess | None,
+        mechanisms: tuple[str, ...],
+        peer: str,
+        local: Callable[[str], LocalExchange] | None = None,
+    ) -> None:
+        self.access = access
+        self.local = local  # standalone mode: static users instead of the relay
+        self._exchange: LocalExchange | None = None
+        self.mechanisms = mechanisms
+        self.peer = peer
+        self.state = _State.NEW
+        self.principal: str | None = None
+        self.session: BrokerSession | None = None
+        self._pending: BrokerSession | None = None
+        self._pending_user: str | None = None
+        self._mechanism = ""
+        self._step = 0
+        self._expires: float | None = None
+        self._reauth_ok = False
+
+    @property
+    def authenticated(self) -> bool:
+        return self.state is _State.AUTHENTICATED
+
+    def admits(self, key: int) -> bool:
+        """Whether a request of API ``key`` may be answered now (False: close the connection)."""
+        if self.state is _State.FAILED:
+            return False
+        if key in PRE_AUTH_KEYS:
+            return True
+        if self.state is not _State.AUTHENTICATED:
+            return False
+        if self._expires is not None and time.monotonic() > self._expires:
+            log.info("kafka_sasl_session_expired", peer=self.peer, principal=self.principal)
+            return False
+        return True
+
+    async def handshake(self, req: Any, version: int) -> Any:
+        cls = response_class(SASL_HANDSHAKE_KEY, version)
+        mechanism = str(req.mechanism)
+        if self.state is _State.HANDSHAKEN or (self.state is _State.AUTHENTICATED and not self._reauth_ok):
+            self._fail("handshake_out_of_order")
+            return make(cls, error_code=ErrorCode.illegal_sasl_state, mechanisms=self.mechanisms)
+        if mechanism not in self.mechanisms:
+            self._fail("unsupported_mechanism", mechanism=mechanism[:64])
+            return make(cls, error_code=ErrorCode.unsupported_sasl_mechanism, mechanisms=self.mechanisms)
+        if self.local is not None:
+            self._exchange, self._mechanism, self._step = self.local(mechanism), mechanism, 0
+            self.state = _State.HANDSHAKEN
+            return make(cls, error_code=ErrorCode.none, mechanisms=self.mechanisms)
+        assert self.access is not None
+        try:
+            conn, broker = await self.access.connect()
+        except ConnectionError as e:
+            log.warning("kafka_sasl_broker_unreachable", peer=self.peer, error=str(e))
+            raise CloseConnection from e
+        pending = BrokerSession(conn, broker, self.access)
+        try:
+            resp = await pending.call(make(hs_req.SaslHandshakeRequest, mechanism=mechanism))
+        except (ConnectionError, TimeoutError, asyncio.IncompleteReadError) as e:
+            pending.close()
+            log.warning("kafka_sasl_broker_failed", peer=self.peer, broker=broker, error=str(e))
+            raise CloseConnection from e
+        if resp.error_code != ErrorCode.none:
+            pending.close()
+            self._fail("broker_refused_mechanism", mechanism=mechanism)
+            offered = tuple(m for m in self.mechanisms if m in resp.mechanisms)
+            return make(cls, error_code=resp.error_code, mechanisms=offered)
+        self._pending, self._mechanism, self._step = pending, mechanism, 0
+        self.state = _State.HANDSHAKEN
+        return make(cls, error_code=ErrorCode.none, mechanisms=self.mechanisms)
+
+    async def authenticate(self, req: Any, version: int) -> Any:
+        cls = response_class(SASL_AUTHENTICATE_KEY, version)
+
+        def answer(code: ErrorCode, message: str | None, data: bytes = b"", life: Any = _ZERO) -> Any:
+            return make(cls, error_code=code, error_message=message, auth_bytes=data, session_lifetime=life)
+
+        if self._exchange is not None and self.state is _State.HANDSHAKEN:
+            err, data, done = self._exchange.step(bytes(req.auth_bytes))
+            if err is not None:
+                self._fail("login_refused", mechanism=self._mechanism)
+                return answer(ErrorCode.sasl_authentication_failed, err)
+            if not done:
+                return answer(ErrorCode.none, None, data)
+            user, self._exchange = self._exchange.user, None
+            assert user is not None
+            return self._finish(user, None, data, _ZERO, version, answer)
+        if self.state is not _State.HANDSHAKEN or self._pending is None:
+            self._fail("authenticate_before_handshake")
+            return answer(ErrorCode.illegal_sasl_state, "SaslAuthenticate before SaslHandshake")
+        token = bytes(req.auth_bytes)
+        if self._step == 0:
+            user = principal_of(self._mechanism, token)
+            if user is None:
+                self._fail("malformed_token", mechanism=self._mechanism, size=len(token))
+                return answer(
+                    ErrorCode.sasl_authentication_failed,
+                    f"Authentication failed: invalid {self._mechanism} client message",
+                )
+            self._pending_user = user
+        pending = self._pending
+        try:
+            resp = await pending.call(make(auth_req.SaslAuthenticateRequest, auth_bytes=token))
+        except (ConnectionError, TimeoutError, asyncio.IncompleteReadError) as e:
+            log.warning("kafka_sasl_broker_failed", peer=self.peer, broker=pending.broker, error=str(e))
+            self._fail("broker_connection_lost")
+            raise CloseConnection from e
+        if resp.error_code != ErrorCode.none:
+            self._fail("broker_refused_login", principal=self._pending_user, mechanism=self._mechanism)
+            return answer(resp.error_code, resp.error_message)
+        self._step += 1
+        if self._step < _STEPS[self._mechanism]:
+            return answer(ErrorCode.none, None, bytes(resp.auth_bytes))
+        return self._complete(resp, version, answer)
+
+    def _complete(self, resp: Any, version: int, answer: Any) -> Any:
+        assert self._pending is not None and self._pending_user is not None
+        pending, self._pending = self._pending, None
+        return self._finish(
+            self._pending_user, pending, bytes(resp.auth_bytes), resp.session_lifetime, version, answer
+        )
+
+    def _finish(
+        self, user: str, session: BrokerSession | None, data: bytes, life: Any, version: int, answer: Any
+    ) -> Any:
+        principal = f"User:{user}"
+        if self.principal is not None and principal != self.principal:
+            log.warning(
+                "kafka_sasl_reauth_principal_changed", peer=self.peer, old=self.principal, new=principal
+            )
+            if session is not None:
+                session.close()
+            self._fail("principal_changed")
+            raise CloseConnection
+        reauth = self.principal is not None
+        if self.session is not None:
+            self.session.close()
+        self.session = session
+        self.principal = principal
+        self.state = _State.AUTHENTICATED
+        life_ms = int(life.total_seconds() * 1000)
+        self._expires = time.monotonic() + life_ms / 1000 if life_ms > 0 else None
+        self._reauth_ok = version >= 1  # KIP-368: only clients that can read the lifetime re-auth
+        log.info(
+            "kafka_sasl_authenticated",
+            peer=self.peer,
+            principal=principal,
+            mechanism=self._mechanism,
+            reauthentication=reauth,
+            session_lifetime_ms=life_ms,
+        )
+        return answer(ErrorCode.none, None, data, life)
+
+    def _fail(self, reason: str, **kw: Any) -> None:
+        """Refuse: the error response goes out, any further request closes the connection."""
+        log.warning("kafka_sasl_refused", peer=self.peer, reason=reason, **kw)
+        self.state = _State.FAILED
+        if self._pending is not None:
+            self._pending.close()
+            self._pending = None
+
+    def close(self) -> None:
+        for s in (self._pending, self.session):
+            if s is not None:
+                s.close()
+        self._pending = self.session = None
