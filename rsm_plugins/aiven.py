@@ -30,8 +30,6 @@ from typing import Any, BinaryIO
 import structlog
 import zstandard
 
-from rlm.types import KafkaUuid, RemoteLogSegmentId, RemoteLogSegmentState
-
 from . import aiven_config, descriptor, layout
 from .aiven_crypto import KeyRing, SegmentCipher
 from .aiven_keys import ObjectKeys, object_keys, partition_prefix
@@ -40,9 +38,12 @@ from .api import (
     ConfigError,
     DataKeyError,
     IndexType,
+    KafkaUuid,
     LogSegmentData,
     ReadOnlyStorageError,
+    RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
     RemoteObjectFormatError,
     RemoteRangeError,
     RemoteResourceNotFoundError,
