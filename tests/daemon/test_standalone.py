@@ -149,9 +149,15 @@ def test_once_equals_daemon(tmp_path: Path) -> None:
 
     # identical remote bytes too: compare the two local-plugin trees file by file (names differ by segment id)
     def blobs(root: Path) -> list[bytes]:
-        return sorted(f.read_bytes() for f in root.rglob("*") if f.is_file() and f.suffix != ".json")
+        # descriptors name their own segment id, event time and the store's location: not compared
+        return sorted(f.read_bytes() for f in root.rglob("*")
+                      if f.is_file() and f.suffix not in (".json", ".rlm_descriptor"))
+
+    def descriptors(root: Path) -> int:
+        return len(list(root.rglob("*.rlm_descriptor")))
 
     assert blobs(tmp_path / "once" / "remote") == blobs(tmp_path / "daemon" / "remote")
+    assert descriptors(tmp_path / "once" / "remote") == descriptors(tmp_path / "daemon" / "remote") >= 8
 
 
 def test_gap_is_loud(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
