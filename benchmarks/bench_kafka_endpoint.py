@@ -49,10 +49,10 @@ VALUE = 1000
 Read = tuple[int, int, float, str]  # records, bytes, seconds, digest
 
 
-def produce(bs: str, topic: str, total_bytes: int) -> None:
+def produce(bs: str, topic: str, total_bytes: int, client: dict[str, str]) -> None:
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bs, "linger.ms": 20, "batch.size": 1 << 20, "acks": 1,
+    p = Producer({**client, "bootstrap.servers": bs, "linger.ms": 20, "batch.size": 1 << 20, "acks": 1,
                   "queue.buffering.max.kbytes": 1 << 20})
     n = total_bytes // VALUE
     for i in range(n):
@@ -68,12 +68,13 @@ def produce(bs: str, topic: str, total_bytes: int) -> None:
     assert p.flush(120) == 0
 
 
-def consume(bs: str, topic: str, partitions: list[int], ends: dict[int, int]) -> tuple[
+def consume(conf: dict[str, str], topic: str, partitions: list[int], ends: dict[int, int]) -> tuple[
         dict[int, list[Any]], int, float]:
     """Every record of ``partitions`` from 0 below ``ends``: (messages by partition, bytes, seconds)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bs, "group.id": f"bench-{uuid.uuid4().hex[:6]}",
+    bs = conf["bootstrap.servers"]
+    c = Consumer({**conf, "group.id": f"bench-{uuid.uuid4().hex[:6]}",
                   "enable.auto.commit": False, "fetch.max.bytes": 50 * MB,
                   "max.partition.fetch.bytes": 8 * MB, "queued.max.messages.kbytes": 256 * 1024})
     c.assign([TopicPartition(topic, p, 0) for p in partitions])
@@ -109,16 +110,16 @@ def digest(messages: dict[int, list[Any]]) -> str:
     return h.hexdigest()
 
 
-def one_round(bs: str, topic: str, ends: dict[int, int], consumers: int) -> Read:
+def one_round(conf: dict[str, str], topic: str, ends: dict[int, int], consumers: int) -> Read:
     if consumers == 1:
-        msgs, size, seconds = consume(bs, topic, list(range(PARTITIONS)), ends)
+        msgs, size, seconds = consume(conf, topic, list(range(PARTITIONS)), ends)
         return sum(len(v) for v in msgs.values()), size, seconds, digest(msgs)
     results: dict[int, Any] = {}
     errors: list[BaseException] = []
 
     def worker(p: int) -> None:
         try:
-            results[p] = consume(bs, topic, [p], ends)
+            results[p] = consume(conf, topic, [p], ends)
         except BaseException as e:
             errors.append(e)
 
@@ -146,6 +147,59 @@ def serve(tmp: Path, name: str, conf: dict[str, Any]) -> tuple[subprocess.Popen[
     return proc, line.split()[-1]
 
 
+def secure_cluster(tmp: Path) -> Any:
+    """The security suite's broker: SASL_SSL only (PEM keystore, PLAIN + SCRAM), StandardAuthorizer."""
+    from tests.security.certs import issue, make_ca
+    from tests.security.conftest import PASSWORDS, SaslSslCluster
+    from tests.services.kafka import SaslScram
+
+    ca = make_ca(tmp / "pki")
+    cluster = SaslSslCluster(nodes=1, name="bench-endpoint-sasl", heap="1g",
+                             sasl=SaslScram(users=tuple(PASSWORDS.items()), mechanism="SCRAM-SHA-512"))
+    cluster.ca = ca
+    cluster.keystore = issue(ca, tmp / "pki" / "broker.pem", "broker")
+    cluster.endpoint_keystore = issue(  # type: ignore[attr-defined]
+        ca, tmp / "pki" / "endpoint.pem", "endpoint")
+    return cluster.start()
+
+
+def create_secure_topic(cluster: Any, topic: str, segment: int) -> None:
+    """The topic, bob's READ ACLs on it and on every group, and SCRAM credentials for the users."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        NewTopic,
+        ResourcePatternType,
+        ResourceType,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    from tests.security.conftest import PASSWORDS
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, **cluster.client_config})
+    new = NewTopic(topic, PARTITIONS, 1, config={"segment.bytes": str(segment)})
+    admin.create_topics([new])[topic].result(60)
+    acls = [AclBinding(rtype, name, ResourcePatternType.LITERAL, "User:bob", "*", AclOperation.READ,
+                       AclPermissionType.ALLOW) for rtype, name in ((ResourceType.TOPIC, topic),
+                                                                     (ResourceType.GROUP, "*"))]
+    for f in admin.create_acls(acls).values():
+        f.result(30)
+    sha = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096)
+    for f in admin.alter_user_scram_credentials(
+            [UserScramCredentialUpsertion(u, sha, p.encode()) for u, p in PASSWORDS.items()]).values():
+        f.result(30)
+
+
+def reader_conf(cluster: Any) -> dict[str, str]:
+    from tests.security.conftest import client_conf
+
+    return client_conf("bob", cluster)
+
+
 def git_commit() -> str:
     res = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
     return res.stdout.strip() or "unknown"
@@ -156,7 +210,10 @@ def main() -> None:
     ap.add_argument("--size-mb", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=3, help="counted rounds (after one warm-up)")
     ap.add_argument("--storage", choices=("local", "s3", "both"), default="both")
-    ap.add_argument("--no-save", action="store_true", help="do not write docs/data/bench-kafka-endpoint.json")
+    ap.add_argument("--security", choices=("plaintext", "sasl_ssl"), default="plaintext",
+                    help="sasl_ssl: the broker's only listener is SASL_SSL with ACLs, the endpoint relays "
+                    "SCRAM logins to it and serves TLS; every consumer logs in as a reader with READ ACLs")
+    ap.add_argument("--no-save", action="store_true", help="write no docs/data/bench-kafka-endpoint*.json")
     args = ap.parse_args()
 
     from rlm.config import load_config
@@ -165,18 +222,24 @@ def main() -> None:
     from tests.services.kafka import KafkaCluster
     from tests.services.s3 import SeaweedFS
 
-    cluster = KafkaCluster(nodes=1, name="bench-endpoint", heap="1g").start()
-    weed = SeaweedFS(name="bench-endpoint").start() if args.storage in ("s3", "both") else None
     tmp = Path(tempfile.mkdtemp(prefix="bench-endpoint-"))
+    secure = args.security == "sasl_ssl"
+    cluster = (secure_cluster(tmp) if secure
+               else KafkaCluster(nodes=1, name="bench-endpoint", heap="1g").start())
+    weed = SeaweedFS(name="bench-endpoint").start() if args.storage in ("s3", "both") else None
     procs: list[subprocess.Popen[str]] = []
     try:
         bs = cluster.bootstrap
         topic = "bench"
         total = args.size_mb * MB
         segment = min(max(total // PARTITIONS // 5, MB), 256 * MB)  # ~5 segments a partition
-        create_topic(bs, topic, partitions=PARTITIONS, **{"segment.bytes": str(segment)})
+        admin_conf = cluster.client_config if secure else {}
+        if secure:
+            create_secure_topic(cluster, topic, segment)
+        else:
+            create_topic(bs, topic, partitions=PARTITIONS, **{"segment.bytes": str(segment)})
         t0 = time.perf_counter()
-        produce(bs, topic, total)
+        produce(bs, topic, total, admin_conf)
         print(f"produced {args.size_mb} MB in {time.perf_counter() - t0:.1f} s", flush=True)
 
         storages: dict[str, dict[str, Any]] = {}
@@ -184,7 +247,8 @@ def main() -> None:
             storages["local"] = {"plugin": "local", "config": {"root": str(tmp / "remote"), "fsync": False}}
         if weed is not None:
             storages["s3"] = s3_storage(weed, weed.create_bucket("bench"))
-        targets: dict[str, str] = {"broker": bs}
+        reader = reader_conf(cluster) if secure else {}
+        targets: dict[str, dict[str, str]] = {"broker": {"bootstrap.servers": bs, **reader}}
         ends: dict[int, int] | None = None
         for name, storage in storages.items():
             conf: dict[str, Any] = {
@@ -193,6 +257,7 @@ def main() -> None:
                 "metadata": {"manager": "file", "config": {"dir": str(tmp / f"metadata-{name}")}},
                 "topics": [{"pattern": topic, "remote.storage.enable": True, "retention.ms": -1}],
                 "http": {"enabled": False}, "log_level": "warning",
+                **({"kafka_client": admin_conf} if secure else {}),
             }
             t0 = time.perf_counter()
             d = Daemon(load_config(None, **conf), once=True).start()
@@ -200,13 +265,17 @@ def main() -> None:
             d.stop()
             print(f"tiered to {name} in {time.perf_counter() - t0:.1f} s", flush=True)
             reader = {k: v for k, v in conf.items() if k not in ("log_dirs", "topics")}
-            reader.update(work_dir=str(tmp / f"serve-{name}"), read={"kafka_merged": False})
-            proc, address = serve(tmp, f"serve-{name}", reader)
+            serving = {k: v for k, v in conf.items() if k not in ("log_dirs", "topics")}
+            serving.update(work_dir=str(tmp / f"serve-{name}"), read={"kafka_merged": False})
+            if secure:
+                serving["read"]["kafka_security"] = {
+                    "security.protocol": "SASL_SSL", "ssl.keystore.location": str(cluster.endpoint_keystore)}
+            proc, address = serve(tmp, f"serve-{name}", serving)
             procs.append(proc)
-            targets[f"endpoint-{name}"] = address
+            targets[f"endpoint-{name}"] = {"bootstrap.servers": address, **reader}
             from fetcher import RemoteFetcher
 
-            with RemoteFetcher.from_config(load_config(None, **reader)) as f:
+            with RemoteFetcher.from_config(load_config(None, **serving)) as f:
                 got = {p: f.plan(topic, p).log_end for p in range(PARTITIONS)}
             ends = got if ends is None else {p: min(ends[p], got[p]) for p in got}
         assert ends is not None and all(e > 0 for e in ends.values()), ends
@@ -216,8 +285,8 @@ def main() -> None:
         for r in range(args.rounds + 1):
             for consumers in (1, 4):
                 row: dict[str, Any] = {"round": r, "warmup": r == 0, "consumers": consumers, "targets": {}}
-                for name, address in targets.items():  # interleaved: broker, endpoint-local, endpoint-s3
-                    n, size, seconds, dig = one_round(address, topic, ends, consumers)
+                for name, client in targets.items():  # interleaved: broker, endpoint-local, endpoint-s3
+                    n, size, seconds, dig = one_round(client, topic, ends, consumers)
                     row["targets"][name] = {"records": n, "bytes": size, "seconds": seconds, "digest": dig,
                                             "mb_per_s": size / MB / seconds}
                 want = row["targets"]["broker"]["digest"]
@@ -243,13 +312,14 @@ def main() -> None:
                 print(f"  {name:15s} {consumers} consumer(s): {med:.2f}x  (rounds: "
                       f"{', '.join(f'{x:.2f}' for x in ratios)})  {'met' if med >= 1.0 else 'NOT met'}")
         if not args.no_save:
-            out = ROOT / "docs" / "data" / "bench-kafka-endpoint.json"
+            out = ROOT / "docs" / "data" / ("bench-kafka-endpoint-sasl-ssl.json" if secure
+                                             else "bench-kafka-endpoint.json")
             out.write_text(json.dumps({
                 "benchmark": "bench_kafka_endpoint", "commit": git_commit(),
                 "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
                 "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                             "python": platform.python_version()},
-                "size_mb": args.size_mb, "partitions": PARTITIONS, "ends": ends,
+                "size_mb": args.size_mb, "partitions": PARTITIONS, "ends": ends, "security": args.security,
                 "median_ratio_to_broker": summary, "rounds": rounds,
             }, indent=1) + "\n")
             print(f"raw results: {out.relative_to(ROOT)}")
