@@ -16,7 +16,12 @@ Printed: every round's MB/s, and per target the median of the per-round ratios t
 the same round. Raw results go to ``docs/data/bench-kafka-endpoint.json`` (commit, date, machine,
 every round) unless ``--no-save``.
 
+With ``--security sasl_ssl`` the broker's only listener is SASL_SSL with ACLs (the security
+suite's broker), the endpoints serve TLS and relay each consumer's SCRAM login to it, and every
+consumer of every target logs in as the same reader: the cost of TLS + SASL on both sides.
+
     .venv/bin/python benchmarks/bench_kafka_endpoint.py --size-mb 256 --rounds 3
+    .venv/bin/python benchmarks/bench_kafka_endpoint.py --size-mb 256 --rounds 3 --security sasl_ssl
 """
 
 from __future__ import annotations
