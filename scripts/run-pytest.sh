@@ -4,7 +4,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONDONTWRITEBYTECODE=0
-.venv/bin/python -m pytest -p no:cacheprovider "$@"
+.venv/bin/python -m pytest -p no:cacheprovider --durations=30 "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "run-pytest: pytest collected no tests; failing" >&2

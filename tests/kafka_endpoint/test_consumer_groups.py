@@ -69,7 +69,7 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
     logs = tmp / "logs"
     tid = KafkaUuid.random()
     for p in range(PARTITIONS):
-        write_partition(logs, TOPIC, p, 120, topic_id=tid)
+        write_partition(logs, TOPIC, p, 40, topic_id=tid)  # 600 tiered records each
     cfg = cfg_for(logs, tmp / "work")
     run_once(cfg)
     fetcher = RemoteFetcher.from_config(cfg)
@@ -239,7 +239,7 @@ def test_cooperative_sticky_moves_only_what_it_must(history: History) -> None:
     ep = history.endpoint(group_initial_rebalance_delay_ms=1000)
     seen: collections.Counter[Key] = collections.Counter()
     done = threading.Event()
-    first = [Member(ep.bootstrap, "coop", seen, done, strategy="cooperative-sticky", delay_s=0.3)
+    first = [Member(ep.bootstrap, "coop", seen, done, strategy="cooperative-sticky", delay_s=0.2)
              for _ in range(2)]
     for m in first:
         m.start()
@@ -273,10 +273,10 @@ def test_cooperative_sticky_moves_only_what_it_must(history: History) -> None:
 
 def test_java_console_consumers_share_a_group(history: History) -> None:
     """Three instances of Kafka's console consumer with ``--group``: together, every record once."""
-    ep = history.endpoint(group_initial_rebalance_delay_ms=10_000)  # the JVMs join the first round
+    ep = history.endpoint(group_initial_rebalance_delay_ms=8000)  # the JVMs join the first round
     procs = [subprocess.Popen(
         [*_java_cmd(), "org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server", ep.bootstrap,
-         "--topic", TOPIC, "--group", "java-trio", "--timeout-ms", "30000",
+         "--topic", TOPIC, "--group", "java-trio", "--timeout-ms", "20000",
          "--property", "print.partition=true", "--property", "print.offset=true",
          "--property", "print.value=false", "--consumer-property", "auto.offset.reset=earliest"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
