@@ -269,7 +269,6 @@ def main() -> None:
             assert d.run_once() == 0
             d.stop()
             print(f"tiered to {name} in {time.perf_counter() - t0:.1f} s", flush=True)
-            reader = {k: v for k, v in conf.items() if k not in ("log_dirs", "topics")}
             serving = {k: v for k, v in conf.items() if k not in ("log_dirs", "topics")}
             serving.update(work_dir=str(tmp / f"serve-{name}"), read={"kafka_merged": False})
             if secure:
