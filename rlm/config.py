@@ -412,6 +412,18 @@ class ReadConfig(_Strict):
         description="Kafka-protocol endpoint: how long a new (empty) consumer group waits for more "
         "members before its first rebalance completes (the broker's setting, same default).",
     )
+    kafka_consumer_session_timeout_ms: int = Field(
+        45_000, ge=1_000, le=3_600_000, json_schema_extra=_kafka("group.consumer.session.timeout.ms"),
+        description="Kafka-protocol endpoint, consumer groups of the KIP-848 protocol "
+        "(`group.protocol=consumer`): a member that sends no heartbeat for this long is removed and "
+        "its partitions go to the others (the broker's setting, same default).",
+    )
+    kafka_consumer_heartbeat_interval_ms: int = Field(
+        5_000, ge=100, le=600_000, json_schema_extra=_kafka("group.consumer.heartbeat.interval.ms"),
+        description="Kafka-protocol endpoint, KIP-848 consumer groups: the heartbeat interval the "
+        "coordinator asks members for (the broker's setting, same default); new assignments reach "
+        "members at their next heartbeat.",
+    )
     kafka_peers: list[str] = Field(
         default_factory=list,
         description="Kafka-protocol endpoint: the advertised host:port of every endpoint process "

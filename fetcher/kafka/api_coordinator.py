@@ -44,10 +44,17 @@ async def handle_find_coordinator(ctx: EndpointContext, req: Any, version: int, 
 async def handle_offset_fetch(ctx: EndpointContext, req: Any, version: int, header: Any) -> Any:
     """Committed offsets, read on the executor: the store's lock may be held by a commit that is
     writing and fsyncing its file, and the event loop serves every other connection meanwhile."""
-    return await ctx.call(lambda: _offset_fetch(ctx, req, version))
+    # a KIP-848 member's fetch carries its epoch (v9+), checked on the loop that owns the groups
+    codes = {
+        g.group_id: ctx.consumer_groups.validate_offset_request(
+            g.group_id, getattr(g, "member_id", None), int(getattr(g, "member_epoch", -1)), commit=False)
+        if ctx.owns_group(g.group_id) else ErrorCode.not_coordinator
+        for g in (req.groups if version >= 8 else ())
+    }
+    return await ctx.call(lambda: _offset_fetch(ctx, req, version, codes))
 
 
-def _offset_fetch(ctx: EndpointContext, req: Any, version: int) -> Any:
+def _offset_fetch(ctx: EndpointContext, req: Any, version: int, codes: dict[str, ErrorCode]) -> Any:
     cls = response_class(9, version)
     if version >= 8:
         gcls = nested(cls, "OffsetFetchResponseGroup")
@@ -55,7 +62,7 @@ def _offset_fetch(ctx: EndpointContext, req: Any, version: int) -> Any:
             make(
                 gcls,
                 group_id=g.group_id,
-                error_code=ErrorCode.none if ctx.owns_group(g.group_id) else ErrorCode.not_coordinator,
+                error_code=codes[g.group_id],
                 topics=_fetch_topics(
                     ctx,
                     cls,
@@ -63,7 +70,7 @@ def _offset_fetch(ctx: EndpointContext, req: Any, version: int) -> Any:
                     g.topics,
                     "OffsetFetchResponseTopics",
                     "OffsetFetchResponsePartitions",
-                ) if ctx.owns_group(g.group_id) else (),
+                ) if codes[g.group_id] is ErrorCode.none else (),
             )
             for g in req.groups
         )
@@ -108,9 +115,15 @@ async def handle_offset_commit(ctx: EndpointContext, req: Any, version: int, hea
     cls = response_class(8, version)
     tcls, pcls = nested(cls, "OffsetCommitResponseTopic"), nested(cls, "OffsetCommitResponsePartition")
     generation = int(getattr(req, "generation_id_or_member_epoch", getattr(req, "generation_id", -1)))
-    code = (ctx.groups.commit_allowed(req.group_id, req.member_id, generation,
-                                      getattr(req, "group_instance_id", None))
-            if ctx.owns_group(req.group_id) else ErrorCode.not_coordinator)
+    if not ctx.owns_group(req.group_id):
+        code = ErrorCode.not_coordinator
+    elif ctx.consumer_groups.is_consumer_group(req.group_id):  # KIP-848: fenced by member epoch
+        code = (ErrorCode.unsupported_version if version < 9 and req.member_id
+                else ctx.consumer_groups.validate_offset_request(req.group_id, req.member_id, generation,
+                                                                 commit=True))
+    else:
+        code = ctx.groups.commit_allowed(req.group_id, req.member_id, generation,
+                                         getattr(req, "group_instance_id", None))
     if code is ErrorCode.none:
         entries = [
             (

@@ -28,6 +28,8 @@ async def handle_join_group(ctx: EndpointContext, req: Any, version: int, header
     cls = response_class(11, version)
     if not ctx.owns_group(req.group_id):
         r = JoinResult(ErrorCode.not_coordinator, member_id=req.member_id)
+    elif ctx.consumer_groups.is_consumer_group(req.group_id):  # no mixed classic/KIP-848 groups
+        r = JoinResult(ErrorCode.inconsistent_group_protocol, member_id=req.member_id)
     else:
         session_ms = _ms(req.session_timeout, 10_000)
         r = await ctx.groups.join(
@@ -135,4 +137,11 @@ async def handle_list_groups(ctx: EndpointContext, req: Any, version: int, heade
             continue
         groups.append(make(lcls, group_id=g.group_id, protocol_type=g.protocol_type or "",
                            group_state=g.state.value, group_type="classic"))
+    for cg in ctx.consumer_groups.groups.values():  # KIP-848 groups: type "consumer"
+        if not ctx.owns_group(cg.group_id) or (wanted_types and "consumer" not in wanted_types):
+            continue
+        if wanted_states and cg.state.lower() not in wanted_states:
+            continue
+        groups.append(make(lcls, group_id=cg.group_id, protocol_type="consumer", group_state=cg.state,
+                           group_type="consumer"))
     return make(cls, throttle_time=ZERO, error_code=ErrorCode.none, groups=tuple(groups))

@@ -53,7 +53,7 @@ log = structlog.get_logger(__name__)
 
 READ = 1 << 3  # Kafka's AclOperation codes, as bits of the KIP-430 bitfield
 DESCRIBE = 1 << 8
-_GROUP_KEYS = {8, 9, 11, 12, 13, 14}  # OffsetCommit, OffsetFetch, JoinGroup, Heartbeat, LeaveGroup, SyncGroup
+_GROUP_KEYS = {8, 9, 11, 12, 13, 14, 68}  # OffsetCommit, OffsetFetch, Join/Heartbeat/Leave/SyncGroup, KIP-848
 
 Handler = Callable[[EndpointContext, Any, int, Any], Awaitable[Any]]
 
@@ -242,7 +242,7 @@ class ConnectionGuard:
         # FindCoordinator is answered for every group (a broker refuses it without DESCRIBE):
         # librdkafka then times out on the lookup, whereas the group APIs' refusal reaches the
         # application as GROUP_AUTHORIZATION_FAILED
-        if key in (15, 16, 23):  # DescribeGroups, ListGroups, OffsetForLeaderEpoch
+        if key in (15, 16, 23, 69):  # Describe/ListGroups, OffsetForLeaderEpoch, ConsumerGroupDescribe
             return await self._describe(ctx, key, req, version, header, handler)
         return await handler(ctx, req, version, header)
 
@@ -462,6 +462,13 @@ class ConnectionGuard:
         principal may not use, ListGroups lists only the others, OffsetForLeaderEpoch answers
         TOPIC_AUTHORIZATION_FAILED for topics it may not DESCRIBE (nothing of theirs is sent)."""
         resp = await handler(ctx, req, version, header)
+        if key == 69:  # ConsumerGroupDescribe: the same rule as DescribeGroups
+            ok = await self._group_allowed([str(g.group_id) for g in resp.groups])
+            return dataclasses.replace(resp, groups=tuple(
+                g if ok[str(g.group_id)] else dataclasses.replace(
+                    g, error_code=ErrorCode.group_authorization_failed, error_message=None, group_state="",
+                    members=())
+                for g in resp.groups))
         if key == 15:
             ok = await self._group_allowed([str(g.group_id) for g in resp.groups])
             code = ErrorCode.group_authorization_failed
@@ -578,6 +585,7 @@ _GROUP_API = {
     12: "Heartbeat",
     13: "LeaveGroup",
     14: "SyncGroup",
+    68: "ConsumerGroupHeartbeat",
 }
 
 

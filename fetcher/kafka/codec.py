@@ -37,6 +37,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     16: (0, 5),  # ListGroups (types filter from 5)
     18: (0, 3),  # ApiVersions
     23: (2, 4),  # OffsetForLeaderEpoch (position validation: librdkafka needs 2, Java 3)
+    68: (0, 1),  # ConsumerGroupHeartbeat (KIP-848; v1: client-generated member ids)
+    69: (0, 1),  # ConsumerGroupDescribe (kafka-consumer-groups --describe of a KIP-848 group)
 }
 
 _HEAD = struct.Struct(">hhi")

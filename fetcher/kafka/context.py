@@ -18,6 +18,7 @@ from typing import TypeVar
 
 from fetcher.core import RemoteFetcher
 from fetcher.kafka.broker_login import BrokerLogin
+from fetcher.kafka.consumer_groups import ConsumerGroupCoordinator
 from fetcher.kafka.fetch_sessions import FetchSessionCache
 from fetcher.kafka.forward import BrokerForwarder
 from fetcher.kafka.groups import GroupCoordinator, coordinator_index
@@ -53,6 +54,8 @@ class ListenerSettings:
         None  # forward reads at/above the broker's local log start; None: when one is configured
     )
     group_initial_rebalance_delay_ms: int = 3000
+    consumer_session_timeout_ms: int = 45_000
+    consumer_heartbeat_interval_ms: int = 5_000
     #: every endpoint process behind one address ("host:port", in the same order everywhere);
     #: empty: this one coordinates every group
     peers: tuple[str, ...] = ()
@@ -74,6 +77,8 @@ class ListenerSettings:
             max_partition_fetch_bytes=rc.kafka_max_partition_fetch_bytes,
             merged=None if rc.kafka_merged else False,
             group_initial_rebalance_delay_ms=rc.kafka_group_initial_rebalance_delay_ms,
+            consumer_session_timeout_ms=rc.kafka_consumer_session_timeout_ms,
+            consumer_heartbeat_interval_ms=rc.kafka_consumer_heartbeat_interval_ms,
             peers=tuple(rc.kafka_peers),
         )
 
@@ -117,7 +122,10 @@ class EndpointContext:
         self.settings = settings
         self.catalog = Catalog(fetcher)
         self.offsets = OffsetStore(state_dir / "committed-offsets.json")
-        self.groups = GroupCoordinator(settings.group_initial_rebalance_delay_ms)
+        self.consumer_groups = ConsumerGroupCoordinator(
+            settings.consumer_session_timeout_ms, settings.consumer_heartbeat_interval_ms)
+        self.groups = GroupCoordinator(settings.group_initial_rebalance_delay_ms,
+                                       also_tick=self.consumer_groups.tick)
         self.fetch_sessions = FetchSessionCache()
         self.advertised_port = settings.port
         merged = settings.merged if settings.merged is not None else fetcher.broker is not None

@@ -27,7 +27,7 @@ import enum
 import time
 import uuid
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
@@ -124,20 +124,26 @@ def coordinator_index(group_id: str, replicas: int) -> int:
 class GroupCoordinator:
     """Every classic group of one endpoint process (event loop only)."""
 
-    def __init__(self, initial_delay_ms: int = 3000) -> None:
+    def __init__(self, initial_delay_ms: int = 3000,
+                 also_tick: Callable[[float], None] | None = None) -> None:
         self.groups: dict[str, Group] = {}
         self.initial_delay_s = initial_delay_ms / 1000
         self._ticker: asyncio.Task[None] | None = None
+        #: another coordinator's expiry (the KIP-848 groups) run by the same ticker
+        self._also_tick = also_tick
 
     # ---- lifecycle -------------------------------------------------------------------------
-    def _ensure_ticker(self) -> None:
+    def ensure_ticker(self) -> None:
         if self._ticker is None or self._ticker.done():
             self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
 
     async def _tick_forever(self) -> None:
         while True:
             await asyncio.sleep(_TICK_S)
-            self.tick(time.monotonic())
+            now = time.monotonic()
+            self.tick(now)
+            if self._also_tick is not None:
+                self._also_tick(now)
 
     def close(self) -> None:
         if self._ticker is not None:
@@ -173,7 +179,7 @@ class GroupCoordinator:
             return JoinResult(ErrorCode.inconsistent_group_protocol, member_id=member_id)
         if not 1000 <= session_timeout_ms <= 30 * 60 * 1000:  # group.min/max.session.timeout.ms
             return JoinResult(ErrorCode.invalid_session_timeout, member_id=member_id)
-        self._ensure_ticker()
+        self.ensure_ticker()
         now = time.monotonic()
         g = self.groups.get(group_id)
         if g is None:

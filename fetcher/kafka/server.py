@@ -34,6 +34,7 @@ import structlog
 from kio.schema.errors import ErrorCode
 
 from fetcher.core import RemoteFetcher
+from fetcher.kafka.api_consumer_groups import handle_consumer_group_describe, handle_consumer_group_heartbeat
 from fetcher.kafka.api_coordinator import handle_find_coordinator, handle_offset_commit, handle_offset_fetch
 from fetcher.kafka.api_epochs import handle_offset_for_leader_epoch
 from fetcher.kafka.api_fetch import handle_fetch
@@ -86,6 +87,8 @@ HANDLERS: dict[int, Handler] = {
     16: handle_list_groups,
     18: handle_api_versions,
     23: handle_offset_for_leader_epoch,
+    68: handle_consumer_group_heartbeat,
+    69: handle_consumer_group_describe,
 }
 assert set(HANDLERS) == set(SUPPORTED)
 

@@ -1,0 +1,235 @@
+"""KIP-848 consumer groups (``group.protocol=consumer``) through the endpoint, with real clients.
+
+The same standalone six-partition tiered topic as the classic-group tests. librdkafka
+(confluent-kafka) and Kafka's own Java console consumer join with ConsumerGroupHeartbeat; the
+endpoint computes the assignment (server-side ``uniform``/``range``) and reconciles members one
+heartbeat at a time. Every record must be read exactly once across a group: with members joining
+late (partitions move only after their owner revoked them), and with a member killed (its
+partitions move after the session timeout, from its last commit).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from tests.kafka_endpoint import test_consumer_groups as classic
+from tests.kafka_endpoint.test_consumer_groups import PARTITIONS, TOPIC, History, Key, _java_cmd, _wait_all
+
+history = classic.history  # the same tiered topic (a module fixture: built once for this module)
+
+pytestmark = pytest.mark.slow
+
+
+class Member(threading.Thread):
+    """A confluent-kafka member on the consumer protocol: ``subscribe``, commits what it read
+    (every ``commit_every`` records and when partitions are revoked), records its assignments."""
+
+    def __init__(self, bootstrap: str, group: str, seen: collections.Counter[Key], done: threading.Event,
+                 *, assignor: str | None = None, commit_every: int = 20, delay_s: float = 0.05) -> None:
+        super().__init__(daemon=True)
+        self.conf: dict[str, Any] = {
+            "bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
+            "enable.auto.commit": False, "auto.offset.reset": "earliest",
+            "isolation.level": "read_uncommitted",  # the expected set has the aborted records too
+            "topic.metadata.refresh.interval.ms": 2000}
+        if assignor:
+            self.conf["group.remote.assignor"] = assignor
+        self.seen, self.done = seen, done
+        self.commit_every, self.delay_s = commit_every, delay_s
+        self.read: list[Key] = []
+        self.assigned: list[set[int]] = []
+        self.revoked: list[set[int]] = []
+        self.error: BaseException | None = None
+        self.lock = threading.Lock()
+
+    def owned(self) -> set[int]:
+        with self.lock:
+            out: set[int] = set()
+            for a, r in zip(self.assigned, self.revoked + [set()] * len(self.assigned), strict=False):
+                out = (out | a) - r
+            return out
+
+    def run(self) -> None:
+        try:
+            c = Consumer(self.conf)
+
+            def on_assign(cons: Any, parts: list[TopicPartition]) -> None:
+                with self.lock:
+                    self.assigned.append({tp.partition for tp in parts})
+
+            def on_revoke(cons: Any, parts: list[TopicPartition]) -> None:
+                with contextlib.suppress(KafkaException):
+                    cons.commit(asynchronous=False)
+                with self.lock:
+                    self.revoked.append({tp.partition for tp in parts})
+
+            c.subscribe([TOPIC], on_assign=on_assign, on_revoke=on_revoke)
+            n = 0
+            try:
+                while not self.done.is_set():
+                    for m in c.consume(10, timeout=0.2):
+                        if m.error() is None:
+                            key = (m.partition(), m.offset())
+                            with self.lock:
+                                self.seen[key] += 1
+                                self.read.append(key)
+                            n += 1
+                            if n % self.commit_every == 0:
+                                with contextlib.suppress(KafkaException):
+                                    c.commit(asynchronous=False)
+                    if self.delay_s:
+                        time.sleep(self.delay_s)
+            finally:
+                c.close()
+        except BaseException as e:
+            self.error = e
+
+
+def _endpoint(history: History) -> Any:
+    return history.endpoint(consumer_heartbeat_interval_ms=300, consumer_session_timeout_ms=4000)
+
+
+@pytest.mark.parametrize("assignor", [None, "range"])
+def test_members_join_late_and_every_record_is_read_once(history: History, assignor: str | None) -> None:
+    ep = _endpoint(history)
+    seen: collections.Counter[Key] = collections.Counter()
+    done = threading.Event()
+    members = [Member(ep.bootstrap, f"kip848-{assignor}", seen, done, assignor=assignor)]
+    members[0].start()
+    try:
+        deadline = time.monotonic() + 60
+        while not members[0].read and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert members[0].read, members[0].error
+        for _ in range(2):  # two more join while the first reads: partitions move one heartbeat at a time
+            members.append(Member(ep.bootstrap, f"kip848-{assignor}", seen, done, assignor=assignor))
+            members[-1].start()
+        _wait_all(seen, history.expected, members)
+        deadline = time.monotonic() + 30  # the three settle on two partitions each
+        while sorted(len(m.owned()) for m in members) != [2, 2, 2] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        owned = [m.owned() for m in members]
+        group = ep.endpoint.ctx.consumer_groups.describe(f"kip848-{assignor}")
+        # Kafka's own tool describes the group (ConsumerGroupDescribe) while its members are alive
+        rows = classic._describe(ep.bootstrap, f"kip848-{assignor}") if assignor is None else None
+    finally:
+        done.set()
+        for m in members:
+            m.join(30)
+    assert not [m.error for m in members if m.error], [m.error for m in members]
+    assert sorted(len(o) for o in owned) == [2, 2, 2], owned
+    assert sorted(p for o in owned for p in o) == list(range(PARTITIONS)), owned
+    assert set(seen) == history.expected
+    assert max(seen.values()) == 1, [k for k, n in seen.items() if n > 1][:10]
+    assert group is not None and group.epoch >= 3  # three joins, each a new group epoch
+    if rows is not None:
+        assert sorted(int(r[2]) for r in rows) == list(range(PARTITIONS)), rows
+        assert len({r[6] for r in rows}) == 3, rows  # CONSUMER-ID: three members
+
+
+def test_a_killed_member_s_partitions_move_after_the_session_timeout(
+        history: History, tmp_path: Path) -> None:
+    ep = _endpoint(history)
+    script = tmp_path / "member.py"
+    script.write_text(_KILLED_MEMBER)
+    proc = subprocess.Popen([sys.executable, str(script), ep.bootstrap, "kip848-kill"],
+                            stdout=subprocess.PIPE, text=True)
+    seen: collections.Counter[Key] = collections.Counter()
+    done = threading.Event()
+    survivor = Member(ep.bootstrap, "kip848-kill", seen, done, delay_s=0.01)
+    survivor.start()
+    victim: list[Key] = []
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:  # the victim commits every record it prints, then is killed
+            victim.append(tuple(json.loads(line)))  # type: ignore[arg-type]
+            if len(victim) == 30:
+                os.kill(proc.pid, signal.SIGKILL)
+                break
+        proc.wait(30)
+        victim += [tuple(json.loads(line)) for line in proc.stdout]  # type: ignore[misc]
+        for k in victim:
+            seen[k] += 1
+        _wait_all(seen, history.expected, [survivor])
+        group = ep.endpoint.ctx.consumer_groups.describe("kip848-kill")
+        members = len(group.members) if group is not None else -1
+    finally:
+        done.set()
+        survivor.join(30)
+        if proc.poll() is None:
+            proc.kill()
+    assert members == 1  # the silent member was removed after the session timeout
+    twice = {k for k, n in seen.items() if n > 1}
+    last = {p: max(o for q, o in victim if q == p) for p, _ in victim}
+    assert twice <= set(last.items()), (sorted(twice)[:10], last)
+    assert set(seen) == history.expected
+    assert {p for p, _ in survivor.read} >= {p for p, _ in victim}, "the victim's partitions moved"
+
+
+_KILLED_MEMBER = """
+import json, sys
+from confluent_kafka import Consumer
+bootstrap, group = sys.argv[1:3]
+c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
+              "enable.auto.commit": False, "auto.offset.reset": "earliest",
+              "isolation.level": "read_uncommitted"})
+c.subscribe(["history"])
+while True:
+    for m in c.consume(1, timeout=0.2):
+        if m.error() is None:
+            print(json.dumps([m.partition(), m.offset()]), flush=True)
+            c.commit(message=m, asynchronous=False)
+"""
+
+
+def test_java_console_consumers_share_a_group(history: History) -> None:
+    """Three of Kafka's console consumers with ``group.protocol=consumer``: every record once."""
+    ep = _endpoint(history)
+    sizes: list[int] = []
+    watching = threading.Event()
+
+    def watch() -> None:  # how many members the group had at once
+        while not watching.is_set():
+            g = ep.endpoint.ctx.consumer_groups.describe("java-kip848")
+            sizes.append(len(g.members) if g is not None else 0)
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    procs = [subprocess.Popen(
+        [*_java_cmd(), "org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server", ep.bootstrap,
+         "--topic", TOPIC, "--group", "java-kip848", "--timeout-ms", "6000",
+         "--property", "print.partition=true", "--property", "print.offset=true",
+         "--property", "print.value=false", "--consumer-property", "auto.offset.reset=earliest",
+         "--consumer-property", "group.protocol=consumer",
+         "--consumer-property", "isolation.level=read_uncommitted"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    try:
+        outs = [p.communicate(timeout=240) for p in procs]
+    finally:
+        watching.set()
+        watcher.join(5)
+    got: collections.Counter[Key] = collections.Counter()
+    for out, _err in outs:
+        for line in out.splitlines():
+            if line.startswith("Partition:"):
+                part, off = line.split("\t")[:2]
+                got[(int(part.split(":")[1]), int(off.split(":")[1]))] += 1
+    assert set(got) == history.expected, outs[0][1][-3000:]
+    assert max(got.values()) == 1
+    # one group: they were members together (a late JVM may find nothing left to read: correct),
+    # and every one left it cleanly at exit
+    assert max(sizes) >= 2 and sizes[-1] == 0, sizes[-20:]
