@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlm.errors import InvalidNameError
+from rsm_plugins import redirect
 from rlm.types import (
     IndexType,
     KafkaUuid,
@@ -161,12 +162,14 @@ def parse_s3_topic_dir(name: str) -> tuple[str, KafkaUuid] | None:
 
 
 def kafka_relative_path(metadata: RemoteLogSegmentMetadata, file_type: SegmentFileType) -> str:
-    return f"{kafka_partition_dir(metadata.topic_id_partition)}/{segment_file_name(metadata, file_type)}"
+    """Under the partition the objects are stored under: an adopted segment's redirect
+    (:mod:`rsm_plugins.redirect`) names another topic id than its metadata's."""
+    return f"{kafka_partition_dir(redirect.stored_partition(metadata))}/{segment_file_name(metadata, file_type)}"
 
 
 def s3_key(prefix: str, metadata: RemoteLogSegmentMetadata, file_type: SegmentFileType) -> str:
     """``<prefix><topic>-<topicId>/<partition>/<20-digit start offset>-<segment id><suffix>``."""
-    tp = metadata.topic_id_partition
+    tp = redirect.stored_partition(metadata)  # an adopted segment's objects: see rsm_plugins.redirect
     topic = check_topic_name(tp.topic)
     return f"{prefix}{topic}-{tp.topic_id.text}/{tp.partition}/{segment_file_name(metadata, file_type)}"
 

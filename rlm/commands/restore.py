@@ -178,6 +178,66 @@ def _json(pr: PartitionRestore) -> dict[str, Any]:
             "leader_epochs": [list(e) for e in pr.epochs], "skipped": pr.skipped, "written": pr.written}
 
 
+def _adopt(args: argparse.Namespace, config: Any, rsm: RemoteStorageManager, to_topic: str) -> int:
+    """``--adopt-into``: the old history into the new cluster's store (:mod:`.restore_adopt`)."""
+    from rlm.plugin_setup import load_rlmm
+
+    from .restore_adopt import AdoptConflictError, Adoption, apply_adoption, plan_adoption
+
+    target_config = load_config(args.adopt_into)
+    node_id = config.node_id if config.node_id is not None else -1
+    plans: list[Adoption] = []
+    skipped: list[str] = []
+    refused: list[str] = []
+    source = load_rlmm(config, node_id, read_only=True)
+    try:
+        source.follow_all()
+        for tp in _topic_partitions(source, args.topic):
+            meta = Path(args.log_dir) / f"{to_topic}-{tp.partition}" / "partition.metadata"
+            if not meta.exists():
+                skipped.append(f"{tp.topic}-{tp.partition}: no {meta} (the partition is not on this broker)")
+                continue
+            plans.append(plan_adoption(source, tp, read_partition_metadata(meta), to_topic))
+    finally:
+        source.close()
+    if args.execute and plans:
+        target = load_rlmm(target_config, node_id)
+        try:
+            for ad in plans:
+                try:
+                    apply_adoption(target, rsm, ad)
+                except AdoptConflictError as e:
+                    refused.append(str(e))
+        finally:
+            target.close()
+    doc = {"execute": bool(args.execute), "skipped": skipped, "refused": refused,
+           "adopted": [{"topic": ad.target.topic, "partition": ad.target.partition,
+                        "from_topic_id": ad.source.topic_id.text, "topic_id": ad.target.topic_id.text,
+                        "segments": len(ad.segments), "written": ad.written, "already_present": ad.already,
+                        "first_offset": ad.segments[0].start_offset if ad.segments else None,
+                        "next_offset": max(md.end_offset for md in ad.segments) + 1 if ad.segments else None,
+                        "log_start": ad.log_start} for ad in plans]}
+    if args.json:
+        json.dump(doc, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        for line in skipped + refused:
+            print(line)
+        for ad in plans:
+            verb = "adopted" if args.execute else "would adopt"
+            print(f"{ad.target.topic}-{ad.target.partition}: {verb} {len(ad.segments)} segments of topic id "
+                  f"{ad.source.topic_id.text} under {ad.target.topic_id.text} "
+                  f"({ad.written} written, {ad.already} already there)")
+    return ExitCode.FAILURE if refused else ExitCode.OK
+
+
+def _topic_partitions(rlmm: RemoteLogMetadataManager, topic: str) -> list[TopicIdPartition]:
+    tps = sorted((tp for tp in rlmm.known_partitions() if tp.topic == topic), key=lambda tp: tp.partition)
+    if not tps:
+        raise RlmError(f"topic {topic!r} has no remote segments in the metadata store")
+    return tps
+
+
 def restore(args: argparse.Namespace) -> int:
     from rlm.daemon.logging_setup import configure_logging
     from rlm.plugin_setup import load_rlmm, load_rsm
@@ -187,17 +247,18 @@ def restore(args: argparse.Namespace) -> int:
     node_id = config.node_id if config.node_id is not None else -1
     to_topic = args.to_topic or args.topic
     rsm = load_rsm(config, node_id)
+    if args.adopt_into is not None:
+        try:
+            return _adopt(args, config, rsm, to_topic)
+        finally:
+            rsm.close()
     plans: list[PartitionRestore] = []
     refused: list[str] = []
     try:
         rlmm = load_rlmm(config, node_id, read_only=True)
         try:
             rlmm.follow_all()
-            tps = sorted((tp for tp in rlmm.known_partitions() if tp.topic == args.topic),
-                         key=lambda tp: tp.partition)
-            if not tps:
-                raise RlmError(f"topic {args.topic!r} has no remote segments in the metadata store")
-            for tp in tps:
+            for tp in _topic_partitions(rlmm, args.topic):
                 target = Path(args.log_dir) / f"{to_topic}-{tp.partition}"
                 plans.append(plan_restore(rlmm, tp, target, args.local_bytes))
         finally:
@@ -239,6 +300,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--log-dir", type=Path, required=True, help="the stopped broker's log dir")
     p.add_argument("--local-bytes", type=int, default=0,
                    help="newest segments up to this many bytes per partition (default 0: the newest only)")
+    p.add_argument("--adopt-into", type=Path, metavar="F2",
+                   help="instead of writing files: write the old history into the metadata store of the "
+                        "new cluster's sidecar configuration F2, under the new topic id (read from "
+                        "--log-dir), pointing at the existing objects (the store must be reachable)")
     p.add_argument("--execute", action="store_true", help="write the files (default: print the plan)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=restore)
