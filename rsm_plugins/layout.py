@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlm.errors import InvalidNameError
-from rsm_plugins import redirect
 from rlm.types import (
     IndexType,
     KafkaUuid,
@@ -31,6 +30,7 @@ from rlm.types import (
     TopicIdPartition,
     check_topic_name,
 )
+from rsm_plugins import redirect
 
 
 class SegmentFileType(enum.Enum):
@@ -164,7 +164,8 @@ def parse_s3_topic_dir(name: str) -> tuple[str, KafkaUuid] | None:
 def kafka_relative_path(metadata: RemoteLogSegmentMetadata, file_type: SegmentFileType) -> str:
     """Under the partition the objects are stored under: an adopted segment's redirect
     (:mod:`rsm_plugins.redirect`) names another topic id than its metadata's."""
-    return f"{kafka_partition_dir(redirect.stored_partition(metadata))}/{segment_file_name(metadata, file_type)}"
+    stored = redirect.stored_partition(metadata)
+    return f"{kafka_partition_dir(stored)}/{segment_file_name(metadata, file_type)}"
 
 
 def s3_key(prefix: str, metadata: RemoteLogSegmentMetadata, file_type: SegmentFileType) -> str:

@@ -106,7 +106,8 @@ def decode(blob: bytes | None) -> Redirect | None:
         partition, pos = _read_uvarint(blob, pos + n)
         inner = bytes(blob[pos:]) or None
     except (ValueError, UnicodeDecodeError) as e:
-        raise RemoteStorageIntegrityError(f"redirect in the segment's custom metadata is malformed: {e}") from e
+        raise RemoteStorageIntegrityError(
+            f"redirect in the segment's custom metadata is malformed: {e}") from e
     return Redirect(TopicIdPartition(topic_id, topic, partition), inner)
 
 

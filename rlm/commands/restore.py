@@ -231,6 +231,29 @@ def _adopt(args: argparse.Namespace, config: Any, rsm: RemoteStorageManager, to_
     return ExitCode.FAILURE if refused else ExitCode.OK
 
 
+def _reserve(args: argparse.Namespace, to_topic: str) -> int:
+    """``--reserve-producer-ids``: the new cluster's allocator past the restored ids
+    (:mod:`.restore_pids`)."""
+    from confluent_kafka.admin import AdminClient
+
+    from .restore_pids import highest_restored_producer_id, reserve_past
+
+    dirs = sorted(Path(args.log_dir).glob(f"{to_topic}-*"))
+    highest = highest_restored_producer_id(d for d in dirs if d.name[len(to_topic) + 1:].isdigit())
+    md = AdminClient({"bootstrap.servers": args.reserve_producer_ids}).list_topics(timeout=30)
+    brokers = sorted((str(b.host), int(b.port)) for b in md.brokers.values())
+    first = reserve_past(brokers, highest) if args.execute and highest >= 0 else {}
+    doc = {"execute": bool(args.execute), "highest_restored_producer_id": highest,
+           "brokers": [f"{h}:{p}" for h, p in brokers], "first_new_producer_id": first}
+    if args.json:
+        json.dump(doc, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print(f"highest restored producer id: {highest}; brokers {doc['brokers']}; "
+              + (f"first new ids {first}" if args.execute else "dry run (add --execute)"))
+    return ExitCode.OK
+
+
 def _topic_partitions(rlmm: RemoteLogMetadataManager, topic: str) -> list[TopicIdPartition]:
     tps = sorted((tp for tp in rlmm.known_partitions() if tp.topic == topic), key=lambda tp: tp.partition)
     if not tps:
@@ -246,6 +269,8 @@ def restore(args: argparse.Namespace) -> int:
     configure_logging("console", "critical")
     node_id = config.node_id if config.node_id is not None else -1
     to_topic = args.to_topic or args.topic
+    if args.reserve_producer_ids is not None:
+        return _reserve(args, to_topic)
     rsm = load_rsm(config, node_id)
     if args.adopt_into is not None:
         try:
@@ -304,6 +329,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="instead of writing files: write the old history into the metadata store of the "
                         "new cluster's sidecar configuration F2, under the new topic id (read from "
                         "--log-dir), pointing at the existing objects (the store must be reachable)")
+    p.add_argument("--reserve-producer-ids", metavar="BOOTSTRAP",
+                   help="instead of writing files: once the new cluster runs with the restored files and "
+                        "before producers connect, advance its producer-id allocator past the highest "
+                        "producer id of the restored snapshots under --log-dir (plaintext listeners)")
     p.add_argument("--execute", action="store_true", help="write the files (default: print the plan)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=restore)

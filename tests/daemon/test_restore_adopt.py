@@ -56,7 +56,7 @@ def test_adopted_history_reads_like_the_original_without_a_copy(
     src_cfg = tiered.work / "rlm.yaml"
     storage_root = tiered.work / "remote"
     before = sorted(p.relative_to(storage_root) for p in storage_root.rglob("*") if p.is_file())
-    pdir, new_id = new_broker_dir(tmp_path / "b-logs", "renamed")
+    _, new_id = new_broker_dir(tmp_path / "b-logs", "renamed")
     new_cfg = tmp_path / "b" / "rlm.yaml"
     new_cfg.parent.mkdir()
     new_cfg.write_text(json.dumps({
@@ -102,7 +102,8 @@ def test_adopted_history_reads_like_the_original_without_a_copy(
         rlmm.follow_all()
         (tp,) = [tp for tp in rlmm.known_partitions() if tp.topic == "renamed"]
         first = min((md for md in rlmm.list_remote_log_segments(tp)
-                     if md.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED), key=lambda md: md.start_offset)
+                     if md.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED),
+                    key=lambda md: md.start_offset)
         originals = list(storage_root.rglob(f"*{first.remote_log_segment_id.id.text}*"))
         assert originals and all(tiered.tip.topic_id.text in str(p) for p in originals)
         rsm.delete_log_segment_data(first)
