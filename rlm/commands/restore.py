@@ -14,7 +14,8 @@ docs/disaster-recovery.md for the whole procedure and what is not done yet):
    lineage rules as every reader, :func:`rlm.lineage.chain`) are taken from the newest backwards
    until ``--local-bytes`` is reached (at least one segment); each is written byte for byte with
    its ``.index``, ``.timeindex`` and non-empty ``.txnindex``; then the producer snapshot of the
-   newest (``<next offset>.snapshot``: idempotent producers keep their sequence state) and a
+   newest (``<next offset>.snapshot``: idempotent producers keep their sequence state), an empty
+   active segment at the old end offset (new records never extend a restored segment) and a
    ``leader-epoch-checkpoint`` of the lineage over the restored range.
 
 Every file is written to a temporary name, fsynced and renamed. The directory must hold no
@@ -146,7 +147,11 @@ def apply_restore(rsm: RemoteStorageManager, pr: PartitionRestore) -> None:
     last = pr.segments[-1]
     nxt = last.end_offset + 1
     files.append((_name(nxt, ".snapshot"), last, IndexType.PRODUCER_SNAPSHOT))
-    _check_target(pr, [name for name, _, _ in files])
+    # an empty active segment at the old end offset, as a broker's roll leaves it: new records go
+    # there, so the restored segments stay whole and equal to the remote ones (appended to, the
+    # newest would be copied again by the sidecar, overlapping the adopted history)
+    active = [_name(nxt, suffix) for suffix in (".index", ".timeindex", ".log")]
+    _check_target(pr, [name for name, _, _ in files] + active)
     for p in pr.target.iterdir():
         if p.name.startswith(_name(0, ".")) and p.is_file() and p.stat().st_size == 0 and \
                 p.name not in {name for name, _, _ in files}:
@@ -164,6 +169,10 @@ def apply_restore(rsm: RemoteStorageManager, pr: PartitionRestore) -> None:
         pr.written.append(name)
         if index is None:
             crash_point("restore_after_segment")
+    for name in active:
+        if not (pr.target / name).exists():
+            _write(pr.target / name, data=b"")
+            pr.written.append(name)
     _write(pr.target / "leader-epoch-checkpoint", data=checkpoint_bytes(pr.epochs, nxt))
     pr.written.append("leader-epoch-checkpoint")
 
@@ -279,13 +288,17 @@ def restore(args: argparse.Namespace) -> int:
             rsm.close()
     plans: list[PartitionRestore] = []
     refused: list[str] = []
+    local_bytes = args.local_bytes
+    if local_bytes is None:  # the topic's local retention (-1: unlimited = everything; -2 never left)
+        local_bytes = config.topic_config(to_topic).local_retention_bytes
+        local_bytes = (1 << 62) if local_bytes < 0 else local_bytes
     try:
         rlmm = load_rlmm(config, node_id, read_only=True)
         try:
             rlmm.follow_all()
             for tp in _topic_partitions(rlmm, args.topic):
                 target = Path(args.log_dir) / f"{to_topic}-{tp.partition}"
-                plans.append(plan_restore(rlmm, tp, target, args.local_bytes))
+                plans.append(plan_restore(rlmm, tp, target, local_bytes))
         finally:
             rlmm.close()
         if args.execute:
@@ -323,8 +336,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--topic", required=True, help="the tiered topic (as named in remote storage)")
     p.add_argument("--to-topic", help="the topic in the new cluster (default: the same name)")
     p.add_argument("--log-dir", type=Path, required=True, help="the stopped broker's log dir")
-    p.add_argument("--local-bytes", type=int, default=0,
-                   help="newest segments up to this many bytes per partition (default 0: the newest only)")
+    p.add_argument("--local-bytes", type=int, default=None,
+                   help="newest segments up to this many bytes per partition (at least the newest one; "
+                        "default: the topic's local.retention.bytes in --config's topic settings, "
+                        "-1 there = every segment)")
     p.add_argument("--adopt-into", type=Path, metavar="F2",
                    help="instead of writing files: write the old history into the metadata store of the "
                         "new cluster's sidecar configuration F2, under the new topic id (read from "

@@ -89,3 +89,19 @@ def test_a_directory_with_records_is_refused(tiered: Tiered, tmp_path: Path,
     (part,) = json.loads(capsys.readouterr().out)["partitions"]
     assert "refused" in part["skipped"] and part["written"] == []
     assert sorted(p.name for p in pdir.iterdir()) == before
+
+
+def test_local_bytes_defaults_to_the_topics_local_retention(tiered: Tiered, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    segs = tiered.tiered_segments()
+    two = sum(s.log_path.stat().st_size for s in segs[-2:])
+    cfg = tiered.work / "rlm-local-retention.yaml"
+    cfg.write_text(json.dumps({
+        "log_dirs": [str(tiered.logs)], "work_dir": str(tiered.work), "http": {"enabled": False},
+        "topics": [{"pattern": tiered.tip.topic, "local.retention.bytes": two}]}))
+    new_broker_dir(tmp_path / "b", tiered.tip.topic)
+    capsys.readouterr()
+    assert main(["restore", "--config", str(cfg), "--topic", tiered.tip.topic, "--log-dir",
+                 str(tmp_path / "b"), "--json"]) == 0  # no --local-bytes; dry run
+    (part,) = json.loads(capsys.readouterr().out)["partitions"]
+    assert [s["start_offset"] for s in part["segments"]] == [s.base_offset for s in segs[-2:]]

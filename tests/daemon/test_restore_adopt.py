@@ -5,13 +5,18 @@ epoch change) is tiered under topic id A; adoption writes its segments into a se
 under a new topic id B (and another topic name, as ``--to-topic`` does). The read core from the
 new store answers exactly what it answers from the old one — plan, every record, read_committed —
 while no object exists under B; the redirect round-trips and a malformed one is refused; ``rlm
-verify`` on the new store finds every segment whole; a rerun writes nothing; and deleting an
-adopted segment (what retention does) deletes the original objects.
+verify`` on the new store finds every segment whole and the local log meeting the remote range (a
+hole is a ``local_gap``); a rerun writes nothing, a run killed after a STARTED record finishes on
+rerun with every segment once; and deleting an adopted segment (what retention does) deletes the
+original objects.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -51,17 +56,49 @@ def test_redirect_round_trip_and_refusals() -> None:
         redirect.decode(blob[:18] + bytes([3]) + b"../")  # a name leading out of the root
 
 
+def adopt_target(tmp_path: Path, storage_root: Path, name: str) -> tuple[Path, KafkaUuid, Path]:
+    """A new cluster's broker dir for ``name`` and its sidecar configuration (same storage)."""
+    pdir, new_id = new_broker_dir(tmp_path / "b-logs", name)
+    cfg = tmp_path / "b" / "rlm.yaml"
+    cfg.parent.mkdir()
+    cfg.write_text(json.dumps({
+        "log_dirs": [str(tmp_path / "b-logs")], "work_dir": str(tmp_path / "b"), "http": {"enabled": False},
+        "storage": {"plugin": "local", "config": {"root": str(storage_root)}}}))
+    return cfg, new_id, pdir
+
+
+def test_adoption_killed_part_way_finishes_on_rerun(tiered: Tiered, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    new_cfg, _, _ = adopt_target(tmp_path, tiered.work / "remote", "killed")
+    args = ["restore", "--config", str(tiered.work / "rlm.yaml"), "--topic", tiered.tip.topic,
+            "--to-topic", "killed", "--log-dir", str(tmp_path / "b-logs"), "--adopt-into", str(new_cfg),
+            "--execute", "--json"]
+    env = {**os.environ, "RLM_TEST_CRASH_AT": "adopt_after_started"}
+    proc = subprocess.run([sys.executable, "-m", "rlm.cli", *args], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == -9, proc.stderr
+    capsys.readouterr()
+    assert main(args) == 0
+    (done,) = json.loads(capsys.readouterr().out)["adopted"]
+    n = len(tiered.tiered_segments())
+    assert done["written"] == n and done["already_present"] == 0  # the STARTED one is finished
+    cfg = load_config(new_cfg)
+    rlmm = load_rlmm(cfg, -1, read_only=True)
+    try:
+        rlmm.follow_all()
+        (tp,) = [tp for tp in rlmm.known_partitions() if tp.topic == "killed"]
+        states = [md.state for md in rlmm.list_remote_log_segments(tp)]
+    finally:
+        rlmm.close()
+    assert states == [RemoteLogSegmentState.COPY_SEGMENT_FINISHED] * n  # each segment once
+
+
 def test_adopted_history_reads_like_the_original_without_a_copy(
         tiered: Tiered, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     src_cfg = tiered.work / "rlm.yaml"
     storage_root = tiered.work / "remote"
     before = sorted(p.relative_to(storage_root) for p in storage_root.rglob("*") if p.is_file())
-    _, new_id = new_broker_dir(tmp_path / "b-logs", "renamed")
-    new_cfg = tmp_path / "b" / "rlm.yaml"
-    new_cfg.parent.mkdir()
-    new_cfg.write_text(json.dumps({
-        "log_dirs": [str(tmp_path / "b-logs")], "work_dir": str(tmp_path / "b"), "http": {"enabled": False},
-        "storage": {"plugin": "local", "config": {"root": str(storage_root)}}}))
+    new_cfg, new_id, pdir = adopt_target(tmp_path, storage_root, "renamed")
     args = ["restore", "--config", str(src_cfg), "--topic", tiered.tip.topic, "--to-topic", "renamed",
             "--log-dir", str(tmp_path / "b-logs"), "--adopt-into", str(new_cfg), "--json"]
     capsys.readouterr()
@@ -92,8 +129,17 @@ def test_adopted_history_reads_like_the_original_without_a_copy(
     assert main([*args, "--execute"]) == 0  # rerun: idempotent
     (again,) = json.loads(capsys.readouterr().out)["adopted"]
     assert again["written"] == 0 and again["already_present"] == n
-    assert main(["verify", "--config", str(new_cfg), "--topic", "renamed"]) == 0, capsys.readouterr().out
-    capsys.readouterr()
+    verify = ["verify", "--config", str(new_cfg), "--topic", "renamed", "--json"]
+    assert main(verify) == 0, capsys.readouterr().out
+    (report,) = json.loads(capsys.readouterr().out)["partitions"]
+    end = done["next_offset"]
+    assert report["tiers"]["remote_start"] == 0 and report["tiers"]["remote_end"] == end
+    assert report["tiers"]["local_start"] == 0 and report["tiers"]["gap"] is None
+    for f in pdir.glob(f"{0:020d}.*"):  # the local log now starts past the remote end: a hole
+        f.rename(pdir / f"{end + 5:020d}{f.suffix}")
+    assert main(verify) == 1
+    (report,) = json.loads(capsys.readouterr().out)["partitions"]
+    assert [(p["kind"], p["offsets"]) for p in report["problems"]] == [("local_gap", [end, end + 4])]
 
     # retention on an adopted segment deletes the original objects
     cfg = load_config(new_cfg)

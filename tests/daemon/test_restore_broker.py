@@ -16,19 +16,25 @@ served it, and a consumer of the Kafka endpoint in merged mode (B's sidecar conf
 the **whole** history exactly as A served it — same offsets, keys, values, timestamps, headers.
 ``rlm verify`` finds the adopted range complete. New records continue at the old end offset, and
 B's daemon tiers them under the new topic id without copying the restored or adopted segments
-again. The new idempotent producer works because ``rlm restore --reserve-producer-ids`` moved B's
-producer-id allocator past the restored producer ids (without it, it is handed id 0, which the
-restored state holds, and fails with OUT_OF_ORDER_SEQUENCE_NUMBER). The recovery store is a file
-store: it must stay readable while B's broker is stopped.
+again; with ``retention.bytes`` lowered, it deletes the oldest adopted segment and with it the
+original objects (under the old topic id). The new idempotent producer works because ``rlm
+restore --reserve-producer-ids`` moved B's producer-id allocator past the restored producer ids
+(without it, it is handed id 0, which the restored state holds, and fails with
+OUT_OF_ORDER_SEQUENCE_NUMBER). The recovery store is a file store: it must stay readable while B's
+broker is stopped.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
+import struct
+import time
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -39,13 +45,16 @@ from rlm.cli import main
 from rlm.config import load_config
 from rlm.daemon.service import Daemon
 from rlm.log.checkpoints import read_partition_metadata
+from rlm.log.encode import encode_batch
 from rlm.log.partition import PartitionDir
+from rlm.log.producer_snapshot import read_snapshot
 from rlm.plugin_setup import load_rlmm
-from rlm.types import RemoteLogSegmentState
+from rlm.types import RemoteLogSegmentMetadata, RemoteLogSegmentState
 from tests.daemon.helpers import create_topic, produce_txn, s3_storage, transactional_producer, wait_for
 from tests.daemon.test_metadata_rebuild_broker import write_config
 from tests.kafka_endpoint.test_merged_faults import _set_retention
 from tests.services.kafka import KafkaCluster
+from tests.services.s3 import ACCESS_KEY, REGION, SECRET_KEY
 
 pytestmark = [pytest.mark.kafka, pytest.mark.s3, pytest.mark.slow]
 
@@ -110,6 +119,51 @@ def watermarks(bootstrap: str, topic: str) -> tuple[int, int]:
         return int(low), int(high)
     finally:
         c.close()
+
+
+def finished_segments(cfg: Path, topic: str) -> list[RemoteLogSegmentMetadata]:
+    rlmm = load_rlmm(load_config(cfg), -1, read_only=True)
+    try:
+        rlmm.follow_all()
+        (tp,) = [tp for tp in rlmm.known_partitions() if tp.topic == topic]
+        return [md for md in rlmm.list_remote_log_segments(tp)
+                if md.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
+    finally:
+        rlmm.close()
+
+
+def bucket_keys(server: Any, bucket: str, contains: str) -> list[str]:
+    s3 = boto3.client("s3", endpoint_url=server.endpoint_url, region_name=REGION,
+                      aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY)
+    return [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+            for o in page.get("Contents", []) if contains in o["Key"]]
+
+
+def produce_as(bootstrap: str, topic: str, batch: bytes) -> tuple[int, int]:
+    """Send one v2 batch in a raw Produce v3 (acks=all): (error code, base offset). librdkafka
+    cannot be handed an old producer id; this is what an old producer's next send looks like."""
+    host, port = bootstrap.split(",")[0].rsplit(":", 1)
+    name, client = topic.encode(), b"rlm-test"
+    body = (struct.pack(">hhih", 0, 3, 1, len(client)) + client + struct.pack(">hhi", -1, -1, 30_000)
+            + struct.pack(">ih", 1, len(name)) + name + struct.pack(">iii", 1, 0, len(batch)) + batch)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(struct.pack(">i", len(body)) + body)
+        size = struct.unpack(">i", _recv(sock, 4))[0]
+        data = _recv(sock, size)
+    pos = 4 + 4  # correlation id, responses count
+    (n,) = struct.unpack_from(">h", data, pos)
+    pos += 2 + n + 4  # topic name, partition count
+    _index, error, base_offset = struct.unpack_from(">ihq", data, pos)
+    return error, base_offset
+
+
+def _recv(sock: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        assert chunk, "connection closed"
+        out += chunk
+    return out
 
 
 def cli(capsys: pytest.CaptureFixture[str], *args: str) -> Any:
@@ -184,30 +238,50 @@ def test_topic_comes_back_in_a_new_cluster_from_the_bucket(
             endpoint.close()
             fetcher.close()
         verified = cli(capsys, "verify", "--config", str(cfg_b), "--topic", topic)
-        assert verified, verified
+        (tiers,) = [part["tiers"] for part in verified["partitions"]]
+        assert verified["ok"], verified  # every adopted segment whole, no gap on the lineage
+        assert (tiers["remote_start"], tiers["remote_end"], tiers["local_start"], tiers["gap"]) == (
+            0, nxt, first, None), tiers  # and the remote range meets the restored local log
+
+        # ---- an old idempotent producer continues its sequence at the old end offset -----------
+        entries = read_snapshot(target / f"{nxt:020d}.snapshot")
+        old = max((e for e in entries if e.current_txn_first_offset < 0), key=lambda e: e.last_offset)
+        batch = encode_batch([(b"old-producer", b"resumed", [], int(time.time() * 1000))], base_offset=0,
+                             producer_id=old.producer_id, producer_epoch=old.producer_epoch,
+                             base_sequence=old.last_sequence + 1)
+        assert produce_as(b.bootstrap, topic, batch) == (0, nxt)  # no OUT_OF_ORDER_SEQUENCE_NUMBER
+        nxt_new = nxt + 1
 
         # ---- new records continue at the old end offset and are tiered under the new id --------
         got: list[int] = []
         p = Producer({"bootstrap.servers": b.bootstrap, "enable.idempotence": True, "linger.ms": 5})
         for i in range(1100):
-            p.produce(topic, key=f"n{i}".encode(), value=b"n" * 1000, partition=0,
+            p.produce(topic, key=f"n{i}".encode(), value=os.urandom(1000), partition=0,
                       on_delivery=lambda err, msg: got.append(-1 if err else msg.offset()))
         assert p.flush(30) == 0
-        assert min(got) == nxt and -1 not in got
+        assert min(got) == nxt_new and -1 not in got
         wait_for("a new segment rolled on B", lambda: PartitionDir(target).segments[-1].base_offset > nxt)
         d = Daemon(load_config(cfg_b), once=True).start()
         assert d.run_once() == 0
         assert d.stop()
-        rlmm = load_rlmm(load_config(cfg_b), -1, read_only=True)
-        try:
-            rlmm.follow_all()
-            (tp,) = [tp for tp in rlmm.known_partitions() if tp.topic == topic]
-            segs = [md for md in rlmm.list_remote_log_segments(tp)
-                    if md.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
-        finally:
-            rlmm.close()
-        assert tp.topic_id == new_id
+        segs = finished_segments(cfg_b, topic)
+        assert {md.remote_log_segment_id.topic_id_partition.topic_id for md in segs} == {new_id}
         new = sorted(md.start_offset for md in segs if md.start_offset >= nxt)
         assert len(segs) == n + len(new) and new and new[0] == nxt  # nothing restored copied again
+
+        # ---- retention on an adopted segment deletes its original objects ----------------------
+        oldest = min(segs, key=lambda md: md.start_offset)
+        objects = bucket_keys(seaweedfs, seaweedfs_bucket, oldest.remote_log_segment_id.id.text)
+        assert objects and all(ad["from_topic_id"] in k for k in objects)  # stored under the old id
+        doc = json.loads(cfg_b.read_text())  # remote retention is the sidecar's topic setting
+        doc["topics"][0]["retention.bytes"] = sum(md.segment_size_in_bytes for md in segs) \
+            - oldest.segment_size_in_bytes
+        cfg_b.write_text(json.dumps(doc))
+        d = Daemon(load_config(cfg_b), once=True).start()
+        assert d.run_once() == 0
+        assert d.stop()
+        assert bucket_keys(seaweedfs, seaweedfs_bucket, oldest.remote_log_segment_id.id.text) == []
+        assert {md.remote_log_segment_id for md in finished_segments(cfg_b, topic)} == {
+            md.remote_log_segment_id for md in segs} - {oldest.remote_log_segment_id}
     finally:
         b.stop()
