@@ -36,10 +36,10 @@ from typing import Any
 
 from rlm.config import load_config
 from rlm.daemon.crash import crash_point
-from rlm.errors import RlmError
+from rlm.errors import LogFileGoneError, RlmError
 from rlm.exit_codes import ExitCode
 from rlm.lineage import chain, checkpoint_bytes, epochs_for_range, lineage_from_segments
-from rlm.log.checkpoints import read_partition_metadata
+from rlm.log.checkpoints import read_leader_epoch_checkpoint, read_partition_metadata
 from rlm.types import IndexType, KafkaUuid, RemoteLogSegmentMetadata, TopicIdPartition
 from rlmm.api import RemoteLogMetadataManager
 from rsm_plugins.api import RemoteStorageManager
@@ -62,6 +62,9 @@ class PartitionRestore:
     epochs: list[tuple[int, int]] = field(default_factory=list)
     skipped: str | None = None
     written: list[str] = field(default_factory=list)
+    epoch_problem: str | None = None
+    """Why the new cluster's leader epoch is too low for the restored epochs (see
+    :func:`check_leader_epochs`), ``None`` when it is not."""
 
     @property
     def first_offset(self) -> int | None:
@@ -103,7 +106,36 @@ def plan_restore(rlmm: RemoteLogMetadataManager, tp: TopicIdPartition, target: P
         return pr
     pr.segments = list(reversed(picked))
     pr.epochs = epochs_for_range(lineage, pr.segments[0].start_offset, pr.segments[-1].end_offset + 1)
+    pr.epoch_problem = check_leader_epochs(target / "leader-epoch-checkpoint", pr.epochs)
     return pr
+
+
+def check_leader_epochs(checkpoint: Path, restored: list[tuple[int, int]]) -> str | None:
+    """Refuse a restore whose epochs the new broker would drop.
+
+    When the restarted broker becomes leader with epoch ``E`` it assigns ``E`` at the log end, and
+    Kafka's ``LeaderEpochFileCache.assign`` removes every entry whose epoch is not below ``E``: the
+    restored epochs above it are lost, new records carry an epoch *lower* than the history's, and
+    the sidecar's lineage takes the new segments for a deposed leader's tail (off-lineage:
+    quarantined, then deleted). The new leader's next epoch is above the one in its partition
+    directory (``checkpoint``, as the broker left it), so that must be at least the highest
+    restored epoch. A checkpoint equal to the restored epochs is a rerun's."""
+    if not restored:
+        return None
+    try:
+        seen = [(e.epoch, e.start_offset) for e in read_leader_epoch_checkpoint(checkpoint)]
+    except LogFileGoneError:
+        seen = []
+    if seen == restored:
+        return None
+    have = max((e for e, _ in seen), default=-1)
+    need = max(e for e, _ in restored)
+    if need <= have:
+        return None
+    return (f"{checkpoint}: the new cluster's leader epoch is {have}, below the restored epoch {need}; "
+            "the broker would drop the restored epochs above its own. Restart the new cluster's broker "
+            "(each leader change raises the epoch) until its leader-epoch-checkpoint shows an epoch of "
+            f"at least {need}, then rerun (or pass --ignore-leader-epochs)")
 
 
 def _check_target(pr: PartitionRestore, files: list[str]) -> None:
@@ -136,6 +168,8 @@ def _write(path: Path, data: bytes | None = None, stream: Any = None) -> None:
 
 def apply_restore(rsm: RemoteStorageManager, pr: PartitionRestore) -> None:
     """Write the planned files into the partition directory (see the module docstring)."""
+    if pr.epoch_problem is not None:
+        raise RestoreRefusedError(pr.epoch_problem)
     files: list[tuple[str, RemoteLogSegmentMetadata, IndexType | None]] = []
     for md in pr.segments:
         base = md.start_offset
@@ -184,7 +218,8 @@ def _json(pr: PartitionRestore) -> dict[str, Any]:
             "segments": [{"segment_id": md.remote_log_segment_id.id.text, "start_offset": md.start_offset,
                           "end_offset": md.end_offset, "size": md.segment_size_in_bytes}
                          for md in pr.segments],
-            "leader_epochs": [list(e) for e in pr.epochs], "skipped": pr.skipped, "written": pr.written}
+            "leader_epochs": [list(e) for e in pr.epochs], "leader_epoch_problem": pr.epoch_problem,
+            "skipped": pr.skipped, "written": pr.written}
 
 
 def _adopt(args: argparse.Namespace, config: Any, rsm: RemoteStorageManager, to_topic: str) -> int:
@@ -299,6 +334,8 @@ def restore(args: argparse.Namespace) -> int:
             for tp in _topic_partitions(rlmm, args.topic):
                 target = Path(args.log_dir) / f"{to_topic}-{tp.partition}"
                 plans.append(plan_restore(rlmm, tp, target, local_bytes))
+                if args.ignore_leader_epochs:
+                    plans[-1].epoch_problem = None
         finally:
             rlmm.close()
         if args.execute:
@@ -323,6 +360,8 @@ def restore(args: argparse.Namespace) -> int:
             verb = "restored" if args.execute else "would restore"
             print(f"{pr.tp.topic}-{pr.tp.partition} -> {pr.target}: {verb} offsets {pr.first_offset}.."
                   f"{(pr.next_offset or 0) - 1} ({len(pr.segments)} segments), epochs {pr.epochs}")
+            if pr.epoch_problem:
+                print(f"  leader epochs: {pr.epoch_problem}")
         if not args.execute:
             print("dry run: nothing written (add --execute; the broker must be stopped)")
     return ExitCode.FAILURE if refused else ExitCode.OK
@@ -348,6 +387,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="instead of writing files: once the new cluster runs with the restored files and "
                         "before producers connect, advance its producer-id allocator past the highest "
                         "producer id of the restored snapshots under --log-dir (plaintext listeners)")
+    p.add_argument("--ignore-leader-epochs", action="store_true",
+                   help="restore even when the new cluster's leader epoch is below the restored epochs "
+                        "(the broker then drops them; see docs/disaster-recovery.md)")
     p.add_argument("--execute", action="store_true", help="write the files (default: print the plan)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=restore)
