@@ -122,6 +122,15 @@ def test_adopted_history_reads_like_the_original_without_a_copy(
     finally:
         old.close()
         new.close()
+    # the fsspec plugin follows the redirect too (same Kafka layout, read through file://)
+    fs_cfg = load_config(new_cfg).model_copy(update={"storage": load_config(None, storage={
+        "plugin": "fsspec", "config": {"url": f"file://{storage_root}"}}).storage})
+    via_fsspec = RemoteFetcher.from_config(fs_cfg)
+    try:
+        assert via_fsspec.rsm.plugin_name == "fsspec"
+        assert read_path(via_fsspec, "renamed")[1] == want[1]
+    finally:
+        via_fsspec.close()
     after = sorted(p.relative_to(storage_root) for p in storage_root.rglob("*") if p.is_file())
     assert after == before  # nothing copied, nothing under the new topic id
     assert not any(new_id.text in str(p) for p in after)
