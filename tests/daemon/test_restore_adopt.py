@@ -3,7 +3,8 @@
 Without a broker (local plugin, file metadata stores): a mixed partition (codecs, transactions, an
 epoch change) is tiered under topic id A; adoption writes its segments into a second, empty store
 under a new topic id B (and another topic name, as ``--to-topic`` does). The read core from the
-new store answers exactly what it answers from the old one — plan, every record, read_committed —
+new store answers exactly what it answers from the old one — plan, every record, read_committed;
+through the local and the fsspec plugin; and the HTTP API's records —
 while no object exists under B; the redirect round-trips and a malformed one is refused; ``rlm
 verify`` on the new store finds every segment whole and the local log meeting the remote range (a
 hole is a ``local_gap``); a rerun writes nothing, a run killed after a STARTED record finishes on
@@ -18,10 +19,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+import requests
 
 from fetcher import RemoteFetcher
+from fetcher.http.encoders import NDJSON
+from fetcher.http.server import HttpApiServer
 from rlm.cli import main
 from rlm.config import load_config
 from rlm.errors import RemoteStorageIntegrityError
@@ -131,6 +136,21 @@ def test_adopted_history_reads_like_the_original_without_a_copy(
         assert read_path(via_fsspec, "renamed")[1] == want[1]
     finally:
         via_fsspec.close()
+    # the HTTP API: the same records under the new name and id as under the old ones
+    def http_rows(cfg: Any, topic: str) -> list[Any]:
+        server = HttpApiServer.from_config(cfg.model_copy(update={"read": cfg.read.model_copy(
+            update={"http_port": 0})})).start()
+        try:
+            r = requests.get(f"http://127.0.0.1:{server.port}/v1/topics/{topic}/partitions/0/records",
+                             params={"offset": 0, "max_bytes": 1 << 22, "isolation": "read_committed"},
+                             headers={"Accept": NDJSON}, timeout=60)
+            assert r.status_code == 200, r.text
+            return [json.loads(line) for line in r.text.splitlines()]
+        finally:
+            server.stop()
+
+    old_rows = http_rows(tiered.config, tiered.tip.topic)
+    assert len(old_rows) > 100 and http_rows(load_config(new_cfg), "renamed") == old_rows
     after = sorted(p.relative_to(storage_root) for p in storage_root.rglob("*") if p.is_file())
     assert after == before  # nothing copied, nothing under the new topic id
     assert not any(new_id.text in str(p) for p in after)
