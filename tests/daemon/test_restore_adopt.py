@@ -72,6 +72,7 @@ def adopt_target(tmp_path: Path, storage_root: Path, name: str) -> tuple[Path, K
     return cfg, new_id, pdir
 
 
+@pytest.mark.slow  # a subprocess importing the whole CLI
 def test_adoption_killed_part_way_finishes_on_rerun(tiered: Tiered, tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     new_cfg, _, _ = adopt_target(tmp_path, tiered.work / "remote", "killed")
