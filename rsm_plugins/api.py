@@ -44,6 +44,7 @@ from rlm.types import (
 
 from .config import PluginConfig, normalize_keys, parse_config
 from .listing import StoredObject
+from .redirect import stored_partition
 from .streams import check_range
 
 __all__ = [
@@ -72,6 +73,7 @@ __all__ = [
     "is_secret_key",
     "normalize_keys",
     "parse_config",
+    "stored_partition",
 ]
 
 C = TypeVar("C", bound=PluginConfig, default=PluginConfig)

@@ -9,7 +9,8 @@ the budget it is given:
 ====== =========================================================================
 bytes  meaning
 ====== =========================================================================
-1      magic ``0xA5`` (custom metadata from other plugins is recognised and ignored)
+1      magic ``0xA5`` (custom metadata from other plugins is recognised and ignored; an adopted
+       segment's redirect, :mod:`rsm_plugins.redirect`, is unwrapped first)
 1      format version (1)
 1      layout code (1 = Kafka ``LocalTieredStorage`` layout, 2 = ``s3`` key layout)
 1      bitmap of the files present, bit i = i-th :class:`SegmentFileType`
@@ -33,6 +34,7 @@ from typing import Any
 import google_crc32c
 
 from rlm.errors import RemoteStorageError, RemoteStorageIntegrityError
+from rsm_plugins import redirect
 from rsm_plugins.layout import SegmentFileType
 
 MAGIC = 0xA5
@@ -214,8 +216,10 @@ def decode(blob: bytes | None) -> SegmentManifest | None:
     """Decode custom metadata written by :func:`encode`.
 
     Returns ``None`` for no custom metadata or for custom metadata of another plugin (other
-    magic byte); raises :class:`RemoteStorageIntegrityError` if it is ours but malformed.
+    magic byte); raises :class:`RemoteStorageIntegrityError` if it is ours but malformed. The
+    manifest of an adopted segment is the one inside its redirect (:mod:`rsm_plugins.redirect`).
     """
+    blob = redirect.inner_custom_metadata(blob)
     if not blob or blob[0] != MAGIC:
         return None
     try:

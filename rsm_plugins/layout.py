@@ -30,6 +30,7 @@ from rlm.types import (
     TopicIdPartition,
     check_topic_name,
 )
+from rsm_plugins import redirect
 
 
 class SegmentFileType(enum.Enum):
@@ -161,12 +162,15 @@ def parse_s3_topic_dir(name: str) -> tuple[str, KafkaUuid] | None:
 
 
 def kafka_relative_path(metadata: RemoteLogSegmentMetadata, file_type: SegmentFileType) -> str:
-    return f"{kafka_partition_dir(metadata.topic_id_partition)}/{segment_file_name(metadata, file_type)}"
+    """Under the partition the objects are stored under: an adopted segment's redirect
+    (:mod:`rsm_plugins.redirect`) names another topic id than its metadata's."""
+    stored = redirect.stored_partition(metadata)
+    return f"{kafka_partition_dir(stored)}/{segment_file_name(metadata, file_type)}"
 
 
 def s3_key(prefix: str, metadata: RemoteLogSegmentMetadata, file_type: SegmentFileType) -> str:
     """``<prefix><topic>-<topicId>/<partition>/<20-digit start offset>-<segment id><suffix>``."""
-    tp = metadata.topic_id_partition
+    tp = redirect.stored_partition(metadata)  # an adopted segment's objects: see rsm_plugins.redirect
     topic = check_topic_name(tp.topic)
     return f"{prefix}{topic}-{tp.topic_id.text}/{tp.partition}/{segment_file_name(metadata, file_type)}"
 

@@ -14,7 +14,8 @@ docs/disaster-recovery.md for the whole procedure and what is not done yet):
    lineage rules as every reader, :func:`rlm.lineage.chain`) are taken from the newest backwards
    until ``--local-bytes`` is reached (at least one segment); each is written byte for byte with
    its ``.index``, ``.timeindex`` and non-empty ``.txnindex``; then the producer snapshot of the
-   newest (``<next offset>.snapshot``: idempotent producers keep their sequence state) and a
+   newest (``<next offset>.snapshot``: idempotent producers keep their sequence state), an empty
+   active segment at the old end offset (new records never extend a restored segment) and a
    ``leader-epoch-checkpoint`` of the lineage over the restored range.
 
 Every file is written to a temporary name, fsynced and renamed. The directory must hold no
@@ -35,10 +36,10 @@ from typing import Any
 
 from rlm.config import load_config
 from rlm.daemon.crash import crash_point
-from rlm.errors import RlmError
+from rlm.errors import LogFileGoneError, RlmError
 from rlm.exit_codes import ExitCode
 from rlm.lineage import chain, checkpoint_bytes, epochs_for_range, lineage_from_segments
-from rlm.log.checkpoints import read_partition_metadata
+from rlm.log.checkpoints import read_leader_epoch_checkpoint, read_partition_metadata
 from rlm.types import IndexType, KafkaUuid, RemoteLogSegmentMetadata, TopicIdPartition
 from rlmm.api import RemoteLogMetadataManager
 from rsm_plugins.api import RemoteStorageManager
@@ -61,6 +62,9 @@ class PartitionRestore:
     epochs: list[tuple[int, int]] = field(default_factory=list)
     skipped: str | None = None
     written: list[str] = field(default_factory=list)
+    epoch_problem: str | None = None
+    """Why the new cluster's leader epoch is too low for the restored epochs (see
+    :func:`check_leader_epochs`), ``None`` when it is not."""
 
     @property
     def first_offset(self) -> int | None:
@@ -102,7 +106,36 @@ def plan_restore(rlmm: RemoteLogMetadataManager, tp: TopicIdPartition, target: P
         return pr
     pr.segments = list(reversed(picked))
     pr.epochs = epochs_for_range(lineage, pr.segments[0].start_offset, pr.segments[-1].end_offset + 1)
+    pr.epoch_problem = check_leader_epochs(target / "leader-epoch-checkpoint", pr.epochs)
     return pr
+
+
+def check_leader_epochs(checkpoint: Path, restored: list[tuple[int, int]]) -> str | None:
+    """Refuse a restore whose epochs the new broker would drop.
+
+    When the restarted broker becomes leader with epoch ``E`` it assigns ``E`` at the log end, and
+    Kafka's ``LeaderEpochFileCache.assign`` removes every entry whose epoch is not below ``E``: the
+    restored epochs above it are lost, new records carry an epoch *lower* than the history's, and
+    the sidecar's lineage takes the new segments for a deposed leader's tail (off-lineage:
+    quarantined, then deleted). The new leader's next epoch is above the one in its partition
+    directory (``checkpoint``, as the broker left it), so that must be at least the highest
+    restored epoch. A checkpoint equal to the restored epochs is a rerun's."""
+    if not restored:
+        return None
+    try:
+        seen = [(e.epoch, e.start_offset) for e in read_leader_epoch_checkpoint(checkpoint)]
+    except LogFileGoneError:
+        seen = []
+    if seen == restored:
+        return None
+    have = max((e for e, _ in seen), default=-1)
+    need = max(e for e, _ in restored)
+    if need <= have:
+        return None
+    return (f"{checkpoint}: the new cluster's leader epoch is {have}, below the restored epoch {need}; "
+            "the broker would drop the restored epochs above its own. Restart the new cluster's broker "
+            "(each leader change raises the epoch) until its leader-epoch-checkpoint shows an epoch of "
+            f"at least {need}, then rerun (or pass --ignore-leader-epochs)")
 
 
 def _check_target(pr: PartitionRestore, files: list[str]) -> None:
@@ -135,6 +168,8 @@ def _write(path: Path, data: bytes | None = None, stream: Any = None) -> None:
 
 def apply_restore(rsm: RemoteStorageManager, pr: PartitionRestore) -> None:
     """Write the planned files into the partition directory (see the module docstring)."""
+    if pr.epoch_problem is not None:
+        raise RestoreRefusedError(pr.epoch_problem)
     files: list[tuple[str, RemoteLogSegmentMetadata, IndexType | None]] = []
     for md in pr.segments:
         base = md.start_offset
@@ -146,7 +181,11 @@ def apply_restore(rsm: RemoteStorageManager, pr: PartitionRestore) -> None:
     last = pr.segments[-1]
     nxt = last.end_offset + 1
     files.append((_name(nxt, ".snapshot"), last, IndexType.PRODUCER_SNAPSHOT))
-    _check_target(pr, [name for name, _, _ in files])
+    # an empty active segment at the old end offset, as a broker's roll leaves it: new records go
+    # there, so the restored segments stay whole and equal to the remote ones (appended to, the
+    # newest would be copied again by the sidecar, overlapping the adopted history)
+    active = [_name(nxt, suffix) for suffix in (".index", ".timeindex", ".log")]
+    _check_target(pr, [name for name, _, _ in files] + active)
     for p in pr.target.iterdir():
         if p.name.startswith(_name(0, ".")) and p.is_file() and p.stat().st_size == 0 and \
                 p.name not in {name for name, _, _ in files}:
@@ -164,6 +203,10 @@ def apply_restore(rsm: RemoteStorageManager, pr: PartitionRestore) -> None:
         pr.written.append(name)
         if index is None:
             crash_point("restore_after_segment")
+    for name in active:
+        if not (pr.target / name).exists():
+            _write(pr.target / name, data=b"")
+            pr.written.append(name)
     _write(pr.target / "leader-epoch-checkpoint", data=checkpoint_bytes(pr.epochs, nxt))
     pr.written.append("leader-epoch-checkpoint")
 
@@ -175,7 +218,91 @@ def _json(pr: PartitionRestore) -> dict[str, Any]:
             "segments": [{"segment_id": md.remote_log_segment_id.id.text, "start_offset": md.start_offset,
                           "end_offset": md.end_offset, "size": md.segment_size_in_bytes}
                          for md in pr.segments],
-            "leader_epochs": [list(e) for e in pr.epochs], "skipped": pr.skipped, "written": pr.written}
+            "leader_epochs": [list(e) for e in pr.epochs], "leader_epoch_problem": pr.epoch_problem,
+            "skipped": pr.skipped, "written": pr.written}
+
+
+def _adopt(args: argparse.Namespace, config: Any, rsm: RemoteStorageManager, to_topic: str) -> int:
+    """``--adopt-into``: the old history into the new cluster's store (:mod:`.restore_adopt`)."""
+    from rlm.plugin_setup import load_rlmm
+
+    from .restore_adopt import AdoptConflictError, Adoption, apply_adoption, plan_adoption
+
+    target_config = load_config(args.adopt_into)
+    node_id = config.node_id if config.node_id is not None else -1
+    plans: list[Adoption] = []
+    skipped: list[str] = []
+    refused: list[str] = []
+    source = load_rlmm(config, node_id, read_only=True)
+    try:
+        source.follow_all()
+        for tp in _topic_partitions(source, args.topic):
+            meta = Path(args.log_dir) / f"{to_topic}-{tp.partition}" / "partition.metadata"
+            if not meta.exists():
+                skipped.append(f"{tp.topic}-{tp.partition}: no {meta} (the partition is not on this broker)")
+                continue
+            plans.append(plan_adoption(source, tp, read_partition_metadata(meta), to_topic))
+    finally:
+        source.close()
+    if args.execute and plans:
+        target = load_rlmm(target_config, node_id)
+        try:
+            for ad in plans:
+                try:
+                    apply_adoption(target, rsm, ad)
+                except AdoptConflictError as e:
+                    refused.append(str(e))
+        finally:
+            target.close()
+    doc = {"execute": bool(args.execute), "skipped": skipped, "refused": refused,
+           "adopted": [{"topic": ad.target.topic, "partition": ad.target.partition,
+                        "from_topic_id": ad.source.topic_id.text, "topic_id": ad.target.topic_id.text,
+                        "segments": len(ad.segments), "written": ad.written, "already_present": ad.already,
+                        "first_offset": ad.segments[0].start_offset if ad.segments else None,
+                        "next_offset": max(md.end_offset for md in ad.segments) + 1 if ad.segments else None,
+                        "log_start": ad.log_start} for ad in plans]}
+    if args.json:
+        json.dump(doc, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        for line in skipped + refused:
+            print(line)
+        for ad in plans:
+            verb = "adopted" if args.execute else "would adopt"
+            print(f"{ad.target.topic}-{ad.target.partition}: {verb} {len(ad.segments)} segments of topic id "
+                  f"{ad.source.topic_id.text} under {ad.target.topic_id.text} "
+                  f"({ad.written} written, {ad.already} already there)")
+    return ExitCode.FAILURE if refused else ExitCode.OK
+
+
+def _reserve(args: argparse.Namespace, to_topic: str) -> int:
+    """``--reserve-producer-ids``: the new cluster's allocator past the restored ids
+    (:mod:`.restore_pids`)."""
+    from confluent_kafka.admin import AdminClient
+
+    from .restore_pids import highest_restored_producer_id, reserve_past
+
+    dirs = sorted(Path(args.log_dir).glob(f"{to_topic}-*"))
+    highest = highest_restored_producer_id(d for d in dirs if d.name[len(to_topic) + 1:].isdigit())
+    md = AdminClient({"bootstrap.servers": args.reserve_producer_ids}).list_topics(timeout=30)
+    brokers = sorted((str(b.host), int(b.port)) for b in md.brokers.values())
+    first = reserve_past(brokers, highest) if args.execute and highest >= 0 else {}
+    doc = {"execute": bool(args.execute), "highest_restored_producer_id": highest,
+           "brokers": [f"{h}:{p}" for h, p in brokers], "first_new_producer_id": first}
+    if args.json:
+        json.dump(doc, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print(f"highest restored producer id: {highest}; brokers {doc['brokers']}; "
+              + (f"first new ids {first}" if args.execute else "dry run (add --execute)"))
+    return ExitCode.OK
+
+
+def _topic_partitions(rlmm: RemoteLogMetadataManager, topic: str) -> list[TopicIdPartition]:
+    tps = sorted((tp for tp in rlmm.known_partitions() if tp.topic == topic), key=lambda tp: tp.partition)
+    if not tps:
+        raise RlmError(f"topic {topic!r} has no remote segments in the metadata store")
+    return tps
 
 
 def restore(args: argparse.Namespace) -> int:
@@ -186,20 +313,29 @@ def restore(args: argparse.Namespace) -> int:
     configure_logging("console", "critical")
     node_id = config.node_id if config.node_id is not None else -1
     to_topic = args.to_topic or args.topic
+    if args.reserve_producer_ids is not None:
+        return _reserve(args, to_topic)
     rsm = load_rsm(config, node_id)
+    if args.adopt_into is not None:
+        try:
+            return _adopt(args, config, rsm, to_topic)
+        finally:
+            rsm.close()
     plans: list[PartitionRestore] = []
     refused: list[str] = []
+    local_bytes = args.local_bytes
+    if local_bytes is None:  # the topic's local retention (-1: unlimited = everything; -2 never left)
+        local_bytes = config.topic_config(to_topic).local_retention_bytes
+        local_bytes = (1 << 62) if local_bytes < 0 else local_bytes
     try:
         rlmm = load_rlmm(config, node_id, read_only=True)
         try:
             rlmm.follow_all()
-            tps = sorted((tp for tp in rlmm.known_partitions() if tp.topic == args.topic),
-                         key=lambda tp: tp.partition)
-            if not tps:
-                raise RlmError(f"topic {args.topic!r} has no remote segments in the metadata store")
-            for tp in tps:
+            for tp in _topic_partitions(rlmm, args.topic):
                 target = Path(args.log_dir) / f"{to_topic}-{tp.partition}"
-                plans.append(plan_restore(rlmm, tp, target, args.local_bytes))
+                plans.append(plan_restore(rlmm, tp, target, local_bytes))
+                if args.ignore_leader_epochs:
+                    plans[-1].epoch_problem = None
         finally:
             rlmm.close()
         if args.execute:
@@ -224,6 +360,8 @@ def restore(args: argparse.Namespace) -> int:
             verb = "restored" if args.execute else "would restore"
             print(f"{pr.tp.topic}-{pr.tp.partition} -> {pr.target}: {verb} offsets {pr.first_offset}.."
                   f"{(pr.next_offset or 0) - 1} ({len(pr.segments)} segments), epochs {pr.epochs}")
+            if pr.epoch_problem:
+                print(f"  leader epochs: {pr.epoch_problem}")
         if not args.execute:
             print("dry run: nothing written (add --execute; the broker must be stopped)")
     return ExitCode.FAILURE if refused else ExitCode.OK
@@ -237,8 +375,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--topic", required=True, help="the tiered topic (as named in remote storage)")
     p.add_argument("--to-topic", help="the topic in the new cluster (default: the same name)")
     p.add_argument("--log-dir", type=Path, required=True, help="the stopped broker's log dir")
-    p.add_argument("--local-bytes", type=int, default=0,
-                   help="newest segments up to this many bytes per partition (default 0: the newest only)")
+    p.add_argument("--local-bytes", type=int, default=None,
+                   help="newest segments up to this many bytes per partition (at least the newest one; "
+                        "default: the topic's local.retention.bytes in --config's topic settings, "
+                        "-1 there = every segment)")
+    p.add_argument("--adopt-into", type=Path, metavar="F2",
+                   help="instead of writing files: write the old history into the metadata store of the "
+                        "new cluster's sidecar configuration F2, under the new topic id (read from "
+                        "--log-dir), pointing at the existing objects (the store must be reachable)")
+    p.add_argument("--reserve-producer-ids", metavar="BOOTSTRAP",
+                   help="instead of writing files: once the new cluster runs with the restored files and "
+                        "before producers connect, advance its producer-id allocator past the highest "
+                        "producer id of the restored snapshots under --log-dir (plaintext listeners)")
+    p.add_argument("--ignore-leader-epochs", action="store_true",
+                   help="restore even when the new cluster's leader epoch is below the restored epochs "
+                        "(the broker then drops them; see docs/disaster-recovery.md)")
     p.add_argument("--execute", action="store_true", help="write the files (default: print the plan)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=restore)

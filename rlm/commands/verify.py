@@ -38,13 +38,31 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from fetcher.planning import plan_partition
 from rlm.config import load_config
 from rlm.errors import ConfigError
 from rlm.exit_codes import ExitCode
 from rlm.types import KafkaUuid, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 from rsm_plugins.api import RemoteStorageManager, StoredObject
 
-from .verify_checks import PartitionReport, check_partition, name_of
+from .verify_checks import PartitionReport, Problem, check_partition, name_of
+from .verify_local import Coverage, coverage
+
+
+def _coverage(log_dirs: list[Path], tp: TopicIdPartition, report: PartitionReport,
+              segs: list[RemoteLogSegmentMetadata]) -> Coverage | None:
+    """Remote and local ranges of ``tp`` when a log dir holds it; a gap between them is a
+    ``local_gap`` problem (:mod:`.verify_local`)."""
+    plan = plan_partition(tp, segs)
+    if not plan.segments:
+        return None
+    cov = coverage(log_dirs, tp, plan.log_start, plan.log_end)
+    if cov is not None and cov.gap is not None:
+        lo, hi = cov.gap
+        report.problems.append(Problem(report.partition, "local_gap", f"offsets {lo}..{hi} are neither in "
+                                       f"remote storage nor in the local log {cov.local_dir}",
+                                       offsets=(lo, hi)))
+    return cov
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -87,6 +105,10 @@ def _delete_orphan(rsm: RemoteStorageManager, tp: TopicIdPartition, sid: str, st
     rsm.delete_log_segment_data(md)
 
 
+def _tiers_json(cov: Coverage | None) -> dict[str, Any] | None:
+    return None if cov is None else {**asdict(cov), "gap": cov.gap}
+
+
 def verify(args: argparse.Namespace) -> int:
     from rlm.daemon.logging_setup import configure_logging
     from rlm.plugin_setup import load_rlmm, load_rsm
@@ -111,6 +133,8 @@ def verify(args: argparse.Namespace) -> int:
             reports = [(tp, check_partition(rsm, tp, rlmm.list_remote_log_segments(tp), now_ms=now,
                                             grace_ms=grace, metadata_read_ms=metadata_read_ms,
                                             deep=args.deep)) for tp in tps]
+            tiers = {tp: _coverage(config.log_dirs, tp, r, list(rlmm.list_remote_log_segments(tp)))
+                     for tp, r in reports}
         finally:
             rlmm.close()
         repairs: list[dict[str, Any]] = []
@@ -129,19 +153,22 @@ def verify(args: argparse.Namespace) -> int:
             {"partition": r.partition, "topic_id": tp.topic_id.text, "segments": r.segments,
              "objects": r.objects, "recent_objects": r.recent,
              "problems": [asdict(p) for p in r.problems],
-             "off_lineage": [asdict(p) for p in r.off_lineage]} for tp, r in reports],
+             "off_lineage": [asdict(p) for p in r.off_lineage],
+             "tiers": _tiers_json(tiers[tp])} for tp, r in reports],
             "problems": len(problems), "repairs": repairs}
         json.dump(out, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        _print_text(config.source, rsm.display_name, reports, repairs, args)
+        _print_text(config.source, rsm.display_name, reports, repairs, args, tiers)
     return ExitCode.FAILURE if problems else ExitCode.OK
 
 
 def _print_text(source: object, plugin: str, reports: list[tuple[TopicIdPartition, PartitionReport]],
-                repairs: list[dict[str, Any]], args: argparse.Namespace) -> None:
+                repairs: list[dict[str, Any]], args: argparse.Namespace,
+                tiers: dict[TopicIdPartition, Coverage | None]) -> None:
     print(f"rlm verify {source}")
     for tp, r in reports:
+        cov = tiers.get(tp)
         objects = f"{r.objects} objects" if r.objects is not None else \
             f"orphans not checked ({plugin} storage cannot list)"
         if r.recent:
@@ -152,6 +179,9 @@ def _print_text(source: object, plugin: str, reports: list[tuple[TopicIdPartitio
             print(f"  {p.kind}: {p.message}")
         for p in r.off_lineage:
             print(f"  note {p.kind}: {p.message}")
+        if cov is not None:
+            print(f"  remote {cov.remote_start}..{cov.remote_end - 1}, local ({cov.local_dir}) "
+                  f"{cov.local_start}..{'?' if cov.local_end is None else cov.local_end - 1}")
     for rep in repairs:
         verb = "deleted" if rep["deleted"] else "would delete"
         print(f"repair: {verb} orphan segment {rep['segment_id']} of {rep['partition']} "

@@ -19,6 +19,8 @@ DELETE_STEPS = ("after_delete_started", "after_rsm_delete", "after_delete_finish
 REBUILD_STEPS = ("rebuild_after_started", "rebuild_after_finished")
 #: ``rlm restore``: after a segment's ``.log`` was renamed into the partition directory.
 RESTORE_STEPS = ("restore_after_segment",)
+#: ``rlm restore --adopt-into``: after an adopted segment's STARTED record (FINISHED not yet).
+ADOPT_STEPS = ("adopt_after_started",)
 STEPS = COPY_STEPS  # the copy steps, under the name tests/daemon/test_crash.py uses
 ALL_STEPS = COPY_STEPS + DELETE_STEPS
 

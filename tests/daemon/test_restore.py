@@ -26,15 +26,16 @@ def tiered(tmp_path_factory: pytest.TempPathFactory) -> Tiered:
     return t
 
 
-def new_broker_dir(base: Path, topic: str) -> tuple[Path, KafkaUuid]:
-    """What a new cluster's broker leaves for a new, empty partition (then stopped)."""
+def new_broker_dir(base: Path, topic: str, epoch: int = 4) -> tuple[Path, KafkaUuid]:
+    """What a new cluster's broker leaves for a new, empty partition (then stopped), led last with
+    leader epoch ``epoch`` (the source's highest is 4: restarts raised the new one that far)."""
     pdir = base / f"{topic}-0"
     pdir.mkdir(parents=True)
     new_id = KafkaUuid.random()
     (pdir / "partition.metadata").write_bytes(encode_partition_metadata(new_id))
     for suffix in (".log", ".index", ".timeindex"):
         (pdir / f"{0:020d}{suffix}").write_bytes(b"")
-    (pdir / "leader-epoch-checkpoint").write_bytes(b"0\n0\n")
+    (pdir / "leader-epoch-checkpoint").write_bytes(f"0\n1\n{epoch} 0\n".encode())
     return pdir, new_id
 
 
@@ -89,3 +90,33 @@ def test_a_directory_with_records_is_refused(tiered: Tiered, tmp_path: Path,
     (part,) = json.loads(capsys.readouterr().out)["partitions"]
     assert "refused" in part["skipped"] and part["written"] == []
     assert sorted(p.name for p in pdir.iterdir()) == before
+
+
+def test_local_bytes_defaults_to_the_topics_local_retention(tiered: Tiered, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    segs = tiered.tiered_segments()
+    two = sum(s.log_path.stat().st_size for s in segs[-2:])
+    cfg = tiered.work / "rlm-local-retention.yaml"
+    cfg.write_text(json.dumps({
+        "log_dirs": [str(tiered.logs)], "work_dir": str(tiered.work), "http": {"enabled": False},
+        "topics": [{"pattern": tiered.tip.topic, "local.retention.bytes": two}]}))
+    new_broker_dir(tmp_path / "b", tiered.tip.topic)
+    capsys.readouterr()
+    assert main(["restore", "--config", str(cfg), "--topic", tiered.tip.topic, "--log-dir",
+                 str(tmp_path / "b"), "--json"]) == 0  # no --local-bytes; dry run
+    (part,) = json.loads(capsys.readouterr().out)["partitions"]
+    assert [s["start_offset"] for s in part["segments"]] == [s.base_offset for s in segs[-2:]]
+
+
+def test_a_new_leader_epoch_below_the_restored_ones_is_refused(tiered: Tiered, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """The broker would drop restored epochs above its own (LeaderEpochFileCache.assign), and the
+    sidecar would then take new segments for a deposed leader's tail."""
+    pdir, _ = new_broker_dir(tmp_path / "b", tiered.tip.topic, epoch=2)
+    before = sorted(p.name for p in pdir.iterdir())
+    capsys.readouterr()
+    assert main(restore_args(tiered, tmp_path / "b", 0)) == 1
+    (part,) = json.loads(capsys.readouterr().out)["partitions"]
+    assert "below the restored epoch 4" in part["leader_epoch_problem"] and part["written"] == []
+    assert sorted(p.name for p in pdir.iterdir()) == before
+    assert main([*restore_args(tiered, tmp_path / "b", 0), "--ignore-leader-epochs"]) == 0

@@ -1,0 +1,105 @@
+"""``rlm restore --adopt-into F2``: the old history, in the new cluster's metadata store, under the
+new topic id, without copying an object.
+
+For each partition restored, every COPY_SEGMENT_FINISHED segment of the old store is written into
+the new cluster's store (``F2``'s ``metadata`` block) as the copy task writes a segment —
+COPY_SEGMENT_STARTED then COPY_SEGMENT_FINISHED — with the **new** topic id, the **original**
+segment id, offsets, leader epochs, size and timestamps, and custom metadata that redirects the
+storage plugins to the objects stored under the old topic id (:mod:`rsm_plugins.redirect`). The
+published log start offset (``DeleteRecords`` bound) is carried over too.
+
+So the new cluster's sidecar sees the history as its own: the read faces serve it under the new
+topic id at the old offsets, its copier does not copy again what is already remote (the restored
+local segments lie inside the adopted range), and retention deletes adopted segments — with their
+original objects — like any other.
+
+Idempotent: a segment already FINISHED in the target store is skipped, one left STARTED by an
+interrupted run is only finished. A target partition holding segments that are not adopted ones of
+this history is refused (adoption never merges two histories).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from rlm.daemon.crash import crash_point
+from rlm.errors import RlmError
+from rlm.types import (
+    KafkaUuid,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+)
+from rlmm.api import RemoteLogMetadataManager
+from rsm_plugins import redirect
+from rsm_plugins.api import RemoteStorageManager
+
+_FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+_STARTED = RemoteLogSegmentState.COPY_SEGMENT_STARTED
+
+
+class AdoptConflictError(RlmError):
+    """The new cluster's store already holds other segments for the partition."""
+
+
+@dataclass
+class Adoption:
+    """What adoption did (or would do) for one partition."""
+
+    source: TopicIdPartition
+    target: TopicIdPartition
+    segments: list[RemoteLogSegmentMetadata] = field(default_factory=list)
+    written: int = 0
+    already: int = 0
+    log_start: int | None = None
+
+
+def adopted(md: RemoteLogSegmentMetadata, target: TopicIdPartition) -> RemoteLogSegmentMetadata:
+    """``md`` (a finished segment of the old history) as a FINISHED segment of ``target``."""
+    return replace(md, remote_log_segment_id=RemoteLogSegmentId(target, md.remote_log_segment_id.id),
+                   state=_FINISHED,
+                   custom_metadata=redirect.encode(redirect.stored_partition(md), md.custom_metadata))
+
+
+def plan_adoption(source: RemoteLogMetadataManager, tp: TopicIdPartition, new_topic_id: KafkaUuid,
+                  to_topic: str) -> Adoption:
+    """Every finished segment of ``tp`` in the old store, oldest first, named for the new topic."""
+    target = TopicIdPartition(new_topic_id, to_topic, tp.partition)
+    segs = sorted((md for md in source.list_remote_log_segments(tp) if md.state is _FINISHED),
+                  key=lambda md: (md.start_offset, md.remote_log_segment_id.id.text))
+    return Adoption(tp, target, [adopted(md, target) for md in segs])
+
+
+def apply_adoption(target: RemoteLogMetadataManager, rsm: RemoteStorageManager, ad: Adoption) -> None:
+    """Write the adopted segments into ``target`` (see the module docstring); raises
+    :class:`AdoptConflictError` before writing anything when the partition holds other segments."""
+    tp = ad.target
+    target.on_partition_leadership_changes({tp}, set())
+    planned = {md.remote_log_segment_id: md for md in ad.segments}
+    existing = {md.remote_log_segment_id: md for md in target.list_remote_log_segments(tp)}
+    for sid, md in existing.items():
+        want = planned.get(sid)
+        if want is None or md.state not in (_STARTED, _FINISHED) or (md.start_offset, md.end_offset) != (
+                want.start_offset, want.end_offset):
+            raise AdoptConflictError(
+                f"{tp.topic}-{tp.partition} (topic id {tp.topic_id.text}): the new cluster's metadata "
+                f"store already holds segment {sid.id.text} (offsets {md.start_offset}..{md.end_offset}, "
+                f"{md.state.name}) that is not an adopted segment of {ad.source}; adopt before the "
+                "new cluster's sidecar tiers anything")
+    for md in ad.segments:
+        have = existing.get(md.remote_log_segment_id)
+        if have is not None and have.state is _FINISHED:
+            ad.already += 1
+            continue
+        if have is None:
+            target.add_remote_log_segment_metadata(replace(md, state=_STARTED, custom_metadata=None))
+            crash_point("adopt_after_started")
+        target.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
+            md.remote_log_segment_id, md.event_timestamp_ms, _FINISHED, md.broker_id, md.custom_metadata))
+        ad.written += 1
+    old_start = rsm.read_log_start_offset(ad.source)
+    if old_start is not None and (rsm.read_log_start_offset(tp) or -1) < old_start:
+        rsm.write_log_start_offset(tp, old_start)
+    ad.log_start = old_start
