@@ -1,0 +1,306 @@
+"""``rlm iceberg`` end to end: a real broker, SeaweedFS, the topic metadata store, the SQL catalog.
+
+One tiered topic (built once for the module): two codecs, a committed and an aborted transaction
+each larger than a segment (so each crosses a segment roll). What a read_committed
+confluent-kafka consumer reads from the broker is the truth the table is compared with, row for
+row. The tests run in file order on the same topic: backfill, rerun, crash, two writers, then
+more data tiered and followed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from rlm.config import load_config
+from rlm.daemon.service import Daemon
+from tests.daemon.helpers import create_topic, s3_storage, topic_rlmm, transactional_producer, wait_for
+from tests.services.kafka import KafkaCluster
+from tests.services.s3 import SeaweedFS
+
+pytest.importorskip("pyiceberg")
+
+from pyiceberg.catalog import load_catalog
+
+from fetcher.iceberg import HOLD_BEFORE_COMMIT_ENV
+
+pytestmark = [pytest.mark.kafka, pytest.mark.s3, pytest.mark.slow]
+
+# (offset, timestamp type (Spark's: 0 create, 1 log append), timestamp ms, key, value, headers)
+Row = tuple[int, int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
+
+
+@dataclass
+class World:
+    topic: str
+    bootstrap: str
+    sidecar: dict[str, Any]
+    catalog: dict[str, str]
+    tmp: Path
+    configs: dict[str, Path]
+
+    def config(self, name: str, **iceberg: Any) -> Path:
+        """A reader config of its own (work dir, metadata consumer dir) on the shared catalog."""
+        key = f"{name}-{json.dumps(iceberg, sort_keys=True)}"
+        if key not in self.configs:
+            work = self.tmp / f"reader-{len(self.configs)}"
+            reader = {**self.sidecar, "work_dir": str(work), "metadata": topic_rlmm(self.bootstrap, work),
+                      "read": {"fetch_max_wait_ms": 30_000},
+                      "iceberg": {"catalog": self.catalog, "table_name": name + "_{topic}", **iceberg}}
+            del reader["log_dirs"]
+            path = self.tmp / f"{name}-{len(self.configs)}.yaml"
+            path.write_text(yaml.safe_dump(reader))
+            self.configs[key] = path
+        return self.configs[key]
+
+    def tier(self) -> None:
+        d = Daemon(load_config(None, **self.sidecar), once=True).start()
+        assert d.run_once() == 0
+        assert d.stop()
+
+    def plan_ids(self) -> list[str]:
+        """The remote segments on the lineage, as the read core plans them."""
+        from fetcher import RemoteFetcher
+
+        cfg = load_config(self.config("plan"))
+        with RemoteFetcher.from_config(cfg) as f:
+            return [link.metadata.remote_log_segment_id.id.text for link in f.plan(self.topic, 0).segments]
+
+
+def _rlm(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "rlm.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+
+
+def run_iceberg(config: Path, topic: str, *extra: str) -> dict[str, Any]:
+    p = _rlm("iceberg", "--config", str(config), "--topic", topic, "--json", *extra)
+    out, err = p.communicate(timeout=240)
+    assert p.returncode == 0, err
+    return dict(json.loads(out))
+
+
+def _produce(bs: str, topic: str, n: int, rnd: random.Random, tag: str, codec: str) -> None:
+    p = Producer({"bootstrap.servers": bs, "enable.idempotence": True, "linger.ms": 5,
+                  "compression.type": codec})
+    for i in range(n):
+        headers = [("h", f"{tag}{i}".encode()), ("nil", None)] if i % 7 == 0 else None
+        key = None if i % 11 == 0 else f"{tag}-{i}".encode()
+        p.produce(topic, key=key, value=rnd.randbytes(rnd.randint(300, 900)), partition=0, headers=headers)
+        if i % 500 == 0:
+            p.poll(0)
+    assert p.flush(60) == 0
+
+
+def _txn(bs: str, topic: str, n: int, rnd: random.Random, tag: str, commit: bool) -> None:
+    p = transactional_producer(bs, f"{topic}-{tag}")
+    p.begin_transaction()
+    for i in range(n):
+        p.produce(topic, key=f"{tag}{i}".encode(), value=rnd.randbytes(600), partition=0,
+                  headers=[("txn", tag.encode())])
+        if i % 500 == 0:
+            p.poll(0)
+    assert p.flush(60) == 0  # written before the outcome (abort alone would purge the queue)
+    if commit:
+        p.commit_transaction(30)
+    else:
+        p.abort_transaction(30)
+
+
+def consumed(bs: str, topic: str, until: int) -> list[Row]:
+    """What a read_committed consumer reads from offset 0 below ``until``."""
+    c = Consumer({"bootstrap.servers": bs, "group.id": f"ice-{uuid.uuid4().hex[:8]}",
+                  "enable.auto.commit": False, "isolation.level": "read_committed",
+                  "auto.offset.reset": "earliest"})
+    c.assign([TopicPartition(topic, 0, 0)])
+    out: list[Row] = []
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            for m in c.consume(1000, timeout=0.5):
+                if m.error() is not None or m.offset() >= until:
+                    continue
+                ts_type, ts = m.timestamp()
+                out.append((m.offset(), ts_type - 1, ts, m.key(), m.value(),
+                            tuple((k, v) for k, v in (m.headers() or []))))
+            if c.position([TopicPartition(topic, 0)])[0].offset >= until:
+                return out
+        raise AssertionError(f"consumer did not reach offset {until}")
+    finally:
+        c.close()
+
+
+def table_rows(result: dict[str, Any]) -> tuple[list[Row], list[str]]:
+    """The table read back with PyIceberg: rows in offset order, and each row's segment id."""
+    table = load_catalog(result["catalog_name"], **result["catalog"]).load_table(result["table"])
+    t = table.scan().to_arrow().sort_by([("offset", "ascending")])
+    rows: list[Row] = []
+    for r in t.to_pylist():
+        hdrs = tuple((h["key"], h["value"]) for h in (r["headers"] or []))
+        rows.append((r["offset"], r["timestampType"], int(r["timestamp"].timestamp() * 1000), r["key"],
+                     r["value"], hdrs))
+    return rows, [str(s) for s in t.column("segment_id").to_pylist()]
+
+
+def remote_end(world: World) -> int:
+    from fetcher import RemoteFetcher
+
+    with RemoteFetcher.from_config(load_config(world.config("plan"))) as f:
+        return f.plan(world.topic, 0).log_end
+
+
+@pytest.fixture(scope="module")
+def world(kafka: KafkaCluster, seaweedfs: SeaweedFS,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    tmp = tmp_path_factory.mktemp("iceberg")
+    bs = kafka.bootstrap
+    topic = f"ice-{uuid.uuid4().hex[:8]}"
+    create_topic(bs, topic)  # 1 MiB segments
+    rnd = random.Random(24)
+    _produce(bs, topic, 1200, rnd, "gz", "gzip")
+    _txn(bs, topic, 2000, rnd, "c", commit=True)  # 1.2 MB: crosses a segment roll
+    _produce(bs, topic, 800, rnd, "zs", "zstd")
+    _txn(bs, topic, 2000, rnd, "a", commit=False)  # 1.2 MB: crosses a segment roll
+    _produce(bs, topic, 1500, rnd, "zs2", "zstd")
+    work = tmp / "work"
+    sidecar: dict[str, Any] = {
+        "log_dirs": [str(kafka.log_dir)],
+        "work_dir": str(work),
+        "bootstrap_servers": bs,
+        "storage": s3_storage(seaweedfs, seaweedfs.create_bucket("iceberg-e2e")),
+        "metadata": topic_rlmm(bs, work),
+        "topics": [{"pattern": topic, "remote.storage.enable": True, "retention.ms": -1,
+                    "retention.bytes": -1}],
+        "task_interval_ms": 200,
+        "http": {"enabled": False},
+    }
+    (tmp / "iceberg" / "warehouse").mkdir(parents=True)
+    catalog = {"type": "sql", "uri": f"sqlite:///{tmp / 'iceberg' / 'catalog.db'}",
+               "warehouse": (tmp / "iceberg" / "warehouse").as_uri()}
+    w = World(topic, bs, sidecar, catalog, tmp, {})
+    w.tier()
+    assert len(w.plan_ids()) >= 4
+    yield w
+
+
+def _check_equal(world: World, result: dict[str, Any], ids: list[str]) -> list[Row]:
+    rows, seg_of_row = table_rows(result)
+    end = remote_end(world)
+    truth = consumed(world.bootstrap, world.topic, end)
+    assert [r[0] for r in rows] == [r[0] for r in truth]  # no duplicate, no missing offset
+    assert rows == truth
+    assert result["segments"] == len(ids) and set(seg_of_row) <= set(ids)
+    assert result["rows"] == len(truth)
+    assert not any(r[5] == (("txn", b"a"),) for r in rows)  # the aborted transaction is not
+    return rows
+
+
+def test_backfill_equals_a_read_committed_consumer(world: World) -> None:
+    result = run_iceberg(world.config("main"), world.topic, "--from", "earliest")
+    ids = world.plan_ids()
+    assert result["table"] == f"kafka.main_{world.topic.replace('.', '_')}"
+    assert result["added_segments"] == len(ids) and result["waiting_segments"] == 0
+    assert result["orphan_files"] == 0
+    rows = _check_equal(world, result, ids)
+    assert any(r[5] == (("txn", b"c"),) for r in rows)  # the committed transaction is in
+
+    table = load_catalog(result["catalog_name"], **result["catalog"]).load_table(result["table"])
+    assert str(table.schema().find_field("timestamp").field_type) == "timestamptz"
+    assert str(table.spec().fields[0].transform) == "day"
+    # one snapshot per group of segments (default 4), each naming its segments
+    snaps = table.snapshots()
+    assert len(snaps) == -(-len(ids) // 4)
+    named = [s for snap in snaps for s in json.loads(snap.summary.additional_properties["rlm.segments"])]
+    assert sorted(n[1] for n in named) == sorted(ids)
+    # rows sorted by (partition, offset) within each data file
+    for task in table.scan().plan_files():
+        import pyarrow.parquet as pq
+
+        offsets = pq.read_table(task.file.file_path.removeprefix("file://"), columns=["offset"]).column(0)
+        assert offsets.to_pylist() == sorted(offsets.to_pylist())
+
+
+def test_rerun_adds_nothing(world: World) -> None:
+    before = run_iceberg(world.config("main"), world.topic)
+    again = run_iceberg(world.config("main"), world.topic)
+    assert again["added_segments"] == 0 and again["added_rows"] == 0
+    assert (again["snapshots"], again["rows"], again["segments"]) == \
+        (before["snapshots"], before["rows"], before["segments"])
+
+
+def test_kill9_between_files_and_commit_then_rerun(world: World) -> None:
+    cfg = world.config("crash", segments_per_commit=1)
+    marker = world.tmp / "hold"
+    p = _rlm("iceberg", "--config", str(cfg), "--topic", world.topic,
+             env={HOLD_BEFORE_COMMIT_ENV: str(marker)})
+    try:
+        wait_for("the writer holds before its commit", marker.exists, timeout=120)
+        os.kill(int(marker.read_text()), signal.SIGKILL)
+        p.wait(30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == -signal.SIGKILL
+    result = run_iceberg(cfg, world.topic)
+    ids = world.plan_ids()
+    assert result["added_segments"] == len(ids)
+    assert result["orphan_files"] >= 1  # the killed writer's files: in no snapshot, reported
+    _check_equal(world, result, ids)
+
+
+def test_two_writers_add_each_segment_once(world: World) -> None:
+    a = world.config("pair", segments_per_commit=1)
+    b = world.config("pair", segments_per_commit=1, poll_interval_ms=4999)  # own work dir, same table
+    procs = [_rlm("iceberg", "--config", str(c), "--topic", world.topic, "--json") for c in (a, b)]
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=240)
+        assert p.returncode == 0, err
+        results.append(json.loads(out))
+    ids = world.plan_ids()
+    assert sum(r["added_segments"] for r in results) == len(ids)
+    _check_equal(world, results[-1], ids)
+    table = load_catalog(results[0]["catalog_name"], **results[0]["catalog"]).load_table(results[0]["table"])
+    assert len(table.snapshots()) == len(ids)  # a snapshot per segment, none twice
+
+
+def test_more_segments_tiered_then_follow_adds_exactly_those(world: World) -> None:
+    cfg = world.config("main")
+    before = run_iceberg(cfg, world.topic)
+    old = set(world.plan_ids())
+    _produce(world.bootstrap, world.topic, 2500, random.Random(7), "more", "gzip")
+    world.tier()
+    new = [i for i in world.plan_ids() if i not in old]
+    assert new
+    p = _rlm("iceberg", "--config", str(cfg), "--topic", world.topic, "--follow", "--json")
+    try:
+        table = load_catalog(before["catalog_name"], **before["catalog"]).load_table(before["table"])
+
+        def caught_up() -> bool:
+            from fetcher.iceberg import read_ledger
+
+            return len(read_ledger(table.refresh()).segments) == len(old) + len(new)
+
+        wait_for("the follower added the new segments", caught_up, timeout=120)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    result = json.loads(out)
+    assert result["added_segments"] == len(new)
+    assert result["segments"] == len(old) + len(new)
+    _check_equal(world, result, [*old, *new])
