@@ -16,7 +16,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.catalog import Catalog, load_catalog
-from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    NamespaceAlreadyExistsError,
+    NoSuchTableError,
+    TableAlreadyExistsError,
+)
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
@@ -95,21 +100,38 @@ def table_identifier(cfg: IcebergConfig, topic: str) -> str:
     return f"{cfg.namespace}.{re.sub(r'[.]', '_', name)}"
 
 
+#: PyIceberg (>= 0.12) retries a conflicting append by rebasing it onto the winner's snapshot:
+#: right for appends in general, wrong here (both writers' copies of a segment would land). The
+#: writer handles conflicts itself (reads the ledger again), so the table turns that retry off.
+NO_COMMIT_RETRY = {"commit.retry.num-retries": "0"}
+
+
 def ensure_table(catalog: Catalog, cfg: IcebergConfig, topic: str) -> Table:
     """Load the topic's table, creating it (and its namespace) first if needed; a concurrent
     creator winning the race is fine."""
     ident = table_identifier(cfg, topic)
     try:
-        return catalog.load_table(ident)
+        table = catalog.load_table(ident)
     except NoSuchTableError:
-        pass
+        return _create(catalog, cfg, topic, ident)
+    for _ in range(10):
+        if all(table.properties.get(k) == v for k, v in NO_COMMIT_RETRY.items()):
+            return table
+        try:
+            return table.transaction().set_properties(NO_COMMIT_RETRY).commit_transaction()
+        except CommitFailedException:
+            table = catalog.load_table(ident)
+    return table
+
+
+def _create(catalog: Catalog, cfg: IcebergConfig, topic: str, ident: str) -> Table:
     with contextlib.suppress(NamespaceAlreadyExistsError):
         catalog.create_namespace(cfg.namespace)
     try:
         return catalog.create_table(
             ident, SCHEMA, partition_spec=partition_spec(list(cfg.partition_by)), sort_order=SORT_ORDER,
             properties={"write.target-file-size-bytes": str(cfg.target_file_size_bytes),
-                        "rlm.topic": topic})
+                        "rlm.topic": topic, **NO_COMMIT_RETRY})
     except TableAlreadyExistsError:
         return catalog.load_table(ident)
 

@@ -46,7 +46,8 @@ from rlm.errors import IcebergTableError
 log = structlog.get_logger(__name__)
 
 #: test seam: when set to a path, the writer creates that file (holding its pid) after writing a
-#: group's data files and before committing them, then waits there (a test kills it with -9)
+#: group's data files and before committing them, then waits there until ``<path>.go`` exists
+#: (a test kills it with -9 meanwhile, or lets another writer commit first)
 HOLD_BEFORE_COMMIT_ENV = "RLM_TEST_ICEBERG_HOLD_BEFORE_COMMIT"
 
 
@@ -195,7 +196,10 @@ def _hold_before_commit() -> None:
     if not path:
         return
     Path(path).write_text(str(os.getpid()))
-    time.sleep(600)
+    go = Path(path + ".go")
+    deadline = time.monotonic() + 600
+    while not go.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def orphan_files(table: Table) -> list[str]:

@@ -76,7 +76,7 @@ def iceberg(args: argparse.Namespace) -> int:
     if args.follow:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
-    added_segments = added_rows = waiting = 0
+    added_segments = added_rows = waiting = conflicts = 0
     with RemoteFetcher.from_config(config) as f:
         catalog = open_catalog(config)
         sync = IcebergSync(f, catalog, config.iceberg, args.topic, isolation=args.isolation)
@@ -86,6 +86,7 @@ def iceberg(args: argparse.Namespace) -> int:
             added_segments += r.added_segments
             added_rows += r.added_rows
             waiting = r.waiting
+            conflicts += r.conflicts
             if r.added_segments or not args.follow:
                 print(f"rlm iceberg: {sync.identifier}: +{r.added_segments} segments, +{r.added_rows} rows "
                       f"in {time.monotonic() - t0:.1f}s ({r.conflicts} commit conflicts, {r.waiting} "
@@ -94,6 +95,7 @@ def iceberg(args: argparse.Namespace) -> int:
                 break
         orphans = orphan_files(sync.table)
         out = summary(config, sync, added_segments, added_rows, waiting, len(orphans))
+        out["commit_conflicts"] = conflicts
     if orphans:
         print(f"rlm iceberg: warning: {len(orphans)} data files under {out['location']}/data are in no "
               f"snapshot (a writer stopped before its commit); they are never read and can be deleted",

@@ -15,10 +15,11 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,12 @@ class World:
     sidecar: dict[str, Any]
     catalog: dict[str, str]
     tmp: Path
-    configs: dict[str, Path]
+    fetcher: Any  # the module's RemoteFetcher (plans, and in-process writers)
+    truth: list[Row]  # what a read_committed consumer read from the broker
+    configs: dict[str, Path] = field(default_factory=dict)
+
+    def iceberg(self, name: str, **iceberg: Any) -> dict[str, Any]:
+        return {"catalog": self.catalog, "table_name": name + "_{topic}", **iceberg}
 
     def config(self, name: str, **iceberg: Any) -> Path:
         """A reader config of its own (work dir, metadata consumer dir) on the shared catalog."""
@@ -59,13 +65,20 @@ class World:
         if key not in self.configs:
             work = self.tmp / f"reader-{len(self.configs)}"
             reader = {**self.sidecar, "work_dir": str(work), "metadata": topic_rlmm(self.bootstrap, work),
-                      "read": {"fetch_max_wait_ms": 30_000},
-                      "iceberg": {"catalog": self.catalog, "table_name": name + "_{topic}", **iceberg}}
+                      "read": {"fetch_max_wait_ms": 30_000}, "iceberg": self.iceberg(name, **iceberg)}
             del reader["log_dirs"]
             path = self.tmp / f"{name}-{len(self.configs)}.yaml"
             path.write_text(yaml.safe_dump(reader))
             self.configs[key] = path
         return self.configs[key]
+
+    def sync(self, name: str, **iceberg: Any) -> Any:
+        """An in-process writer of table ``name`` (the same code the command runs)."""
+        from fetcher.iceberg import IcebergSync
+        from rlm.config import IcebergConfig
+
+        cfg = IcebergConfig.model_validate(self.iceberg(name, **iceberg))
+        return IcebergSync(self.fetcher, load_catalog("rlm", **self.catalog), cfg, self.topic)
 
     def tier(self) -> None:
         d = Daemon(load_config(None, **self.sidecar), once=True).start()
@@ -73,12 +86,12 @@ class World:
         assert d.stop()
 
     def plan_ids(self) -> list[str]:
-        """The remote segments on the lineage, as the read core plans them."""
-        from fetcher import RemoteFetcher
+        """The remote segments on the lineage, as the read core plans them (kept about a second)."""
+        links = self.fetcher.plan(self.topic, 0).segments
+        return [link.metadata.remote_log_segment_id.id.text for link in links]
 
-        cfg = load_config(self.config("plan"))
-        with RemoteFetcher.from_config(cfg) as f:
-            return [link.metadata.remote_log_segment_id.id.text for link in f.plan(self.topic, 0).segments]
+    def remote_end(self) -> int:
+        return int(self.fetcher.plan(self.topic, 0).log_end)
 
 
 def _rlm(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
@@ -155,16 +168,11 @@ def table_rows(result: dict[str, Any]) -> tuple[list[Row], list[str]]:
     return rows, [str(s) for s in t.column("segment_id").to_pylist()]
 
 
-def remote_end(world: World) -> int:
-    from fetcher import RemoteFetcher
-
-    with RemoteFetcher.from_config(load_config(world.config("plan"))) as f:
-        return f.plan(world.topic, 0).log_end
-
-
 @pytest.fixture(scope="module")
 def world(kafka: KafkaCluster, seaweedfs: SeaweedFS,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    from fetcher import RemoteFetcher
+
     tmp = tmp_path_factory.mktemp("iceberg")
     bs = kafka.bootstrap
     topic = f"ice-{uuid.uuid4().hex[:8]}"
@@ -190,22 +198,36 @@ def world(kafka: KafkaCluster, seaweedfs: SeaweedFS,
     (tmp / "iceberg" / "warehouse").mkdir(parents=True)
     catalog = {"type": "sql", "uri": f"sqlite:///{tmp / 'iceberg' / 'catalog.db'}",
                "warehouse": (tmp / "iceberg" / "warehouse").as_uri()}
-    w = World(topic, bs, sidecar, catalog, tmp, {})
+    w = World(topic, bs, sidecar, catalog, tmp, None, [])
     w.tier()
-    assert len(w.plan_ids()) >= 4
-    yield w
+    with RemoteFetcher.from_config(load_config(w.config("plan"))) as f:
+        w.fetcher = f
+        w.truth = consumed(bs, topic, w.remote_end())
+        assert len(w.plan_ids()) >= 4
+        yield w
 
 
 def _check_equal(world: World, result: dict[str, Any], ids: list[str]) -> list[Row]:
+    """The table holds exactly the lineage segments ``ids``: row for row what the consumer read."""
     rows, seg_of_row = table_rows(result)
-    end = remote_end(world)
-    truth = consumed(world.bootstrap, world.topic, end)
+    end = world.remote_end()
+    truth = [r for r in world.truth if r[0] < end]
     assert [r[0] for r in rows] == [r[0] for r in truth]  # no duplicate, no missing offset
     assert rows == truth
     assert result["segments"] == len(ids) and set(seg_of_row) <= set(ids)
     assert result["rows"] == len(truth)
     assert not any(r[5] == (("txn", b"a"),) for r in rows)  # the aborted transaction is not
     return rows
+
+
+def _result(world: World, name: str) -> dict[str, Any]:
+    """What ``--json`` says, for an in-process writer's table."""
+    from fetcher.iceberg import read_ledger
+
+    sync = world.sync(name)
+    ledger = read_ledger(sync.table)
+    return {"catalog": world.catalog, "catalog_name": "rlm", "table": sync.identifier,
+            "segments": len(ledger.segments), "rows": ledger.rows, "snapshots": ledger.snapshots}
 
 
 def test_backfill_equals_a_read_committed_consumer(world: World) -> None:
@@ -234,20 +256,26 @@ def test_backfill_equals_a_read_committed_consumer(world: World) -> None:
 
 
 def test_rerun_adds_nothing(world: World) -> None:
-    before = run_iceberg(world.config("main"), world.topic)
-    again = run_iceberg(world.config("main"), world.topic)
-    assert again["added_segments"] == 0 and again["added_rows"] == 0
-    assert (again["snapshots"], again["rows"], again["segments"]) == \
-        (before["snapshots"], before["rows"], before["segments"])
+    before = _result(world, "main")
+    r = world.sync("main").run_once()
+    assert (r.added_segments, r.added_rows, r.conflicts) == (0, 0, 0)
+    assert _result(world, "main") == before
+
+
+def _hold(world: World, name: str, marker: Path, **iceberg: Any) -> subprocess.Popen[str]:
+    """``rlm iceberg`` stopped after its first data files, before their commit."""
+    p = _rlm("iceberg", "--config", str(world.config(name, **iceberg)), "--topic", world.topic, "--json",
+             env={HOLD_BEFORE_COMMIT_ENV: str(marker)})
+    wait_for("the writer holds before its commit", marker.exists, timeout=120)
+    return p
 
 
 def test_kill9_between_files_and_commit_then_rerun(world: World) -> None:
-    cfg = world.config("crash", segments_per_commit=1)
-    marker = world.tmp / "hold"
-    p = _rlm("iceberg", "--config", str(cfg), "--topic", world.topic,
-             env={HOLD_BEFORE_COMMIT_ENV: str(marker)})
+    from fetcher.iceberg import orphan_files
+
+    marker = world.tmp / "hold-crash"
+    p = _hold(world, "crash", marker)
     try:
-        wait_for("the writer holds before its commit", marker.exists, timeout=120)
         os.kill(int(marker.read_text()), signal.SIGKILL)
         p.wait(30)
     finally:
@@ -255,47 +283,79 @@ def test_kill9_between_files_and_commit_then_rerun(world: World) -> None:
             p.kill()
             p.wait()
     assert p.returncode == -signal.SIGKILL
-    result = run_iceberg(cfg, world.topic)
+    sync = world.sync("crash")
+    assert _result(world, "crash")["segments"] == 0  # nothing committed
+    r = sync.run_once()
     ids = world.plan_ids()
-    assert result["added_segments"] == len(ids)
-    assert result["orphan_files"] >= 1  # the killed writer's files: in no snapshot, reported
-    _check_equal(world, result, ids)
+    assert r.added_segments == len(ids)
+    assert len(orphan_files(sync.table)) >= 1  # the killed writer's files: in no snapshot, reported
+    _check_equal(world, _result(world, "crash"), ids)
 
 
-def test_two_writers_add_each_segment_once(world: World) -> None:
-    a = world.config("pair", segments_per_commit=1)
-    b = world.config("pair", segments_per_commit=1, poll_interval_ms=4999)  # own work dir, same table
-    procs = [_rlm("iceberg", "--config", str(c), "--topic", world.topic, "--json") for c in (a, b)]
-    results = []
-    for p in procs:
-        out, err = p.communicate(timeout=240)
-        assert p.returncode == 0, err
-        results.append(json.loads(out))
+def test_a_writer_that_loses_the_commit_race_adds_nothing(world: World,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writer A has written its files when B adds every segment; A's commit then conflicts, A
+    reads the ledger again, finds its segments taken, deletes its files and adds nothing."""
+    import fetcher.iceberg.writer as writer
+    from fetcher.iceberg import orphan_files
+
+    holding, go = threading.Event(), threading.Event()
+
+    def hold() -> None:  # the seam, for writer A's thread only
+        if threading.current_thread().name == "writer-a":
+            holding.set()
+            assert go.wait(120)
+
+    monkeypatch.setattr(writer, "_hold_before_commit", hold)
+    a_sync = world.sync("race", segments_per_commit=1)
+    got: list[Any] = []
+    a = threading.Thread(target=lambda: got.append(a_sync.run_once()), name="writer-a")
+    a.start()
+    try:
+        assert holding.wait(120)
+        b = world.sync("race", segments_per_commit=1).run_once()
+    finally:
+        go.set()
+        a.join(120)
     ids = world.plan_ids()
-    assert sum(r["added_segments"] for r in results) == len(ids)
-    _check_equal(world, results[-1], ids)
-    table = load_catalog(results[0]["catalog_name"], **results[0]["catalog"]).load_table(results[0]["table"])
-    assert len(table.snapshots()) == len(ids)  # a snapshot per segment, none twice
+    assert b.added_segments == len(ids)
+    assert got[0].added_segments == 0 and got[0].conflicts >= 1
+    _check_equal(world, _result(world, "race"), ids)
+    table = load_catalog("rlm", **world.catalog).load_table(b_table := a_sync.identifier)
+    assert len(table.snapshots()) == len(ids), b_table  # a snapshot per segment, none twice
+    assert not orphan_files(table)  # the loser deleted its own files
+
+
+def test_two_writers_at_once_add_each_segment_once(world: World) -> None:
+    syncs = [world.sync("pair", segments_per_commit=1) for _ in range(2)]
+    results: list[Any] = [None, None]
+
+    def run(i: int) -> None:
+        results[i] = syncs[i].run_once()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    ids = world.plan_ids()
+    assert sum(r.added_segments for r in results) == len(ids)
+    _check_equal(world, _result(world, "pair"), ids)
 
 
 def test_more_segments_tiered_then_follow_adds_exactly_those(world: World) -> None:
     cfg = world.config("main")
-    before = run_iceberg(cfg, world.topic)
     old = set(world.plan_ids())
+    assert _result(world, "main")["segments"] == len(old)
     _produce(world.bootstrap, world.topic, 2500, random.Random(7), "more", "gzip")
     world.tier()
+    wait_for("the reader sees the new segments", lambda: len(world.plan_ids()) > len(old), timeout=60)
     new = [i for i in world.plan_ids() if i not in old]
-    assert new
+    world.truth = consumed(world.bootstrap, world.topic, world.remote_end())
     p = _rlm("iceberg", "--config", str(cfg), "--topic", world.topic, "--follow", "--json")
     try:
-        table = load_catalog(before["catalog_name"], **before["catalog"]).load_table(before["table"])
-
-        def caught_up() -> bool:
-            from fetcher.iceberg import read_ledger
-
-            return len(read_ledger(table.refresh()).segments) == len(old) + len(new)
-
-        wait_for("the follower added the new segments", caught_up, timeout=120)
+        wait_for("the follower added the new segments",
+                 lambda: _result(world, "main")["segments"] == len(old) + len(new), timeout=120)
     finally:
         p.send_signal(signal.SIGTERM)
         out, err = p.communicate(timeout=60)
