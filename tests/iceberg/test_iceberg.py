@@ -133,10 +133,10 @@ def _txn(bs: str, topic: str, n: int, rnd: random.Random, tag: str, commit: bool
         p.abort_transaction(30)
 
 
-def consumed(bs: str, topic: str, until: int) -> list[Row]:
-    """What a read_committed consumer reads from offset 0 below ``until``."""
+def consumed(bs: str, topic: str, until: int, isolation: str = "read_committed") -> list[Row]:
+    """What a consumer reads from offset 0 below ``until``."""
     c = Consumer({"bootstrap.servers": bs, "group.id": f"ice-{uuid.uuid4().hex[:8]}",
-                  "enable.auto.commit": False, "isolation.level": "read_committed",
+                  "enable.auto.commit": False, "isolation.level": isolation,
                   "auto.offset.reset": "earliest"})
     c.assign([TopicPartition(topic, 0, 0)])
     out: list[Row] = []
@@ -256,6 +256,7 @@ def test_backfill_equals_a_read_committed_consumer(world: World) -> None:
 
 
 def test_rerun_adds_nothing(world: World) -> None:
+    world.sync("main").run_once()  # (a no-op after the backfill test; it makes this test standalone)
     before = _result(world, "main")
     r = world.sync("main").run_once()
     assert (r.added_segments, r.added_rows, r.conflicts) == (0, 0, 0)
@@ -341,6 +342,22 @@ def test_two_writers_at_once_add_each_segment_once(world: World) -> None:
     ids = world.plan_ids()
     assert sum(r.added_segments for r in results) == len(ids)
     _check_equal(world, _result(world, "pair"), ids)
+
+
+@pytest.mark.parametrize(("partition_by", "isolation"), [
+    (["hour", "partition"], "read_uncommitted"), ([], "read_committed"), (["partition"], "read_committed")])
+def test_partitioning_and_isolation_choices(world: World, partition_by: list[str], isolation: str) -> None:
+    name = f"p{len(partition_by)}{isolation[5]}"
+    sync = world.sync(name, partition_by=partition_by, isolation=isolation)
+    assert sync.run_once().added_segments == len(world.plan_ids())
+    assert [f.name for f in sync.table.spec().fields] == [
+        {"hour": "timestamp_hour", "partition": "partition"}[p] for p in partition_by]
+    rows, _ = table_rows(_result(world, name))
+    if isolation == "read_committed":
+        assert rows == world.truth
+    else:  # the aborted transaction's records too
+        assert rows == consumed(world.bootstrap, world.topic, world.remote_end(), "read_uncommitted")
+        assert any(r[5] == (("txn", b"a"),) for r in rows)
 
 
 def test_more_segments_tiered_then_follow_adds_exactly_those(world: World) -> None:
