@@ -344,6 +344,27 @@ def test_two_writers_at_once_add_each_segment_once(world: World) -> None:
     _check_equal(world, _result(world, "pair"), ids)
 
 
+def test_segments_past_the_read_committed_bound_wait(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A segment ending past the read_committed bound (its transactions' outcome unknown) is not
+    appended, nor any after it; once the bound moves past them they are."""
+    from fetcher import CommittedBound
+
+    links = world.fetcher.plan(world.topic, 0).segments
+    bound = links[2].first + 1  # inside the third segment
+    real = world.fetcher.committed_bound
+    monkeypatch.setattr(world.fetcher, "committed_bound",
+                        lambda topic, p: CommittedBound(bound, (), True))
+    sync = world.sync("lso")
+    r = sync.run_once()
+    assert (r.added_segments, r.waiting) == (2, len(links) - 2)
+    rows, _ = table_rows(_result(world, "lso"))
+    assert rows == [t for t in world.truth if t[0] <= links[1].last]
+    monkeypatch.setattr(world.fetcher, "committed_bound", real)
+    r = sync.run_once()
+    assert (r.added_segments, r.waiting) == (len(links) - 2, 0)
+    assert table_rows(_result(world, "lso"))[0] == world.truth
+
+
 @pytest.mark.parametrize(("partition_by", "isolation"), [
     (["hour", "partition"], "read_uncommitted"), ([], "read_committed"), (["partition"], "read_committed")])
 def test_partitioning_and_isolation_choices(world: World, partition_by: list[str], isolation: str) -> None:
