@@ -9,6 +9,7 @@ segment a row came from (what a repair or an expiry by segment selects on).
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -90,7 +91,18 @@ def catalog_properties(config: DaemonConfig) -> dict[str, str]:
     return props
 
 
+def s3_checksums_when_required() -> None:
+    """Make PyArrow's S3 client (the AWS C++ SDK) send request checksums only when an operation
+    requires them, as the storage plugin's boto3 client does (``checksum_calculation``): the SDK's
+    default aws-chunked uploads with checksum trailers are refused by several S3-compatible
+    stores (SeaweedFS answers UploadPart with INVALID_ACCESS_KEY_ID). A value already set wins.
+    Must run before the process's first S3 filesystem is created."""
+    os.environ.setdefault("AWS_REQUEST_CHECKSUM_CALCULATION", "WHEN_REQUIRED")
+    os.environ.setdefault("AWS_RESPONSE_CHECKSUM_VALIDATION", "WHEN_REQUIRED")
+
+
 def open_catalog(config: DaemonConfig) -> Catalog:
+    s3_checksums_when_required()
     return load_catalog(config.iceberg.catalog_name, **catalog_properties(config))
 
 

@@ -39,7 +39,13 @@ from pyiceberg.table import Table
 
 from fetcher import IsolationLevel, RemoteFetcher
 from fetcher.iceberg.ledger import Ledger, SegmentWork, read_ledger, summary_properties
-from fetcher.iceberg.table import ARROW_SCHEMA, ensure_table, table_identifier, to_rows
+from fetcher.iceberg.table import (
+    ARROW_SCHEMA,
+    ensure_table,
+    s3_checksums_when_required,
+    table_identifier,
+    to_rows,
+)
 from rlm.config import IcebergConfig
 from rlm.errors import IcebergTableError
 
@@ -75,6 +81,7 @@ class IcebergSync:
         self.isolation = IsolationLevel.parse(isolation or config.isolation)
         self.identifier = table_identifier(config, topic)
         self.on_commit = on_commit
+        s3_checksums_when_required()
         self.table: Table = ensure_table(catalog, config, topic)
 
     # ---- planning --------------------------------------------------------------------------
@@ -204,25 +211,30 @@ def _hold_before_commit() -> None:
 
 def orphan_files(table: Table) -> list[str]:
     """Data files under the table's ``data/`` directory that no snapshot references: what a writer
-    killed between its files and its commit leaves behind (never read; safe to delete)."""
+    killed between its files and its commit leaves behind (never read; safe to delete). Listed
+    through the table's own FileIO filesystem (local, S3 with the catalog's endpoint, ...)."""
     import pyarrow.fs as pafs
+    from pyiceberg.io.pyarrow import PyArrowFileIO
 
     referenced: set[str] = set()
     for snap in table.metadata.snapshots:
         for manifest in snap.manifests(table.io):
             for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
                 referenced.add(entry.data_file.file_path)
-    fs, root = pafs.FileSystem.from_uri(table.location().rstrip("/") + "/data")
+    data = table.location().rstrip("/") + "/data"
+    scheme, netloc, path = PyArrowFileIO.parse_location(data)
     try:
-        infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
-    except (OSError, FileNotFoundError):
+        fs = (table.io.fs_by_scheme(scheme, netloc) if isinstance(table.io, PyArrowFileIO)
+              else pafs.FileSystem.from_uri(data)[0])
+        infos = fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
+    except (OSError, ValueError) as e:
+        log.warning("iceberg_orphans_not_listed", location=data, error=str(e))
         return []
-    scheme = table.location().split("://", 1)[0] + "://" if "://" in table.location() else ""
+    prefix = data[: len(data) - len(path)] if data.endswith(path) else f"{scheme}://"
     found = []
     for info in infos:
-        if info.type != pafs.FileType.File or not info.path.endswith(".parquet"):
-            continue
-        uri = (scheme + info.path) if scheme and not info.path.startswith(scheme) else info.path
-        if uri not in referenced and info.path not in referenced:
-            found.append(uri)
+        if info.type == pafs.FileType.File and info.path.endswith(".parquet"):
+            uri = prefix + info.path
+            if uri not in referenced:
+                found.append(uri)
     return sorted(found)

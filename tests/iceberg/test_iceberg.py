@@ -31,7 +31,7 @@ from rlm.config import load_config
 from rlm.daemon.service import Daemon
 from tests.daemon.helpers import create_topic, s3_storage, topic_rlmm, transactional_producer, wait_for
 from tests.services.kafka import KafkaCluster
-from tests.services.s3 import SeaweedFS
+from tests.services.s3 import ACCESS_KEY, REGION, SECRET_KEY, SeaweedFS
 
 pytest.importorskip("pyiceberg")
 
@@ -78,7 +78,8 @@ class World:
         from rlm.config import IcebergConfig
 
         cfg = IcebergConfig.model_validate(self.iceberg(name, **iceberg))
-        return IcebergSync(self.fetcher, load_catalog("rlm", **self.catalog), cfg, self.topic)
+        catalog = load_catalog("rlm", **iceberg.get("catalog", self.catalog))
+        return IcebergSync(self.fetcher, catalog, cfg, self.topic)
 
     def tier(self) -> None:
         d = Daemon(load_config(None, **self.sidecar), once=True).start()
@@ -379,6 +380,37 @@ def test_partitioning_and_isolation_choices(world: World, partition_by: list[str
     else:  # the aborted transaction's records too
         assert rows == consumed(world.bootstrap, world.topic, world.remote_end(), "read_uncommitted")
         assert any(r[5] == (("txn", b"a"),) for r in rows)
+
+
+def test_warehouse_on_the_object_store(world: World, seaweedfs: SeaweedFS,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The warehouse in S3 (SeaweedFS, the catalog's endpoint): a writer that dies after its data
+    files leaves orphans there, listed; the next writer adds every segment once."""
+    import fetcher.iceberg.writer as writer
+    from fetcher.iceberg import orphan_files, read_ledger
+
+    catalog = {"type": "sql", "uri": f"sqlite:///{world.tmp / 'iceberg' / 's3-catalog.db'}",
+               "warehouse": f"s3://{seaweedfs.create_bucket('iceberg-wh')}/wh",
+               "s3.endpoint": seaweedfs.endpoint_url, "s3.access-key-id": ACCESS_KEY,
+               "s3.secret-access-key": SECRET_KEY, "s3.region": REGION}
+
+    def die() -> None:
+        raise KeyboardInterrupt("killed before the commit")
+
+    monkeypatch.setattr(writer, "_hold_before_commit", die)
+    with pytest.raises(KeyboardInterrupt):
+        world.sync("s3", catalog=catalog).run_once()
+    monkeypatch.undo()
+    sync = world.sync("s3", catalog=catalog)
+    assert sync.table.location().startswith("s3://")
+    assert read_ledger(sync.table).segments == {}
+    assert len(orphan_files(sync.table)) >= 1
+    r = sync.run_once()
+    ids = world.plan_ids()
+    assert r.added_segments == len(ids)
+    rows = sync.table.scan().to_arrow().sort_by([("offset", "ascending")])
+    assert rows.column("offset").to_pylist() == [t[0] for t in world.truth]
+    assert rows.column("value").to_pylist() == [t[4] for t in world.truth]
 
 
 def test_more_segments_tiered_then_follow_adds_exactly_those(world: World) -> None:
