@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow.compute as pc
 import pytest
 import yaml
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -107,13 +108,15 @@ def run_iceberg(config: Path, topic: str, *extra: str) -> dict[str, Any]:
     return dict(json.loads(out))
 
 
-def _produce(bs: str, topic: str, n: int, rnd: random.Random, tag: str, codec: str) -> None:
+def _produce(bs: str, topic: str, n: int, rnd: random.Random, tag: str, codec: str,
+             partition: int = 0) -> None:
     p = Producer({"bootstrap.servers": bs, "enable.idempotence": True, "linger.ms": 5,
                   "compression.type": codec})
     for i in range(n):
         headers = [("h", f"{tag}{i}".encode()), ("nil", None)] if i % 7 == 0 else None
         key = None if i % 11 == 0 else f"{tag}-{i}".encode()
-        p.produce(topic, key=key, value=rnd.randbytes(rnd.randint(300, 900)), partition=0, headers=headers)
+        p.produce(topic, key=key, value=rnd.randbytes(rnd.randint(300, 900)), partition=partition,
+                  headers=headers)
         if i % 500 == 0:
             p.poll(0)
     assert p.flush(60) == 0
@@ -134,12 +137,13 @@ def _txn(bs: str, topic: str, n: int, rnd: random.Random, tag: str, commit: bool
         p.abort_transaction(30)
 
 
-def consumed(bs: str, topic: str, until: int, isolation: str = "read_committed") -> list[Row]:
-    """What a consumer reads from offset 0 below ``until``."""
+def consumed(bs: str, topic: str, until: int, isolation: str = "read_committed",
+             partition: int = 0) -> list[Row]:
+    """What a consumer reads from offset 0 of ``partition`` below ``until``."""
     c = Consumer({"bootstrap.servers": bs, "group.id": f"ice-{uuid.uuid4().hex[:8]}",
                   "enable.auto.commit": False, "isolation.level": isolation,
                   "auto.offset.reset": "earliest"})
-    c.assign([TopicPartition(topic, 0, 0)])
+    c.assign([TopicPartition(topic, partition, 0)])
     out: list[Row] = []
     deadline = time.monotonic() + 120
     try:
@@ -150,7 +154,7 @@ def consumed(bs: str, topic: str, until: int, isolation: str = "read_committed")
                 ts_type, ts = m.timestamp()
                 out.append((m.offset(), ts_type - 1, ts, m.key(), m.value(),
                             tuple((k, v) for k, v in (m.headers() or []))))
-            if c.position([TopicPartition(topic, 0)])[0].offset >= until:
+            if c.position([TopicPartition(topic, partition)])[0].offset >= until:
                 return out
         raise AssertionError(f"consumer did not reach offset {until}")
     finally:
@@ -411,6 +415,34 @@ def test_warehouse_on_the_object_store(world: World, seaweedfs: SeaweedFS,
     rows = sync.table.scan().to_arrow().sort_by([("offset", "ascending")])
     assert rows.column("offset").to_pylist() == [t[0] for t in world.truth]
     assert rows.column("value").to_pylist() == [t[4] for t in world.truth]
+
+
+def test_a_topic_with_two_partitions(world: World) -> None:
+    """Every partition's lineage segments, each partition's rows as its consumer read them."""
+    from fetcher.iceberg import IcebergSync
+    from rlm.config import IcebergConfig
+
+    topic = f"ice2-{uuid.uuid4().hex[:8]}"
+    create_topic(world.bootstrap, topic, partitions=2)
+    for p, codec in ((0, "lz4"), (1, "snappy")):
+        _produce(world.bootstrap, topic, 2400, random.Random(p), f"p{p}", codec, partition=p)
+    world.sidecar["topics"].append({"pattern": topic, "remote.storage.enable": True,
+                                    "retention.ms": -1, "retention.bytes": -1})
+    world.tier()
+    wait_for("both partitions tiered", lambda: len(world.fetcher.topics().get(topic, [])) == 2, timeout=60)
+    cfg = IcebergConfig.model_validate(world.iceberg("two", partition_by=["partition", "day"]))
+    sync = IcebergSync(world.fetcher, load_catalog("rlm", **world.catalog), cfg, topic)
+    r = sync.run_once()
+    plans = {p: world.fetcher.plan(topic, p) for p in (0, 1)}
+    assert r.added_segments == sum(len(plan.segments) for plan in plans.values())
+    t = sync.table.scan().to_arrow()
+    for p, plan in plans.items():
+        got = t.filter(pc.equal(t.column("partition"), p)).sort_by([("offset", "ascending")])
+        truth = consumed(world.bootstrap, topic, plan.log_end, partition=p)
+        assert got.column("offset").to_pylist() == [x[0] for x in truth]
+        assert got.column("key").to_pylist() == [x[3] for x in truth]
+        assert got.column("value").to_pylist() == [x[4] for x in truth]
+    assert sync.run_once().added_segments == 0
 
 
 def test_more_segments_tiered_then_follow_adds_exactly_those(world: World) -> None:
