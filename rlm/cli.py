@@ -31,6 +31,7 @@ COMMAND_MODULES = (
     "rlm.commands.replay",
     "rlm.commands.kafka_serve",
     "rlm.commands.backfill",
+    "rlm.commands.iceberg",
     "rlm.commands.verify",
     "rlm.commands.restore",
 )

@@ -451,6 +451,54 @@ _PLUGIN_KEYS = {
 }
 
 
+class IcebergConfig(_Strict):
+    """``rlm iceberg``: the Apache Iceberg table kept per tiered topic (docs/iceberg.md).
+
+    The table is a derived copy: the remote tier stays the source of truth, and each snapshot
+    records the remote segment ids it added, which is what makes a rerun or a crash safe.
+    """
+
+    catalog_name: str = Field("rlm", min_length=1, description="The PyIceberg catalog's name.")
+    catalog: SecretAwareBlock = Field(
+        default_factory=dict,
+        description="PyIceberg catalog properties (`type`, `uri`, `warehouse`, `s3.endpoint`, ...), as "
+        "`pyiceberg.catalog.load_catalog` takes them. Empty = the embedded default: a SQL catalog on "
+        "SQLite at `<work_dir>/iceberg/catalog.db`, warehouse `<work_dir>/iceberg/warehouse`.",
+    )
+    namespace: str = Field("kafka", min_length=1, description="The tables' namespace.")
+    table_name: str = Field(
+        "{topic}", min_length=1,
+        description="Table name template; `{topic}` is the topic (dots become underscores).",
+    )
+    partition_by: list[Literal["day", "hour", "partition"]] = Field(
+        default_factory=lambda: ["day"],  # type: ignore[arg-type]
+        description="Partition spec of a new table: `day` or `hour` of the record timestamp, and/or "
+        "`partition` (identity on the Kafka partition); `[]` = unpartitioned.",
+    )
+    isolation: Literal["read_committed", "read_uncommitted"] = Field(
+        "read_committed", description="Default isolation: read_committed leaves aborted records out.",
+    )
+    segments_per_commit: int = Field(
+        4, ge=1, description="Remote segments appended in one Iceberg snapshot (at most).",
+    )
+    target_file_size_bytes: int = Field(
+        128 * 1024 * 1024, gt=0,
+        description="`write.target-file-size-bytes` of a new table (PyIceberg counts Arrow bytes).",
+    )
+    poll_interval_ms: int = Field(5000, gt=0, description="`--follow`: pause between two passes.")
+    commit_retries: int = Field(
+        20, ge=0, description="Commit conflicts (another writer committed first) retried before giving up.",
+    )
+
+    @model_validator(mode="after")
+    def _one_time_transform(self) -> IcebergConfig:
+        if "day" in self.partition_by and "hour" in self.partition_by:
+            raise ValueError("partition_by: choose one of day and hour")
+        if len(set(self.partition_by)) != len(self.partition_by):
+            raise ValueError("partition_by: a transform is listed twice")
+        return self
+
+
 class DaemonConfig(BaseSettings):
     """Top-level configuration of ``rlm run``. Env: ``RLM_<FIELD>``, nested with ``__``."""
 
@@ -487,6 +535,7 @@ class DaemonConfig(BaseSettings):
     metadata: MetadataConfig = Field(default_factory=MetadataConfig)  # type: ignore[arg-type]
     http: HttpConfig = Field(default_factory=HttpConfig)  # type: ignore[arg-type]
     read: ReadConfig = Field(default_factory=ReadConfig)  # type: ignore[arg-type]
+    iceberg: IcebergConfig = Field(default_factory=IcebergConfig)  # type: ignore[arg-type]
     task_interval_ms: int = Field(
         30000,
         gt=0,

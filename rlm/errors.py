@@ -231,6 +231,11 @@ class RemoteSegmentDeletedError(RemoteReadError):
 
 
 # ---- the daemon's dependencies and start-up checks ----------------------------------------------
+class IcebergTableError(RlmError):
+    """``rlm iceberg``: the table cannot be kept in step (it belongs to another topic id, or
+    commits kept conflicting past ``iceberg.commit_retries``)."""
+
+
 class DependencyUnavailableError(RlmError):
     """Remote storage, the metadata store or the Kafka cluster did not answer a check (or in time)."""
 

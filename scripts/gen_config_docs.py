@@ -23,6 +23,7 @@ from rlm.config import (
     LONG_MAX,
     DaemonConfig,
     HttpConfig,
+    IcebergConfig,
     ListenerSecurity,
     MetadataConfig,
     ReadConfig,
@@ -108,6 +109,7 @@ def render() -> str:
         ("`http` (metrics and health)", HttpConfig, "http."),
         ("`read` (the read side: reader pool, remote reads, `rlm serve`)", ReadConfig, "read."),
         ("`read.kafka_security` (Kafka endpoint: TLS, SASL, ACLs)", ListenerSecurity, "read.kafka_security."),
+        ("`iceberg` (`rlm iceberg`: the Iceberg table per tiered topic)", IcebergConfig, "iceberg."),
         ("`topic_defaults` (per-topic settings for every topic)", TopicSettings, "topic_defaults."),
         ("`topics[]` (per-topic overrides)", TopicOverride, "topics[]."),
     ):

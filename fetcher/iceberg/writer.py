@@ -1,0 +1,240 @@
+"""Keep a topic's Iceberg table in step with its remote tier, exactly once per remote segment.
+
+One pass (:meth:`IcebergSync.run_once`):
+
+1. read the table's ledger (:mod:`fetcher.iceberg.ledger`): the segment ids its snapshots hold;
+2. plan each partition through the read core (``RemoteFetcher.plan``: COPY_SEGMENT_FINISHED
+   segments on the leader-epoch lineage, cut at the log start offset) and list the links not in
+   the ledger. With read_committed, a link is taken only when it ends at or below the
+   partition's read_committed bound (``committed_bound``): its transactions' outcomes are known,
+   so its rows never change afterwards; later links wait for the next pass;
+3. per group of at most ``segments_per_commit`` links: rows through ``RemoteFetcher.scan``
+   (aborted records and control batches left out by the core), sorted by (partition, offset),
+   written as data files, then one fast-append snapshot whose summary names the segments.
+
+A crash between the data files and the commit leaves files no snapshot references (orphans,
+counted by :func:`orphan_files`) and no ledger entry: the rerun writes the segment again. When
+the commit conflicts (another writer committed first: Iceberg's optimistic concurrency, the
+catalog swaps the metadata pointer only from the version this writer started from), the writer
+reloads the table and reads the ledger again: if another writer added any of the group's
+segments, its own files are deleted and the pass replans; otherwise the same files are
+committed on the new version. So two writers can never both add a segment.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import structlog
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.io.pyarrow import _dataframe_to_data_files
+from pyiceberg.manifest import DataFile
+from pyiceberg.table import Table
+
+from fetcher import IsolationLevel, RemoteFetcher
+from fetcher.iceberg.ledger import Ledger, SegmentWork, read_ledger, summary_properties
+from fetcher.iceberg.table import (
+    ARROW_SCHEMA,
+    ensure_table,
+    s3_checksums_when_required,
+    table_identifier,
+    to_rows,
+)
+from rlm.config import IcebergConfig
+from rlm.errors import IcebergTableError
+
+log = structlog.get_logger(__name__)
+
+#: test seam: when set to a path, the writer creates that file (holding its pid) after writing a
+#: group's data files and before committing them, then waits there until ``<path>.go`` exists
+#: (a test kills it with -9 meanwhile, or lets another writer commit first)
+HOLD_BEFORE_COMMIT_ENV = "RLM_TEST_ICEBERG_HOLD_BEFORE_COMMIT"
+
+
+@dataclass(slots=True)
+class PassResult:
+    """What one pass did: segments and rows added, conflicts met, links left for later."""
+
+    added_segments: int = 0
+    added_rows: int = 0
+    conflicts: int = 0
+    waiting: int = 0  # links past the read_committed bound (their transactions are undecided)
+    commits: list[int] = field(default_factory=list)  # snapshot ids committed
+
+
+class IcebergSync:
+    """The writer of one topic's table. Not thread-safe; one per process and topic."""
+
+    def __init__(self, fetcher: RemoteFetcher, catalog: Catalog, config: IcebergConfig, topic: str, *,
+                 isolation: str | IsolationLevel | None = None,
+                 on_commit: Callable[[list[SegmentWork], int], None] | None = None) -> None:
+        self.fetcher = fetcher
+        self.catalog = catalog
+        self.config = config
+        self.topic = topic
+        self.isolation = IsolationLevel.parse(isolation or config.isolation)
+        self.identifier = table_identifier(config, topic)
+        self.on_commit = on_commit
+        s3_checksums_when_required()
+        self.table: Table = ensure_table(catalog, config, topic)
+
+    # ---- planning --------------------------------------------------------------------------
+    def refresh(self) -> Ledger:
+        self.table = self.catalog.load_table(self.identifier)
+        return read_ledger(self.table)
+
+    def pending(self, ledger: Ledger) -> tuple[str, list[SegmentWork], int]:
+        """(topic id, links not in the table in (partition, offset) order, links waiting)."""
+        tps = self.fetcher.topics().get(self.topic)
+        if not tps:
+            self.fetcher.partition(self.topic, 0)  # raises UnknownTopicOrPartitionError, with the reason
+            return "", [], 0
+        topic_id = tps[0].topic_id.text
+        if ledger.topic_ids and topic_id not in ledger.topic_ids:
+            raise IcebergTableError(
+                f"table {self.identifier} holds topic id(s) {sorted(ledger.topic_ids)}, but {self.topic} is "
+                f"now {topic_id} (deleted and re-created?): use another table name")
+        out: list[SegmentWork] = []
+        waiting = 0
+        for tp in tps:
+            plan = self.fetcher.plan(tp)
+            bound = (self.fetcher.committed_bound(self.topic, tp.partition).stable_offset
+                     if self.isolation is IsolationLevel.READ_COMMITTED else plan.log_end)
+            for i, link in enumerate(plan.segments):
+                work = SegmentWork(tp.partition, link.metadata.remote_log_segment_id.id.text,
+                                   max(link.first, ledger.next_offset.get(tp.partition, 0)), link.last + 1)
+                if work.end > bound:
+                    waiting += len(plan.segments) - i
+                    break
+                if work.start >= work.end or ledger.holds(work):
+                    continue
+                out.append(work)
+        return topic_id, out, waiting
+
+    # ---- one pass --------------------------------------------------------------------------
+    def run_once(self) -> PassResult:
+        """Append every pending link, a group per snapshot, until none is left (replanning after a
+        conflict with another writer)."""
+        result = PassResult()
+        for _ in range(self.config.commit_retries + 1):
+            ledger = self.refresh()
+            topic_id, todo, result.waiting = self.pending(ledger)
+            if not todo:
+                return result
+            conflict = False
+            step = self.config.segments_per_commit
+            for i in range(0, len(todo), step):
+                group = todo[i:i + step]
+                rows = self._append(group, topic_id, result)
+                if rows is None:
+                    conflict = True
+                    break
+                result.added_segments += len(group)
+                result.added_rows += rows
+            if not conflict:
+                return result
+        raise IcebergTableError(f"{self.identifier}: commits kept conflicting with another writer "
+                                f"({self.config.commit_retries} retries)")
+
+    def rows_of(self, work: SegmentWork) -> pa.Table:
+        """The link's rows, through the read core (read_committed drops aborted records)."""
+        batches = [to_rows(b, work.segment_id) for b in self.fetcher.scan(
+            self.topic, work.partition, start_offset=work.start, end_offset=work.end,
+            isolation=self.isolation)]
+        return pa.concat_tables(batches) if batches else ARROW_SCHEMA.empty_table()
+
+    def _append(self, group: list[SegmentWork], topic_id: str, result: PassResult) -> int | None:
+        """Commit ``group`` as one snapshot: its rows, or ``None`` when another writer added any
+        of its segments first (this writer's files are then deleted)."""
+        data = pa.concat_tables([self.rows_of(w) for w in group])
+        data = data.sort_by([("partition", "ascending"), ("offset", "ascending")])
+        files: list[DataFile] = (list(_dataframe_to_data_files(self.table.metadata, data, self.table.io))
+                                 if data.num_rows else [])
+        _hold_before_commit()
+        props = summary_properties(group, topic_id)
+        for attempt in range(self.config.commit_retries + 1):
+            tx = self.table.transaction()
+            with tx.update_snapshot(snapshot_properties=props).fast_append() as append:
+                for f in files:
+                    append.append_data_file(f)
+            try:
+                self.table = tx.commit_transaction()
+            except CommitFailedException as e:
+                result.conflicts += 1
+                ledger = self.refresh()
+                taken = [w for w in group if ledger.holds(w)]
+                log.info("iceberg_commit_conflict", table=self.identifier, attempt=attempt,
+                         taken_by_other=len(taken), error=str(e))
+                if taken:
+                    self._delete(files)
+                    return None
+                continue
+            snap = self.table.current_snapshot()
+            snap_id = snap.snapshot_id if snap is not None else -1
+            result.commits.append(snap_id)
+            log.info("iceberg_commit", table=self.identifier, snapshot=snap_id, segments=len(group),
+                     rows=data.num_rows, files=len(files))
+            if self.on_commit is not None:
+                self.on_commit(group, data.num_rows)
+            return int(data.num_rows)
+        self._delete(files)
+        raise IcebergTableError(f"{self.identifier}: commit of {len(group)} segments kept conflicting "
+                                f"({self.config.commit_retries} retries)")
+
+    def _delete(self, files: list[DataFile]) -> None:
+        for f in files:
+            try:
+                self.table.io.delete(f.file_path)
+            except OSError as e:  # an orphan left behind is reported by orphan_files, never read
+                log.warning("iceberg_orphan_not_deleted", path=f.file_path, error=str(e))
+
+    def status(self) -> Ledger:
+        return self.refresh()
+
+
+def _hold_before_commit() -> None:
+    path = os.environ.get(HOLD_BEFORE_COMMIT_ENV)
+    if not path:
+        return
+    Path(path).write_text(str(os.getpid()))
+    go = Path(path + ".go")
+    deadline = time.monotonic() + 600
+    while not go.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def orphan_files(table: Table) -> list[str]:
+    """Data files under the table's ``data/`` directory that no snapshot references: what a writer
+    killed between its files and its commit leaves behind (never read; safe to delete). Listed
+    through the table's own FileIO filesystem (local, S3 with the catalog's endpoint, ...)."""
+    import pyarrow.fs as pafs
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    referenced: set[str] = set()
+    for snap in table.metadata.snapshots:
+        for manifest in snap.manifests(table.io):
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+                referenced.add(entry.data_file.file_path)
+    data = table.location().rstrip("/") + "/data"
+    scheme, netloc, path = PyArrowFileIO.parse_location(data)
+    try:
+        fs = (table.io.fs_by_scheme(scheme, netloc) if isinstance(table.io, PyArrowFileIO)
+              else pafs.FileSystem.from_uri(data)[0])
+        infos = fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
+    except (OSError, ValueError) as e:
+        log.warning("iceberg_orphans_not_listed", location=data, error=str(e))
+        return []
+    prefix = data[: len(data) - len(path)] if data.endswith(path) else f"{scheme}://"
+    found = []
+    for info in infos:
+        if info.type == pafs.FileType.File and info.path.endswith(".parquet"):
+            uri = prefix + info.path
+            if uri not in referenced:
+                found.append(uri)
+    return sorted(found)
