@@ -18,23 +18,25 @@ from collections.abc import Sequence
 from rlm.errors import ConfigError, InstanceLockedError, PluginLoadError, PreflightError, RlmError
 from rlm.exit_codes import EPILOG, ExitCode
 
-COMMAND_MODULES = (
-    "rlm.commands.dump",
-    "rlm.commands.metadata",
-    "rlm.commands.run",
-    "rlm.commands.status",
-    "rlm.commands.demo",
-    "rlm.commands.serve",
-    "rlm.commands.check",
-    "rlm.commands.fetch",
-    "rlm.commands.offsets",
-    "rlm.commands.replay",
-    "rlm.commands.kafka_serve",
-    "rlm.commands.backfill",
-    "rlm.commands.iceberg",
-    "rlm.commands.verify",
-    "rlm.commands.restore",
-)
+#: command name -> the module that registers it (in ``--help`` order)
+COMMANDS = {
+    "dump": "rlm.commands.dump",
+    "metadata": "rlm.commands.metadata",
+    "run": "rlm.commands.run",
+    "status": "rlm.commands.status",
+    "demo": "rlm.commands.demo",
+    "serve": "rlm.commands.serve",
+    "check": "rlm.commands.check",
+    "fetch": "rlm.commands.fetch",
+    "offsets": "rlm.commands.offsets",
+    "replay": "rlm.commands.replay",
+    "kafka-serve": "rlm.commands.kafka_serve",
+    "backfill": "rlm.commands.backfill",
+    "iceberg": "rlm.commands.iceberg",
+    "verify": "rlm.commands.verify",
+    "restore": "rlm.commands.restore",
+}
+COMMAND_MODULES = tuple(COMMANDS.values())
 DISTRIBUTION = "kafka-rlm-sidecar"
 
 
@@ -49,7 +51,13 @@ def version() -> str:
         return "unknown"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; given the arguments, only the command they name is imported.
+
+    A command module imports what its command needs (the log decoders, the daemon, Arrow,
+    PyIceberg...); importing every one costs seconds per process, and sidecars, probes and
+    scripts start ``rlm`` often. ``--help`` and an unknown command still see them all.
+    """
     parser = argparse.ArgumentParser(
         prog="rlm",
         description="Tiered storage sidecar for Apache Kafka (KIP-405).",
@@ -58,7 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"rlm {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    first = next((a for a in argv or () if not a.startswith("-")), None)
+    modules = (COMMANDS[first],) if first in COMMANDS else COMMAND_MODULES
+    for name in modules:
         if importlib.util.find_spec(name) is None:
             continue
         importlib.import_module(name).register(sub)
@@ -66,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)
     if func is None:
