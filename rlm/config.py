@@ -219,6 +219,16 @@ class LocalAllow(_Strict):
     groups: list[str] = Field(default_factory=list, description="consumer groups it may use")
 
 
+class BearerTokenHash(_Strict):
+    """An HTTP bearer token, given by its SHA-256 only, and the principal it authenticates."""
+
+    principal: str = Field(description="e.g. User:reports (a bare name means User:<name>)")
+    sha256: str = Field(
+        pattern=r"^[0-9a-fA-F]{64}$",
+        description="SHA-256 of the token, hex (`printf %s \"$TOKEN\" | sha256sum`); never the token itself.",
+    )
+
+
 class ListenerSecurity(_Strict):
     """TLS and SASL of the Kafka-protocol endpoint, with Kafka's listener property names.
 
@@ -278,6 +288,17 @@ class ListenerSecurity(_Strict):
         default_factory=list,
         description="Standalone mode only: per-principal topic and group allow rules (everything else "
         "is denied).",
+    )
+    bearer_tokens: list[BearerTokenHash] = Field(
+        default_factory=list,
+        description="HTTP API only: bearer tokens (by SHA-256) mapped to principals; their topics follow the "
+        "broker's ACLs for that principal (read with kafka_client's login, which needs DESCRIBE on the "
+        "cluster) or, standalone, the allow rules.",
+    )
+    bearer_tokens_file: Path | None = Field(
+        None,
+        description="HTTP API only: a file of '<sha256-hex> <principal>' lines ('#' comments), added to "
+        "bearer_tokens; read at startup.",
     )
     connections_per_principal: int = Field(
         0, ge=0,
