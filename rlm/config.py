@@ -279,6 +279,13 @@ class ListenerSecurity(_Strict):
         "revoked on the broker takes effect within this time (0 = ask on every request).",
     )
 
+    connections_max_reauth_ms: int = Field(
+        0, ge=0, json_schema_extra=_kafka("connections.max.reauth.ms"),
+        description="Kafka endpoint with SASL: session lifetime announced to clients (KIP-368, "
+        "SaslAuthenticate v1+); a client re-authenticates before it ends, a connection past it without "
+        "re-authentication is closed at its next request. 0 = the broker's lifetime only (relay) or none. "
+        "With a relayed login the shorter of this and the broker's applies.",
+    )
     users: list[LocalUser] = Field(
         default_factory=list,
         description="Standalone mode only (no broker to relay logins to): users with SCRAM credentials "

@@ -182,9 +182,11 @@ class ConnectionGuard:
         peer: str,
         limits: PrincipalLimits | None = None,
         local: LocalPolicy | None = None,
+        max_reauth_ms: int = 0,
     ) -> None:
         self.local = local
-        self.sasl = SaslSession(access, mechanisms, peer, local.exchange if local is not None else None)
+        exchange = local.exchange if local is not None else None
+        self.sasl = SaslSession(access, mechanisms, peer, exchange, max_reauth_ms)
         self.cache = cache
         self.peer = peer
         self.limits = limits or PrincipalLimits(0, 0)
