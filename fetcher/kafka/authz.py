@@ -36,6 +36,7 @@ from kio.schema.describe_groups.v5 import request as dg_req
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12 import request as md_req
 
+from fetcher.acl import DESCRIBE, READ
 from fetcher.kafka.codec import SUPPORTED, error_response, has_field, make, nested, response_class
 from fetcher.kafka.context import EndpointContext
 from fetcher.kafka.sasl import (
@@ -51,8 +52,6 @@ from fetcher.kafka.sasl import (
 
 log = structlog.get_logger(__name__)
 
-READ = 1 << 3  # Kafka's AclOperation codes, as bits of the KIP-430 bitfield
-DESCRIBE = 1 << 8
 _GROUP_KEYS = {8, 9, 11, 12, 13, 14}  # OffsetCommit, OffsetFetch, JoinGroup, Heartbeat, LeaveGroup, SyncGroup
 
 Handler = Callable[[EndpointContext, Any, int, Any], Awaitable[Any]]
