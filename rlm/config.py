@@ -219,6 +219,16 @@ class LocalAllow(_Strict):
     groups: list[str] = Field(default_factory=list, description="consumer groups it may use")
 
 
+class BearerTokenHash(_Strict):
+    """An HTTP bearer token, given by its SHA-256 only, and the principal it authenticates."""
+
+    principal: str = Field(description="e.g. User:reports (a bare name means User:<name>)")
+    sha256: str = Field(
+        pattern=r"^[0-9a-fA-F]{64}$",
+        description="SHA-256 of the token, hex (`printf %s \"$TOKEN\" | sha256sum`); never the token itself.",
+    )
+
+
 class ListenerSecurity(_Strict):
     """TLS and SASL of the Kafka-protocol endpoint, with Kafka's listener property names.
 
@@ -269,6 +279,13 @@ class ListenerSecurity(_Strict):
         "revoked on the broker takes effect within this time (0 = ask on every request).",
     )
 
+    connections_max_reauth_ms: int = Field(
+        0, ge=0, json_schema_extra=_kafka("connections.max.reauth.ms"),
+        description="Kafka endpoint with SASL: session lifetime announced to clients (KIP-368, "
+        "SaslAuthenticate v1+); a client re-authenticates before it ends, a connection past it without "
+        "re-authentication is closed at its next request. 0 = the broker's lifetime only (relay) or none. "
+        "With a relayed login the shorter of this and the broker's applies.",
+    )
     users: list[LocalUser] = Field(
         default_factory=list,
         description="Standalone mode only (no broker to relay logins to): users with SCRAM credentials "
@@ -278,6 +295,17 @@ class ListenerSecurity(_Strict):
         default_factory=list,
         description="Standalone mode only: per-principal topic and group allow rules (everything else "
         "is denied).",
+    )
+    bearer_tokens: list[BearerTokenHash] = Field(
+        default_factory=list,
+        description="HTTP API only: bearer tokens (by SHA-256) mapped to principals; their topics follow the "
+        "broker's ACLs for that principal (read with kafka_client's login, which needs DESCRIBE on the "
+        "cluster) or, standalone, the allow rules.",
+    )
+    bearer_tokens_file: Path | None = Field(
+        None,
+        description="HTTP API only: a file of '<sha256-hex> <principal>' lines ('#' comments), added to "
+        "bearer_tokens; read at startup.",
     )
     connections_per_principal: int = Field(
         0, ge=0,

@@ -1,6 +1,18 @@
-"""HTTP Basic credentials checked by the broker and topics authorized by its ACLs (the HTTP face of
+"""HTTP credentials checked by the broker and topics authorized by its ACLs (the HTTP face of
 the Kafka endpoint's relay: ``fetcher.kafka.sasl``/``authz``). Imported only when
-``read.http_security`` uses SASL, so the HTTP API runs without the ``kafka`` extra otherwise."""
+``read.http_security`` uses SASL or bearer tokens with a broker, so the HTTP API runs without the
+``kafka`` extra otherwise.
+
+Two ways in, one authorization (:class:`fetcher.http.topic_auth.TopicGate`):
+
+- ``Authorization: Basic`` (SASL protocols): the credentials log in to a broker as that user; the
+  authenticated connection is the principal's session, on which the broker is asked what it may
+  DESCRIBE and READ (KIP-430, :class:`~fetcher.kafka.authz.AuthzCache`).
+- ``Authorization: Bearer`` (``bearer_tokens``): the token's SHA-256 names a principal, which has
+  no broker login; its topics follow the cluster's ACL bindings, read with the sidecar's own
+  login (:class:`~fetcher.kafka.broker_acls.BrokerAcls`) and evaluated for that principal and the
+  client's address.
+"""
 
 from __future__ import annotations
 
@@ -8,80 +20,96 @@ import base64
 import binascii
 import hashlib
 import hmac
-import json
 import os
-import re
 import time
-from typing import Any
 
 import structlog
-from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Scope
 
-from fetcher.kafka.authz import DESCRIBE, READ, AuthzCache
+from fetcher.acl import BearerTokens
+from fetcher.http.topic_auth import TopicGate, TopicOps, Unavailable, authorization, bearer_principal
+from fetcher.kafka.authz import AuthzCache
+from fetcher.kafka.broker_acls import BrokerAcls
 from fetcher.kafka.broker_login import BrokerLogin, LoginRefusedError
 from fetcher.kafka.sasl import BrokerAccess, BrokerSession
 from rlm.config import ListenerSecurity
-from rlm.errors import ConfigError
+from rlm.errors import ConfigError, DependencyUnavailableError
 
 log = structlog.get_logger(__name__)
 
 OPEN_PATHS = frozenset({"/health"})
-_TOPIC_PATH = re.compile(r"^/v1/topics/([^/]+)(/|$)")
 
 
-class HttpBrokerAuth:
-    """ASGI middleware: Basic credentials checked by the broker, topics authorized by its ACLs."""
+class HttpBrokerAuth(TopicGate):
+    """ASGI middleware: Basic credentials checked by the broker and bearer tokens mapped to
+    principals; topics authorized by the broker's ACLs."""
 
-    def __init__(self, app: ASGIApp, sec: ListenerSecurity, access: BrokerAccess) -> None:
-        if not sec.sasl:
-            raise ConfigError("read.http_security: broker authentication needs SASL_SSL or SASL_PLAINTEXT")
-        self.app = app
+    def __init__(
+        self, app: ASGIApp, sec: ListenerSecurity, access: BrokerAccess, tokens: BearerTokens | None = None
+    ) -> None:
+        super().__init__(app)
+        self.tokens = tokens if tokens else None
+        if not sec.sasl and self.tokens is None:
+            raise ConfigError(
+                "read.http_security: broker authentication needs SASL_SSL or SASL_PLAINTEXT, or bearer_tokens"
+            )
+        self.basic = sec.sasl
         self.mechanism = sec.sasl_enabled_mechanisms[0]
         self.access = access
         self.ttl_s = sec.authz_cache_ms / 1000
         self.cache = AuthzCache(self.ttl_s)
+        self.acls = BrokerAcls(access, self.ttl_s) if self.tokens is not None else None
+        self.challenge = ", ".join(
+            c for c, on in (('Basic realm="rlm"', self.basic), ('Bearer realm="rlm"', self.tokens)) if on
+        )
         self._key = os.urandom(32)  # keys the credential cache; never leaves the process
         self._logins: dict[bytes, tuple[float, str, BrokerSession]] = {}
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("path") in OPEN_PATHS:
-            await self.app(scope, receive, send)
-            return
-        path = str(scope.get("path", ""))
-        try:
-            who = await self._authenticate(scope)
-        except Exception as e:  # no traceback: its frames hold the credentials
-            log.error("http_auth_failed", error_type=type(e).__name__)
-            await JSONResponse({"error": "unavailable", "message": "try again"}, 503)(scope, receive, send)
-            return
+    async def identify(self, scope: Scope) -> tuple[str, TopicOps] | None:
+        auth = authorization(scope)
+        if auth is not None and auth[0] == "bearer" and self.tokens is not None and self.acls is not None:
+            return self._bearer(scope)
+        if not self.basic:
+            self.denied(None, None, "no bearer token")
+            return None
+        who = await self._authenticate(scope)
         if who is None:
-            resp = JSONResponse({"error": "unauthorized", "message": "authentication required"}, 401)
-            resp.headers["WWW-Authenticate"] = 'Basic realm="rlm"'
-            await resp(scope, receive, send)
-            return
+            return None
         principal, session = who
-        try:
-            ops = await self.cache.topic_ops(principal, session)
-        except (ConnectionError, TimeoutError, OSError) as e:
-            log.warning("http_authz_broker_lost", principal=principal, error=str(e))
-            self._forget(session)
-            await JSONResponse({"error": "unavailable", "message": "try again"}, 503)(scope, receive, send)
-            return
-        m = _TOPIC_PATH.match(path)
-        if m is not None and not ops.get(m.group(1), 0) & READ:
-            self._denied(principal, m.group(1), "no READ on topic")
-            await JSONResponse({"error": "forbidden", "message": "forbidden"}, 403)(scope, receive, send)
-            return
-        if path == "/v1/topics":
-            await self.app(scope, receive, _only_described(send, ops))
-            return
-        await self.app(scope, receive, send)
+
+        async def ops() -> dict[str, int]:
+            try:
+                return await self.cache.topic_ops(principal, session)
+            except (ConnectionError, TimeoutError, OSError) as e:
+                log.warning("http_authz_broker_lost", principal=principal, error=str(e))
+                self._forget(session)
+                raise Unavailable from e
+
+        return principal, ops
+
+    def _bearer(self, scope: Scope) -> tuple[str, TopicOps] | None:
+        assert self.tokens is not None and self.acls is not None
+        _, principal = bearer_principal(scope, self.tokens)
+        if principal is None:
+            self.denied(None, None, "unknown bearer token")
+            return None
+        client = scope.get("client")
+        host = str(client[0]) if client else ""
+        acls = self.acls
+
+        async def ops() -> dict[str, int]:
+            try:
+                return await acls.topic_ops(principal, host)
+            except (ConnectionError, TimeoutError, OSError, DependencyUnavailableError) as e:
+                log.warning("http_authz_broker_lost", principal=principal, error=str(e))
+                raise Unavailable from e
+
+        return principal, ops
 
     async def _authenticate(self, scope: Scope) -> tuple[str, BrokerSession] | None:
         creds = _basic(scope)
         if creds is None:
-            self._denied(None, None, "no Basic credentials")
+            self.denied(None, None, "no Basic credentials")
             return None
         user, password = creds
         key = hmac.digest(self._key, user.encode() + b"\0" + password.encode(), hashlib.sha256)
@@ -101,7 +129,7 @@ class HttpBrokerAuth:
             await login.authenticate(lambda req: conn.call(req, self.access.timeout_s), broker)
         except (LoginRefusedError, ConnectionError, TimeoutError, OSError):
             conn.close()
-            self._denied(f"User:{user}", None, "login refused by the broker")
+            self.denied(f"User:{user}", None, "login refused by the broker")
             return None
         session = BrokerSession(conn, broker, self.access)
         if len(self._logins) > 10_000:
@@ -117,53 +145,20 @@ class HttpBrokerAuth:
             if v[2] is session:
                 del self._logins[k]
 
-    def _denied(self, principal: str | None, topic: str | None, reason: str) -> None:
-        if self.cache.first_denial(("http", principal, topic, reason)):
-            log.warning("http_request_denied", principal=principal, topic=topic, reason=reason)
-
     def close(self) -> None:
         for _, _, s in self._logins.values():
             s.close()
         self._logins.clear()
+        if self.acls is not None:
+            self.acls.close()
 
 
 def _basic(scope: Scope) -> tuple[str, str] | None:
-    for name, value in scope.get("headers", ()):
-        if name == b"authorization":
-            scheme, _, given = value.partition(b" ")
-            if scheme.lower() != b"basic":
-                return None
-            try:
-                user, sep, password = base64.b64decode(given.strip(), validate=True).decode().partition(":")
-            except (binascii.Error, UnicodeDecodeError):
-                return None
-            return (user, password) if sep and user else None
-    return None
-
-
-def _only_described(send: Send, ops: dict[str, int]) -> Send:
-    """Drop topics without DESCRIBE from the ``/v1/topics`` JSON body (buffered: it is small)."""
-    start: dict[str, Any] = {}
-    body = bytearray()
-
-    async def wrapped(message: Message) -> None:
-        if message["type"] == "http.response.start":
-            start.update(message)
-            return
-        if message["type"] != "http.response.body":
-            await send(message)
-            return
-        body.extend(message.get("body", b""))
-        if message.get("more_body", False):
-            return
-        data = bytes(body)
-        if start.get("status") == 200:
-            doc = json.loads(data)
-            doc["topics"] = [t for t in doc.get("topics", []) if ops.get(str(t.get("topic")), 0) & DESCRIBE]
-            data = json.dumps(doc).encode()
-        headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
-        headers.append((b"content-length", str(len(data)).encode()))
-        await send({**start, "headers": headers})
-        await send({"type": "http.response.body", "body": data, "more_body": False})
-
-    return wrapped
+    auth = authorization(scope)
+    if auth is None or auth[0] != "basic":
+        return None
+    try:
+        user, sep, password = base64.b64decode(auth[1], validate=True).decode().partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    return (user, password) if sep and user else None

@@ -9,6 +9,11 @@ same :class:`~fetcher.kafka.authz.AuthzCache` as the Kafka endpoint). A verified
 for ``authz_cache_ms`` (keyed by a keyed hash of user and password held in memory only), so a
 changed password or a revoked ACL takes effect within that time.
 
+``bearer_tokens`` (by SHA-256) map ``Authorization: Bearer`` tokens to principals, over HTTPS
+(``SSL``) or beside Basic: with a broker their topics follow its ACLs for that principal
+(:mod:`fetcher.kafka.broker_acls`); without one, or with ``allow`` rules, those rules
+(:class:`fetcher.http.topic_auth.LocalTokenAuth`).
+
 Answers: no or wrong credentials -> 401, a topic the principal may not READ -> 403, both as JSON
 without detail that would help an attacker; the topic listing shows only topics the principal
 may DESCRIBE. Each denial is logged once per minute with principal, topic and reason (never the
@@ -18,35 +23,41 @@ credentials).
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
 
 from starlette.types import ASGIApp
 
+from fetcher.acl import AllowRules, BearerTokens
 from fetcher.core import RemoteFetcher
+from fetcher.http.topic_auth import LocalTokenAuth, TopicGate
 from fetcher.tls import ReloadingServerContext
 from rlm.config import ListenerSecurity
 from rlm.errors import ConfigError
 
-if TYPE_CHECKING:
-    from fetcher.http.broker_auth import HttpBrokerAuth
-
 
 def secure_app(
     app: ASGIApp, sec: ListenerSecurity, fetcher: RemoteFetcher
-) -> tuple[ReloadingServerContext | None, ASGIApp, HttpBrokerAuth | None, threading.Event]:
+) -> tuple[ReloadingServerContext | None, ASGIApp, TopicGate | None, threading.Event]:
     """(TLS context, app wrapped in broker authentication, the middleware, stop-event of the
     certificate watch) for ``read.http_security``."""
     tls = ReloadingServerContext(sec, "http api") if sec.tls else None
     stop = tls.watch(sec.ssl_reload_interval_ms / 1000) if tls is not None else threading.Event()
-    if not sec.sasl:
+    tokens = BearerTokens.load(((t.sha256, t.principal) for t in sec.bearer_tokens), sec.bearer_tokens_file)
+    if not sec.sasl and not tokens:
         return tls, app, None, stop
-    if fetcher.broker is None:
+    if sec.sasl and fetcher.broker is None:
         raise ConfigError("read.http_security: SASL is checked by the cluster, so it needs bootstrap_servers")
+    if not sec.sasl and (fetcher.broker is None or sec.allow):
+        # standalone: bearer tokens and the allow rules, no broker asked
+        rules = AllowRules((r.principal, r.topics, r.groups) for r in sec.allow)
+        local = LocalTokenAuth(app, tokens, rules, fetcher.topics)
+        return tls, local, local, stop
+    assert fetcher.broker is not None
     # needs the kafka extra (the relay to the broker): imported only here
     from fetcher.http.broker_auth import HttpBrokerAuth
     from fetcher.kafka.broker_login import BrokerLogin
     from fetcher.kafka.sasl import BrokerAccess
 
     login = BrokerLogin.from_client_config(fetcher.broker.client_config)
-    auth = HttpBrokerAuth(app, sec, BrokerAccess.from_client(fetcher.broker.bootstrap_servers, login))
+    access = BrokerAccess.from_client(fetcher.broker.bootstrap_servers, login)
+    auth = HttpBrokerAuth(app, sec, access, tokens)
     return tls, auth, auth, stop

@@ -37,6 +37,9 @@ class HttpApiServer:
         self.host = host
         self._owns = owns_fetcher
         sec = security if security is not None else fetcher.read_config.http_security
+        if token is not None and (sec.bearer_tokens or sec.bearer_tokens_file is not None):
+            raise ConfigError("read.http_token_* (one token for everything) and read.http_security bearer "
+                              "tokens (per principal) exclude each other: keep one")
         tls, app, self._auth, self._stop_watch = secure_app(create_app(fetcher, token=token), sec, fetcher)
         self.tls = tls
         config = uvicorn.Config(app, host=host, port=port, log_config=None,

@@ -36,6 +36,7 @@ from kio.schema.describe_groups.v5 import request as dg_req
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12 import request as md_req
 
+from fetcher.acl import DESCRIBE, READ
 from fetcher.kafka.codec import SUPPORTED, error_response, has_field, make, nested, response_class
 from fetcher.kafka.context import EndpointContext
 from fetcher.kafka.sasl import (
@@ -51,8 +52,6 @@ from fetcher.kafka.sasl import (
 
 log = structlog.get_logger(__name__)
 
-READ = 1 << 3  # Kafka's AclOperation codes, as bits of the KIP-430 bitfield
-DESCRIBE = 1 << 8
 _GROUP_KEYS = {8, 9, 11, 12, 13, 14, 68}  # OffsetCommit, OffsetFetch, Join/Heartbeat/Leave/SyncGroup, KIP-848
 
 Handler = Callable[[EndpointContext, Any, int, Any], Awaitable[Any]]
@@ -64,7 +63,7 @@ class AuthzCache:
     def __init__(self, ttl_s: float) -> None:
         self.ttl_s = ttl_s
         self._topics: dict[str, tuple[float, dict[str, int]]] = {}
-        self._groups: dict[tuple[str, str], tuple[float, bool]] = {}
+        self._groups: dict[tuple[str, str], tuple[float, int]] = {}
         self.broker_queries = 0
         self._denials: dict[tuple[Any, ...], float] = {}
 
@@ -101,7 +100,8 @@ class AuthzCache:
         self._topics[principal] = (time.monotonic() + self.ttl_s, ops)
         return ops
 
-    async def group_read(self, principal: str, group: str, session: BrokerSession) -> bool:
+    async def group_ops(self, principal: str, group: str, session: BrokerSession) -> int:
+        """The group's authorized-operations bitfield for the principal (0: none at all)."""
         now = time.monotonic()
         hit = self._groups.get((principal, group))
         if hit is not None and now < hit[0]:
@@ -112,14 +112,17 @@ class AuthzCache:
         )
         g = resp.groups[0] if resp.groups else None
         if g is None or g.error_code == ErrorCode.group_authorization_failed:
-            allowed = False
+            ops = 0
         elif g.error_code == ErrorCode.none:
             ops = int(g.authorized_operations)
-            allowed = ops != -(2**31) and bool(ops & READ)
+            ops = 0 if ops == -(2**31) else ops
         else:  # not the coordinator: DESCRIBE was granted, READ unknown (see the module doc)
-            allowed = True
-        self._groups[(principal, group)] = (time.monotonic() + self.ttl_s, allowed)
-        return allowed
+            ops = DESCRIBE | READ
+        self._groups[(principal, group)] = (time.monotonic() + self.ttl_s, ops)
+        return ops
+
+    async def group_read(self, principal: str, group: str, session: BrokerSession) -> bool:
+        return bool(await self.group_ops(principal, group, session) & READ)
 
 
 class LocalPolicy(Protocol):
@@ -178,9 +181,11 @@ class ConnectionGuard:
         peer: str,
         limits: PrincipalLimits | None = None,
         local: LocalPolicy | None = None,
+        max_reauth_ms: int = 0,
     ) -> None:
         self.local = local
-        self.sasl = SaslSession(access, mechanisms, peer, local.exchange if local is not None else None)
+        exchange = local.exchange if local is not None else None
+        self.sasl = SaslSession(access, mechanisms, peer, exchange, max_reauth_ms)
         self.cache = cache
         self.peer = peer
         self.limits = limits or PrincipalLimits(0, 0)
@@ -428,6 +433,8 @@ class ConnectionGuard:
     async def _group(
         self, ctx: EndpointContext, key: int, req: Any, version: int, header: Any, handler: Handler
     ) -> Any:
+        # a broker asks DESCRIBE on the group for OffsetFetch, READ for the others
+        need = DESCRIBE if key == 9 else READ
         if self.local is not None and self.sasl.principal is not None:
             local, who = self.local, self.sasl.principal
             verdicts = {g: local.group_read(who, g) for g in _group_ids(key, req, version)}
@@ -435,7 +442,8 @@ class ConnectionGuard:
         principal, session = self._session()
         try:
             verdicts = {
-                g: await self.cache.group_read(principal, g, session) for g in _group_ids(key, req, version)
+                g: bool(await self.cache.group_ops(principal, g, session) & need)
+                for g in _group_ids(key, req, version)
             }
         except (ConnectionError, TimeoutError, OSError) as e:
             log.warning("kafka_authz_broker_lost", peer=self.peer, principal=principal, error=str(e))
@@ -542,15 +550,19 @@ class ConnectionGuard:
         if all(verdicts.values()):
             if key == 8:  # committing an offset also needs READ on each topic, as on a broker
                 return await self._commit_topics(ctx, req, version, header, handler)
+            if key == 9:
+                return await OffsetFetchFilter(self, ctx).answer(req, version, header, handler)
             return await handler(ctx, req, version, header)
         denied = sorted(g for g, ok in verdicts.items() if not ok)
-        self._denied(_GROUP_API[key], "no READ on group", groups=denied)
+        self._denied(_GROUP_API[key], f"no {'DESCRIBE' if key == 9 else 'READ'} on group", groups=denied)
         cls = response_class(key, version)
         code = ErrorCode.group_authorization_failed
         if key == 9 and version >= 8:  # batched: answer the allowed groups, refuse the others
             kept = tuple(g for g in req.groups if verdicts[str(g.group_id)])
             resp = (
-                await handler(ctx, dataclasses.replace(req, groups=kept), version, header)
+                await OffsetFetchFilter(self, ctx).answer(
+                    dataclasses.replace(req, groups=kept), version, header, handler
+                )
                 if kept
                 else make(cls, throttle_time=_zero(), groups=())
             )
@@ -572,6 +584,86 @@ class ConnectionGuard:
             )
             return make(cls, throttle_time=_zero(), topics=topics)
         return error_response(cls, code)
+
+
+class OffsetFetchFilter:
+    """OffsetFetch under the topics' ACLs, as a broker's KafkaApis answers it: offsets of a topic
+    the principal may not DESCRIBE are never sent. Topics named in the request answer
+    TOPIC_AUTHORIZATION_FAILED (offset -1) for each partition, after the authorized ones; when all
+    the group's offsets are asked (``topics`` null), such topics are left out."""
+
+    def __init__(self, guard: ConnectionGuard, ctx: EndpointContext) -> None:
+        self.guard = guard
+        self.ctx = ctx
+
+    async def answer(self, req: Any, version: int, header: Any, handler: Handler) -> Any:
+        ops = await self.guard._ops(self.ctx)
+        allowed: Callable[[Any], bool] = lambda name: bool(ops.get(str(name), 0) & DESCRIBE)  # noqa: E731
+        cls = response_class(9, version)
+        if version >= 8:
+            groups = list(req.groups)
+            refused = {
+                str(g.group_id): [t for t in g.topics if not allowed(t.name)]
+                for g in groups
+                if g.topics is not None
+            }
+            kept = tuple(
+                g
+                if g.topics is None
+                else dataclasses.replace(g, topics=tuple(t for t in g.topics if allowed(t.name)))
+                for g in groups
+            )
+            resp = await handler(self.ctx, dataclasses.replace(req, groups=kept), version, header)
+            t_cls, p_cls = (
+                nested(cls, "OffsetFetchResponseTopics"),
+                nested(cls, "OffsetFetchResponsePartitions"),
+            )
+            out = []
+            for g in resp.groups:
+                extra = refused.get(str(g.group_id), [])
+                if g.error_code != ErrorCode.none:
+                    out.append(g)
+                    continue
+                topics = tuple(t for t in g.topics if allowed(t.name)) + self._refused(extra, t_cls, p_cls)
+                self._log(str(g.group_id), [t.name for t in g.topics if not allowed(t.name)], extra)
+                out.append(dataclasses.replace(g, topics=topics))
+            return dataclasses.replace(resp, groups=tuple(out))
+        extra = [] if req.topics is None else [t for t in req.topics if not allowed(t.name)]
+        if req.topics is not None:
+            req = dataclasses.replace(req, topics=tuple(t for t in req.topics if allowed(t.name)))
+        resp = await handler(self.ctx, req, version, header)
+        if resp.error_code != ErrorCode.none:
+            return resp
+        t_cls, p_cls = nested(cls, "OffsetFetchResponseTopic"), nested(cls, "OffsetFetchResponsePartition")
+        self._log(str(req.group_id), [t.name for t in resp.topics if not allowed(t.name)], extra)
+        topics = tuple(t for t in resp.topics if allowed(t.name)) + self._refused(extra, t_cls, p_cls)
+        return dataclasses.replace(resp, topics=topics)
+
+    @staticmethod
+    def _refused(topics: list[Any], t_cls: Any, p_cls: Any) -> tuple[Any, ...]:
+        return tuple(
+            make(
+                t_cls,
+                name=t.name,
+                partitions=tuple(
+                    make(
+                        p_cls,
+                        partition_index=p,
+                        committed_offset=-1,
+                        committed_leader_epoch=-1,
+                        metadata="",
+                        error_code=ErrorCode.topic_authorization_failed,
+                    )
+                    for p in t.partition_indexes
+                ),
+            )
+            for t in topics
+        )
+
+    def _log(self, group: str, hidden: list[Any], named: list[Any]) -> None:
+        names = sorted({str(n) for n in hidden} | {str(t.name) for t in named})
+        if names:
+            self.guard._denied("OffsetFetch", "no DESCRIBE on topic", group=group, topics=names)
 
 
 def _group_ids(key: int, req: Any, version: int) -> list[str]:

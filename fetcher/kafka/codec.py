@@ -88,9 +88,10 @@ def encode_response(correlation_id: int, resp: ResponsePayload) -> bytes:
     header: Any = hcls(correlation_id=correlation_id)  # type: ignore[arg-type]
     entity_writer(hcls)(buf, header)
     entity_writer(type(resp))(buf, resp)
-    out = buf.getbuffer()
-    struct.pack_into(">i", out, 0, len(out) - 4)
-    return bytes(out)
+    size = buf.tell() - 4
+    buf.seek(0)
+    buf.write(struct.pack(">i", size))
+    return buf.getvalue()  # the buffer itself, not a copy (a Fetch answer is megabytes)
 
 
 def encode_request(req: RequestPayload, correlation_id: int, client_id: str) -> bytes:

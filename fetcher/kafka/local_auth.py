@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import fnmatch
 import hashlib
 import hmac
 import os
 from dataclasses import dataclass
 from typing import Any
 
-from fetcher.kafka.authz import DESCRIBE, READ
+from fetcher.acl import AllowRules
 from rlm.config import ListenerSecurity
 from rlm.errors import ConfigError
 
@@ -73,24 +72,16 @@ class LocalUsers:
                 if text is not None:
                     where = f"read.kafka_security.users[{u.name}].{mech.lower()}"
                     self.creds[(u.name, mech)] = ScramCredential.parse(text.get_secret_value(), where)
-        self.rules = [(r.principal, tuple(r.topics), tuple(r.groups)) for r in sec.allow]
+        self.rules = AllowRules((r.principal, r.topics, r.groups) for r in sec.allow)
 
     def exchange(self, mechanism: str) -> LocalExchange:
         return LocalExchange(self, mechanism)
 
     def topic_ops(self, principal: str, names: list[str]) -> dict[str, int]:
-        out = {}
-        for name in names:
-            if any(p == principal and _match(name, ts) for p, ts, _ in self.rules):
-                out[name] = READ | DESCRIBE
-        return out
+        return self.rules.topic_ops(principal, names)
 
     def group_read(self, principal: str, group: str) -> bool:
-        return any(p == principal and _match(group, gs) for p, _, gs in self.rules)
-
-
-def _match(name: str, patterns: tuple[str, ...]) -> bool:
-    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+        return self.rules.group_read(principal, group)
 
 
 class LocalExchange:

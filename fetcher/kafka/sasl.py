@@ -155,8 +155,10 @@ class SaslSession:
         mechanisms: tuple[str, ...],
         peer: str,
         local: Callable[[str], LocalExchange] | None = None,
+        max_reauth_ms: int = 0,
     ) -> None:
         self.access = access
+        self.max_reauth_ms = max_reauth_ms  # connections.max.reauth.ms: the endpoint's own cap
         self.local = local  # standalone mode: static users instead of the relay
         self._exchange: LocalExchange | None = None
         self.mechanisms = mechanisms
@@ -293,6 +295,10 @@ class SaslSession:
         self.principal = principal
         self.state = _State.AUTHENTICATED
         life_ms = int(life.total_seconds() * 1000)
+        if self.max_reauth_ms > 0 and (life_ms <= 0 or self.max_reauth_ms < life_ms):
+            # as a broker with connections.max.reauth.ms: the shorter of it and the credential's
+            life_ms = self.max_reauth_ms
+            life = datetime.timedelta(milliseconds=life_ms)
         self._expires = time.monotonic() + life_ms / 1000 if life_ms > 0 else None
         self._reauth_ok = version >= 1  # KIP-368: only clients that can read the lifetime re-auth
         log.info(

@@ -60,7 +60,15 @@ class EndpointSecurity:
         if not self.settings.sasl:
             return None
         mechanisms = tuple(self.settings.sasl_enabled_mechanisms)
-        return ConnectionGuard(self.access, mechanisms, self.cache, peer, self.limits, self.local)
+        return ConnectionGuard(
+            self.access,
+            mechanisms,
+            self.cache,
+            peer,
+            self.limits,
+            self.local,
+            self.settings.connections_max_reauth_ms,
+        )
 
     def start(self) -> None:
         """Watch the certificate files (call on the listener's event loop)."""

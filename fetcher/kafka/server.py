@@ -94,6 +94,7 @@ assert set(HANDLERS) == set(SUPPORTED)
 
 _SIZE = struct.Struct(">i")
 _MIN_REQUEST = 8  # api key, version, correlation id
+_TLS_SLICE = 256 * 1024  # bytes of a response handed to the TLS transport at once (16 TLS records)
 
 
 class KafkaEndpoint:
@@ -206,6 +207,7 @@ class Connection:
         self.pending: asyncio.Queue[asyncio.Task[bytes] | None] = asyncio.Queue()
         self._draining = asyncio.Event()
         self.guard: ConnectionGuard | None = None
+        self.tls = writer.get_extra_info("sslcontext") is not None
 
     def drain(self) -> None:
         """Read no further request; answer those already read, then close (listener shutdown)."""
@@ -288,9 +290,8 @@ class Connection:
                 self.writer.close()
                 self.slots.release()
                 return
-            self.writer.write(data)
             try:
-                await asyncio.wait_for(self.writer.drain(), self.idle_s)
+                await self._send(data)
             except (TimeoutError, ConnectionError) as e:
                 if isinstance(e, TimeoutError):
                     log.warning("kafka_response_stalled", peer=self.peer, bytes=len(data))
@@ -299,6 +300,21 @@ class Connection:
                 self.slots.release()
                 return
             self.slots.release()
+
+    async def _send(self, data: bytes) -> None:
+        """Write one response frame. Over TLS in slices of :data:`_TLS_SLICE`: asyncio's SSL
+        transport encrypts a whole write into memory before the first byte leaves, then copies
+        what the socket did not take at once; sliced, encryption of the next slice overlaps with
+        the client reading the previous one and nothing is copied twice (the per-slice drain is
+        also where other connections get the event loop)."""
+        if not self.tls or len(data) <= _TLS_SLICE:
+            self.writer.write(data)
+            await asyncio.wait_for(self.writer.drain(), self.idle_s)
+            return
+        view = memoryview(data)
+        for at in range(0, len(data), _TLS_SLICE):
+            self.writer.write(view[at : at + _TLS_SLICE])
+            await asyncio.wait_for(self.writer.drain(), self.idle_s)
 
     def _drain_pending(self) -> None:
         while not self.pending.empty():

@@ -32,6 +32,9 @@ def _describe(sec: ListenerSecurity) -> str:
     if sec.sasl:
         parts.append(f"sasl.enabled.mechanisms={','.join(sec.sasl_enabled_mechanisms)}")
         parts.append(f"ACLs by the cluster, cached {sec.authz_cache_ms} ms")
+    if sec.bearer_tokens or sec.bearer_tokens_file is not None:
+        where = f" + {sec.bearer_tokens_file}" if sec.bearer_tokens_file is not None else ""
+        parts.append(f"bearer tokens by SHA-256 ({len(sec.bearer_tokens)} listed{where})")
     return ", ".join(parts)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -191,6 +192,19 @@ def read_range(conf: dict[str, Any], topic: str, end: int) -> list[tuple[int, by
     finally:
         c.close()
     return got
+
+
+def login_error(conf: dict[str, Any], timeout_s: float = 30.0) -> KafkaError:
+    """The first error librdkafka reports for a client with ``conf`` (its error callback), e.g. a
+    refused login: reported as soon as the server refuses, where a ``list_topics`` call would
+    wait out its whole timeout."""
+    errors: list[KafkaError] = []
+    admin = AdminClient({**conf, "retries": 0, "error_cb": errors.append})
+    give_up = time.monotonic() + timeout_s  # only so a broken endpoint fails instead of hanging
+    while not errors and time.monotonic() < give_up:
+        admin.poll(0.1)
+    assert errors, "no error reported"
+    return errors[0]
 
 
 def _tier_config(kafka: SaslSslCluster, topics: list[str], tmp: Path, work: str, **read: Any) -> Any:
