@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import random
 import shutil
 import sys
 import time
@@ -81,7 +81,8 @@ def produce(bootstrap: str, topic: str, partitions: int, records: int, codec: st
     p = Producer({"bootstrap.servers": bootstrap, "compression.type": codec, "linger.ms": 50,
                   "batch.size": 1_000_000, "batch.num.messages": 100_000, "acks": "1",
                   "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576})
-    values = [os.urandom(VALUE_BYTES // 4).hex().encode() * 2 for _ in range(4096)]
+    rnd = random.Random(7)  # the same records in every topic: one digest for both codecs
+    values = [rnd.randbytes(VALUE_BYTES // 4).hex().encode() * 2 for _ in range(4096)]
     counts = [records // partitions + (1 if i < records % partitions else 0) for i in range(partitions)]
     for part, n in enumerate(counts):
         for i in range(n):
