@@ -19,8 +19,8 @@ Where each part comes from (nothing in the section is typed by hand; the text ar
 * **Freshness**: results of a commit older than the last commit touching product code
   (:data:`PRODUCT_DIRS`) are refused when writing (rerun the fault suite). ``--check`` never fails
   merely because product code changed after the results were recorded (CI runs on a clean clone):
-  it checks the doc against the recorded file, and when this run's results exist (the fault
-  suite ran earlier in the same pytest session) it fails if any of them did not pass.
+  it checks the doc against the recorded file, and when this run's results exist (of the current
+  commit: the fault suite ran earlier in the same pytest session) it fails if any of them failed.
 * **Inputs tried**: every test module using hypothesis is found by its source; each hypothesis test's
   ``max_examples`` is read from its settings (outer ``@settings``/``@given``, or the ``settings`` of
   a ``@given`` function defined inside the test, e.g. per parametrized case or per API operation),
@@ -453,6 +453,8 @@ def main(argv: list[str] | None = None) -> int:
     run = json.loads(args.run_results.read_text(encoding="utf-8")) if args.run_results.exists() else None
     recorded_path = args.data_dir / RESULTS_FILE
     recorded = json.loads(recorded_path.read_text(encoding="utf-8")) if recorded_path.exists() else None
+    if args.check and run is not None and run.get("commit") != _git("rev-parse", "HEAD")[1]:
+        run = None  # left over from a run of other code: not this session's
     if args.check and run is not None and (
             bad := {k: v for k, v in not_passed(run).items() if v in ("failed", "error")}):
         print(f"this run's fault tests did not all pass ({args.run_results}): {bad}", file=sys.stderr)
