@@ -268,9 +268,14 @@ def render_faults(items: list[Item], results: dict[str, Any], faults_dir: Path) 
     passed = sum(1 for i in ran if rows[i.key]["outcome"] == "passed")
     failed = sum(1 for i in ran if rows[i.key]["outcome"] in ("failed", "error"))
     commit = results.get("commit")
+    runs = results.get("runs") or []
     when = (f"commit `{commit[:10]}`" + (" (with uncommitted product changes)" if results.get("product_dirty")
                                          else "") + f", {results.get('date', '')}") if commit else (
         f"{results.get('recorded') or 'date unknown'}, commit not recorded")
+    if len(runs) > 1:
+        when += (f" ({len(runs)} runs of the same product code and fault tests, from "
+                 f"{runs[0].get('date', '')}; a rerun test keeps its latest outcome, earlier ones are "
+                 "listed)")
     lines += [
         f"{len(marked)} tests in `tests/faults/` (marker `faults`); each injects the fault and proves the "
         "outcome its docstring states. Last recorded run: "
@@ -289,6 +294,8 @@ def render_faults(items: list[Item], results: dict[str, Any], faults_dir: Path) 
             status = "not run"
         elif r["outcome"] == "passed":
             status = f"survived (passed), {r['time_s']:.1f} s"
+            if r.get("earlier"):
+                status += f"; earlier run(s) of the same code: {', '.join(r['earlier'])}"
         elif r["outcome"] == "skipped":
             status = "not run (skipped)"
         else:

@@ -65,8 +65,12 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     key = report.nodeid.split("tests/faults/", 1)[-1]
     if not _run:
         _start_run()
-    if report.when == "setup":  # a rerun replaces the test's earlier outcome
+    if report.when == "setup":  # a rerun replaces the test's earlier outcome, which stays listed
+        before = _run["results"].get(key)
+        earlier = [*before.get("earlier", []), before["outcome"]] if before else []
         _run["results"][key] = {"outcome": "passed", "time_s": 0.0}
+        if earlier:
+            _run["results"][key]["earlier"] = earlier
     row = _run["results"].setdefault(key, {"outcome": "passed", "time_s": 0.0})
     row["time_s"] = round(row["time_s"] + report.duration, 1)
     if report.failed:
