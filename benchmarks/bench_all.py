@@ -22,7 +22,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
 SMALL: dict[str, list[str]] = {
-    "decode": ["bench_decode.py", "--size-mb", "16", "--baseline-mb", "4", "--rounds", "3"],
+    "decode": ["bench_decode.py", "--size-mb", "16", "--baseline-mb", "8", "--rounds", "3"],
     "tier": ["bench_tier.py", "--size-gb", "0.25", "--layouts", "100", "--rounds", "3"],
     "fetch-s3": ["bench_fetch.py", "--storage", "s3", "--size-mb", "64", "--segment-mb", "16",
                  "--samples", "50", "--cold-samples", "10", "--rounds", "3"],
