@@ -8,7 +8,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install jars lint typecheck pytest clean
+.PHONY: demo test install jars lint typecheck pytest bench clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is required"'
@@ -36,6 +36,11 @@ pytest: install jars
 	bash scripts/run-pytest.sh $(PYTEST_ARGS)
 
 test: lint typecheck pytest
+
+# The headline benchmarks at a small size (< 15 min): raw results to docs/data/bench-*.json,
+# docs/performance.md regenerated, one table printed (see docs/performance.md)
+bench: install jars
+	$(PY) benchmarks/bench_all.py $(BENCH)
 
 clean:
 	rm -rf .it .pytest_cache .mypy_cache .ruff_cache

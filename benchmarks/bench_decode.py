@@ -1,26 +1,29 @@
-"""Decode benchmark: rlm.log.read_arrow vs kafka-python vs aiokafka's compiled parser (not a test).
+"""Decode benchmark: rlm.log.read_arrow vs aiokafka's compiled parser vs kafka-python (not a test).
 
-Generates a partition segment of ``--size-mb`` (default 1024) of 100-byte values with 10-byte
-keys, once uncompressed and once zstd, with :func:`rlm.log.encode_batch`, then decodes it in
-the same run with:
+Writes a partition segment of ``--size-mb`` of realistic records with :func:`rlm.log.encode_batch`,
+once uncompressed and once zstd: every batch distinct (no repeated content), ~16 KiB producer
+batches, keys ``user-<id>`` (5 % null), JSON event values of 60-700 bytes (with a random text
+field, so zstd compresses them as it does real payloads, ~3x), 0-3 headers per record
+(``trace-id``, ``content-type``, ``source``), increasing timestamps. Then, per codec, in
+interleaved rounds (one warm-up, then ``--rounds``):
 
-* ``rlm.log.read_arrow`` (to a ``pyarrow.Table``; CRC-32C verified, and once without);
-* kafka-python's ``kafka.record.MemoryRecords`` (pure Python; on the first ``--baseline-mb``);
-* aiokafka's Cython ``aiokafka.record._crecords.MemoryRecords``;
-* for zstd, zstd decompression of every batch payload alone, one call per batch: with
-  ``zstandard`` (one reused decoder context), with ``cramjam``, and with libzstd's one-shot
-  ``ZSTD_decompressDCtx`` called from a compiled loop into one reused buffer (what
-  ``rlm.log`` does inside its decoder: the cheapest way to decompress the batches at all).
+* ``rlm.log.read_arrow`` of the file to a ``pyarrow.Table``, CRC-32C of every batch verified;
+* aiokafka's Cython ``aiokafka.record._crecords.MemoryRecords`` over the same bytes (builds one
+  Python object per record; no CRC check), touching offset, timestamp, key, value, headers;
+* for zstd, decompression of every batch payload alone (``zstandard`` with one reused context,
+  and libzstd's one-shot ``ZSTD_decompressDCtx`` from a compiled loop): the floor of any decoder;
 
-The two client parsers build one Python object per record and touch offset, timestamp, key,
-value and headers; they do not verify CRCs. Rates are records/s and MB/s of ``.log`` bytes.
+and, on the first ``--baseline-mb``, ``read_arrow`` against kafka-python's pure-Python
+``kafka.record.MemoryRecords``. After every case (untimed) the decoders' records — offsets, keys,
+values (null distinct from empty) and headers — are digested; every decoder's digest must equal
+kafka-python's decoding of the same bytes (the reference, run once on the whole file, untimed) in
+every round, or the benchmark fails (exit 2). The decompression floors
+produce no records: their output size must only stay the same.
 
-For zstd the script then measures ``read_arrow`` (CRC checked) and decompression alone
-*interleaved*, round after round (``--ratio-rounds``), and prints the ratio of their best CPU
-times: on a shared machine the load changes from one minute to the next, and interleaving
-exposes both to the same conditions.
+Times are **CPU seconds** of this process (the machine is shared; wall times are in the JSON).
+Printed: the median of the per-round ratios. Raw results: ``docs/data/bench-decode.json``.
 
-    .venv/bin/python benchmarks/bench_decode.py --size-mb 256
+    .venv/bin/python benchmarks/bench_decode.py --size-mb 256 --baseline-mb 32
 """
 
 from __future__ import annotations
@@ -28,83 +31,105 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import json
 import os
 import random
-import struct
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import cramjam
 import zstandard
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchlib import Recorder, Result, headline, records_digest, run_rounds, table_digest
+
 from rlm.log import Compression, encode_batch, iter_batches, read_arrow
 
-POOL = 64  # distinct batches; repeated with patched base offsets (outside the CRC) to fill the file
+EVENTS = ("page_view", "click", "add_to_cart", "checkout", "login", "search", "logout")
+PAGES = ("/", "/cart", "/search", "/product/{}", "/account", "/help/{}")
+WORDS = ("alpha", "beta", "gamma", "delta", "kafka", "tier", "remote", "segment", "offset", "broker",
+         "lorem", "ipsum", "dolor", "sit", "amet", "red", "green", "blue", "fast", "slow")
 
 
 def make_segment(path: Path, size_mb: int, codec: Compression, batch_bytes: int, seed: int = 7) -> int:
-    """Write ``size_mb`` of batches to ``path``; returns the number of records."""
+    """Write ``size_mb`` of distinct, realistic batches to ``path``; returns the number of records."""
     rnd = random.Random(seed)
-    words = [
-        bytes(rnd.choice(b"abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(rnd.randint(3, 9)))
-        for _ in range(2000)
-    ]
-    per_batch = max(1, batch_bytes // 125)
-    pool = []
-    ts = 1_700_000_000_000
-    for b in range(POOL):
-        records = []
-        for i in range(per_batch):
-            value = b" ".join(rnd.choice(words) for _ in range(20))[:100].ljust(100, b".")
-            records.append((b"key%07d" % (b * per_batch + i), value, None, ts + b * per_batch + i))
-        pool.append(encode_batch(records, base_offset=0, compression=codec))
     target = size_mb * 1024 * 1024
-    written = 0
     offset = 0
+    ts = 1_700_000_000_000
+    written = 0
     with open(path, "wb") as f:
-        i = 0
         while written < target:
-            batch = bytearray(pool[i % POOL])
-            struct.pack_into(">q", batch, 0, offset)
+            records: list[Any] = []
+            raw = 0
+            while raw < batch_bytes:
+                user = rnd.randrange(1_000_000)
+                key = None if rnd.random() < 0.05 else b"user-%07d" % user
+                event = {"event": rnd.choice(EVENTS), "user": user, "ts": ts + offset + len(records),
+                         "page": rnd.choice(PAGES).format(rnd.randrange(10_000)),
+                         "session": f"{rnd.getrandbits(64):016x}",
+                         "text": " ".join(rnd.choice(WORDS) for _ in range(rnd.randrange(0, 90)))}
+                value = json.dumps(event, separators=(",", ":")).encode()
+                headers = [(h, v) for h, v in (("trace-id", b"%032x" % rnd.getrandbits(128)),
+                                                ("content-type", b"application/json"),
+                                                ("source", b"svc-%d" % rnd.randrange(8)))
+                           if rnd.random() < 0.5]
+                records.append((key, value, headers, ts + offset + len(records)))
+                raw += len(value) + (len(key) if key else 0) + 20 + sum(len(h) + len(v) for h, v in headers)
+            batch = encode_batch(records, base_offset=offset, compression=codec)
             f.write(batch)
             written += len(batch)
-            offset += per_batch
-            i += 1
+            offset += len(records)
     return offset
 
 
-def timed(fn: Callable[[], int]) -> tuple[float, float, int]:
-    """(wall seconds, CPU seconds of this process, result). CPU time is what we compare: the
-    benchmark machine may be shared, which inflates wall time but not CPU time."""
+def cpu_timed(fn: Callable[[], Any]) -> tuple[float, float, Any]:
+    """(CPU seconds of this process, wall seconds, result)."""
     gc.collect()
     t0, c0 = time.perf_counter(), time.process_time()
-    n = fn()
-    return time.perf_counter() - t0, time.process_time() - c0, n
+    out = fn()
+    return time.process_time() - c0, time.perf_counter() - t0, out
 
 
-def best(fn: Callable[[], int], repeat: int) -> tuple[float, float, int]:
-    runs = [timed(fn) for _ in range(repeat)]
-    return min(r[0] for r in runs), min(r[1] for r in runs), runs[0][2]
+def arrow_case(data: Any, size: int) -> Callable[[], Result]:
+    def run() -> Result:
+        cpu, wall, table = cpu_timed(lambda: read_arrow(data, topic="bench", partition=0, verify_crc=True))
+        return Result(cpu, table_digest({0: table}, headers=True), size, table.num_rows, {"wall_s": wall})
+    return run
 
 
-def rlm_arrow(path: Path, verify_crc: bool) -> int:
-    table = read_arrow(path, topic="bench", partition=0, verify_crc=verify_crc)
-    return int(table.num_rows)
+def client_case(memory_records: type, data: bytes) -> Callable[[], Result]:
+    def parse() -> tuple[list[tuple[int, bytes | None, bytes | None]], list[Any]]:
+        recs: list[tuple[int, bytes | None, bytes | None]] = []
+        hdrs: list[Any] = []
+        records = memory_records(data)
+        while True:
+            batch = records.next_batch()
+            if batch is None:
+                return recs, hdrs
+            for rec in batch:
+                _ = rec.timestamp
+                recs.append((rec.offset, rec.key, rec.value))
+                hdrs.append(rec.headers)
+
+    def run() -> Result:
+        cpu, wall, (recs, hdrs) = cpu_timed(parse)
+        return Result(cpu, records_digest({0: recs}, {0: hdrs}), len(data), len(recs), {"wall_s": wall})
+    return run
 
 
-def client_parser(memory_records: type, data: bytes) -> int:
-    n = 0
-    records = memory_records(data)
-    while True:
-        batch = records.next_batch()
-        if batch is None:
-            return n
-        for rec in batch:
-            _ = (rec.offset, rec.timestamp, rec.key, rec.value, rec.headers)
-            n += 1
+def alone_case(fn: Callable[[], int], size: int) -> Callable[[], Result]:
+    def run() -> Result:
+        cpu, wall, out = cpu_timed(fn)
+        return Result(cpu, f"{out} bytes out", size, 0, {"wall_s": wall})
+    return run
 
 
 def zstd_alone(payloads: list[memoryview], library: str) -> int:
@@ -164,9 +189,8 @@ class LibzstdAlone:
         )
 
 
-def first_mb(path: Path, mb: int) -> bytes:
-    """Whole batches from the start of ``path`` covering about ``mb`` MiB."""
-    data = path.read_bytes()
+def first_mb(data: bytes, mb: int) -> bytes:
+    """Whole batches from the start of ``data`` covering about ``mb`` MiB."""
     end = 0
     for h in iter_batches(data, verify_crc=False):
         if h.end_position > mb * 1024 * 1024:
@@ -175,108 +199,86 @@ def first_mb(path: Path, mb: int) -> bytes:
     return data[:end]
 
 
-def report(label: str, timing: tuple[float, float, int], nbytes: int) -> None:
-    wall, cpu, records = timing
-    print(
-        f"  {label:<42} {records / cpu / 1e6:7.2f} M rec/s {nbytes / cpu / 1e6:8.1f} MB/s"
-        f"  cpu {cpu:7.3f} s  wall {wall:7.3f} s  ({records} records)",
-        flush=True,
-    )
+def expected_digest(data: bytes) -> str:
+    """What the generator wrote, decoded by the slowest, plainest reference (kafka-python) once."""
+    from kafka.record.memory_records import MemoryRecords
 
-
-def ratio_rounds(path: Path, alone: dict[str, Callable[[], int]], rounds: int) -> None:
-    """read_arrow (CRC checked) against each decompression-alone baseline, interleaved."""
-    if rounds <= 0:
-        return
-    arrow: list[float] = []
-    base: dict[str, list[float]] = {lib: [] for lib in alone}
-    for _ in range(rounds):
-        arrow.append(timed(partial(rlm_arrow, path, True))[1])
-        for lib, fn in alone.items():
-            base[lib].append(timed(fn)[1])
-    print(f"  interleaved, best of {rounds} rounds: read_arrow (CRC checked) cpu {min(arrow):.3f} s")
-    for lib, times in base.items():
-        print(
-            f"    vs decompression alone ({lib}) cpu {min(times):.3f} s: {min(arrow) / min(times):.2f}x",
-            flush=True,
-        )
+    recs, hdrs = [], []
+    records = MemoryRecords(data)
+    while (batch := records.next_batch()) is not None:
+        for rec in batch:
+            recs.append((rec.offset, rec.key, rec.value))
+            hdrs.append(rec.headers)
+    return records_digest({0: recs}, {0: hdrs})
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--size-mb", type=int, default=1024)
-    ap.add_argument("--baseline-mb", type=int, default=64, help="data given to kafka-python (it is slow)")
-    ap.add_argument(
-        "--batch-bytes", type=int, default=16384, help="uncompressed bytes per batch (producer batch.size)"
-    )
+    ap.add_argument("--size-mb", type=int, default=256)
+    ap.add_argument("--baseline-mb", type=int, default=32, help="data given to kafka-python (it is slow)")
+    ap.add_argument("--batch-bytes", type=int, default=16384,
+                    help="uncompressed bytes per batch (batch.size)")
     ap.add_argument("--codecs", default="none,zstd")
     ap.add_argument("--dir", default=None, help="where to write the segments (default: a temp dir)")
-    ap.add_argument("--repeat", type=int, default=3, help="best of N for the fast decoders")
-    ap.add_argument(
-        "--ratio-rounds", type=int, default=5, help="zstd: interleaved rounds of read_arrow vs decompression"
-    )
+    ap.add_argument("--rounds", type=int, default=3, help="counted interleaved rounds (after one warm-up)")
+    ap.add_argument("--no-save", action="store_true", help="write no docs/data/bench-decode.json")
     args = ap.parse_args()
+    rec = Recorder("decode", args)
 
     from aiokafka.record._crecords import MemoryRecords as AioMemoryRecords
     from kafka.record.memory_records import MemoryRecords as KpMemoryRecords
 
-    read_arrow(
-        encode_batch([(b"k", b"v", None, 0)], base_offset=0), topic="warm", partition=0
-    )  # load kernels
+    # load the kernels before anything is timed
+    read_arrow(encode_batch([(b"k", b"v", None, 0)], base_offset=0), topic="warm", partition=0)
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         for name in args.codecs.split(","):
             codec = Compression[name.upper()]
             path = Path(tmp) / f"{name}-00000000000000000000.log"
             t0 = time.perf_counter()
             records = make_segment(path, args.size_mb, codec, args.batch_bytes)
-            size = path.stat().st_size
-            print(
-                f"\n{name}: {size / 1e6:.0f} MB, {records} records, {args.batch_bytes} B batches "
-                f"(generated in {time.perf_counter() - t0:.1f} s)",
-                flush=True,
-            )
-            report(
-                "rlm.log.read_arrow (CRC checked)", best(partial(rlm_arrow, path, True), args.repeat), size
-            )
-            report(
-                "rlm.log.read_arrow (no CRC check)", best(partial(rlm_arrow, path, False), args.repeat), size
-            )
             data = path.read_bytes()
-            report(
-                "aiokafka _crecords (no CRC check)",
-                best(partial(client_parser, AioMemoryRecords, data), args.repeat),
-                size,
-            )
-            del data
-            sample = first_mb(path, args.baseline_mb)
-            report(
-                f"kafka-python, first {len(sample) / 1e6:.0f} MB (no CRC)",
-                timed(partial(client_parser, KpMemoryRecords, sample)),
-                len(sample),
-            )
-            del sample
+            size = len(data)
+            print(f"\n{name}: {size / 1e6:.0f} MB, {records} records, {args.batch_bytes} B batches "
+                  f"(generated in {time.perf_counter() - t0:.1f} s)", flush=True)
+            sample = first_mb(data, args.baseline_mb)
+            want_sample = expected_digest(sample)
+            rows = run_rounds({"rlm.log.read_arrow": arrow_case(sample, len(sample)),
+                               "kafka-python": client_case(KpMemoryRecords, sample)},
+                              args.rounds, label=f"{name} first {len(sample) >> 20} MiB", expect=want_sample)
+            rec.section(f"{name} kafka-python sample", rows)
+            rec.add(headline(rows, f"decode {name}, vs kafka-python", "rlm.log.read_arrow", "kafka-python",
+                             10.0))
+            cases: dict[str, Callable[[], Result]] = {
+                "rlm.log.read_arrow": arrow_case(path, size),
+                "aiokafka _crecords": client_case(AioMemoryRecords, data)}
+            own = []
             if codec == Compression.ZSTD:
-                data = path.read_bytes()
                 view = memoryview(data)
                 headers = list(iter_batches(data, verify_crc=False))
-                payloads = [view[h.position + 61 : h.end_position] for h in headers]
-                alone: dict[str, Callable[[], int]] = {
-                    lib: partial(zstd_alone, payloads, lib) for lib in ("zstandard", "cramjam")
-                }
+                payloads = [view[h.position + 61: h.end_position] for h in headers]
+                cases["zstd alone (zstandard)"] = alone_case(partial(zstd_alone, payloads, "zstandard"), size)
+                own.append("zstd alone (zstandard)")
                 with contextlib.suppress(RuntimeError):  # no libzstd found
-                    alone["libzstd one-shot"] = LibzstdAlone(
-                        data, [(h.position + 61, h.end_position - h.position - 61) for h in headers]
-                    )
-                for lib, fn in alone.items():
-                    wall, cpu, out = best(fn, args.repeat)
-                    print(
-                        f"  zstd decompression alone ({lib}):{'':<{max(1, 22 - len(lib))}} cpu {cpu:7.3f} s"
-                        f"  wall {wall:7.3f} s  ({out / 1e6:.0f} MB out)",
-                        flush=True,
-                    )
-                ratio_rounds(path, alone, args.ratio_rounds)
-                del payloads, view, data, headers, alone
+                    lib = LibzstdAlone(data, [(h.position + 61, h.end_position - h.position - 61)
+                                              for h in headers])
+                    cases["zstd alone (libzstd)"] = alone_case(lib, size)
+                    own.append("zstd alone (libzstd)")
+            t0 = time.perf_counter()
+            want = expected_digest(data)  # the whole file through the reference decoder, once
+            took = time.perf_counter() - t0
+            print(f"  reference digest (kafka-python, whole file): {want} in {took:.1f} s", flush=True)
+            rows = run_rounds(cases, args.rounds, label=name, expect=want, own=own)
+            rec.section(name, rows)
+            rec.facts[name] = {"bytes": size, "records": records, "sample_bytes": len(sample)}
+            rec.add(headline(rows, f"decode {name}, vs aiokafka", "rlm.log.read_arrow", "aiokafka _crecords",
+                             1.0))
+            if codec == Compression.ZSTD:
+                rec.add(headline(rows, "decode zstd, vs decompression alone (zstandard)",
+                                 "rlm.log.read_arrow", "zstd alone (zstandard)", 1 / 1.5,
+                                 "within 1.5x (>= 0.67x)"))
+            del data, sample, cases
             os.unlink(path)
+    rec.save(not args.no_save)
 
 
 if __name__ == "__main__":

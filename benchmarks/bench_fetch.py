@@ -1,22 +1,25 @@
-"""Remote read benchmark: ``fetcher.RemoteFetcher`` against SeaweedFS on loopback (not a test).
+"""Remote read benchmark: ``fetcher.RemoteFetcher`` against a plain download of the same objects (not a test).
 
-Produces ``--size-mb`` (default 256; the issue's figure is >= 2048) of 1 KiB records to a real
-broker (one KRaft node, ``--segment-mb`` segments), reads them once with a confluent-kafka
-consumer for context, tiers them with ``rlm run --once`` (S3 plugin on SeaweedFS, the embedded
-file metadata store), then in the same run measures:
+Produces ``--size-mb`` of 1 KiB records (distinct keys) to a real broker (one KRaft node,
+``--segment-mb`` segments), reads them back with a confluent-kafka consumer (the reference
+content: a digest of every record), tiers them with ``rlm run --once`` to ``--storage``: ``s3``
+(the default; the ``s3`` plugin on SeaweedFS ``weed mini``, started as the tests do) or
+``local`` (the ``local`` plugin), with the embedded file metadata store. Then, in the same run:
 
-* ``fetch 1MB random``: ``fetch(max_bytes=1 MiB)`` at random offsets, p50/p99 — *cold* (a new
-  fetcher with an empty remote index cache and chunk cache for every sample) and *warm* (one
-  fetcher; indexes cached on disk, chunk cache as it comes);
-* ``scan``: ``scan()`` of the whole range to Arrow, MB/s of segment bytes and records/s, with
-  read-ahead (the default) and without (``read_ahead_chunks: 0``), vs ``boto3``'s
-  ``download_file`` of the same ``.log`` objects to a temp dir (the floor);
-* GET requests per GB scanned and index fetches (``ReadStats``).
+* ``fetch 1MB random``: ``fetch(max_bytes=1 MiB)`` at random offsets, p50/p99, *cold* (a new
+  fetcher with empty caches for every sample) and *warm* (one fetcher, indexes cached); every
+  answer decoded and compared with the reference records at that offset;
+* interleaved rounds (one warm-up, then ``--rounds``) of ``scan()`` of the whole range to Arrow
+  with read-ahead (the default) and without (``read_ahead_chunks: 0``), and of the floor: boto3's
+  ``download_file`` of the same ``.log`` objects (s3) or ``shutil.copyfile`` of the plugin's files
+  (local). After each case (untimed) its records — the scan's table, the floor's files decoded
+  with ``rlm.log.read_arrow`` — are digested and must equal the broker's, or the benchmark fails.
 
-Scans and downloads run ``--repeat`` times, alternating, and the best pass is kept (the machine
-is shared; the first pass also pays SeaweedFS's own cold caches).
+Printed: every round, and the median of the per-round ratios (scan rate / floor rate). Raw
+results go to ``docs/data/bench-fetch-<storage>.json`` unless ``--no-save``.
 
-    .venv/bin/python benchmarks/bench_fetch.py --size-mb 2048
+    .venv/bin/python benchmarks/bench_fetch.py --size-mb 2048 --segment-mb 128
+    .venv/bin/python benchmarks/bench_fetch.py --size-mb 256 --storage local
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from benchlib import BenchFailure, Recorder, Result, headline, quiet_logs, run_rounds, table_digest
 
 MB = 1 << 20
 TOPIC = "bench-fetch"
@@ -61,27 +67,31 @@ def produce(bs: str, total: int, record: int) -> int:
     return n + 1
 
 
-def consume(bs: str, end: int) -> tuple[float, int, int]:
-    """A confluent-kafka consumer reading [0, end) from the broker: seconds, records, bytes."""
+def broker_records(bs: str, end: int) -> Any:
+    """Every record of [0, end) as the broker serves it (confluent-kafka): the reference table."""
+    import pyarrow as pa
     from confluent_kafka import Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": bs, "group.id": "bench", "enable.auto.commit": False,
                   "fetch.max.bytes": 64 * MB, "max.partition.fetch.bytes": 16 * MB})
     c.assign([TopicPartition(TOPIC, 0, 0)])
-    n = size = 0
-    t0 = time.perf_counter()
-    done = False
-    while not done:
+    offsets: list[int] = []
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    deadline = time.monotonic() + 600
+    while (not offsets or offsets[-1] < end - 1) and time.monotonic() < deadline:
         for m in c.consume(10000, timeout=1.0):
             if m.error() is not None:
-                continue
-            n += 1
-            size += len(m.value() or b"") + len(m.key() or b"")
-            if m.offset() >= end - 1:
-                done = True
-    dt = time.perf_counter() - t0
+                raise BenchFailure(f"broker consumer error: {m.error()}")
+            if m.offset() < end:
+                offsets.append(m.offset())
+                keys.append(m.key())
+                values.append(m.value())
     c.close()
-    return dt, n, size
+    if offsets != list(range(end)):
+        raise BenchFailure(f"the broker's records are not offsets [0, {end}) ({len(offsets)} read)")
+    return pa.table({"offset": pa.array(offsets, pa.int64()), "key": pa.array(keys, pa.binary()),
+                     "value": pa.array(values, pa.binary())})
 
 
 def main() -> int:
@@ -89,23 +99,28 @@ def main() -> int:
     ap.add_argument("--size-mb", type=int, default=256)
     ap.add_argument("--segment-mb", type=int, default=64)
     ap.add_argument("--record-bytes", type=int, default=1024)
+    ap.add_argument("--storage", choices=("s3", "local"), default="s3")
     ap.add_argument("--samples", type=int, default=200, help="warm random fetches")
     ap.add_argument("--cold-samples", type=int, default=30)
-    ap.add_argument("--repeat", type=int, default=2, help="passes of each scan/download (best kept)")
+    ap.add_argument("--rounds", type=int, default=3, help="counted interleaved rounds (after one warm-up)")
+    ap.add_argument("--no-save", action="store_true", help="write no docs/data/bench-fetch-<storage>.json")
     args = ap.parse_args()
+    rec = Recorder(f"fetch-{args.storage}", args)
+    quiet_logs()
 
-    import boto3  # noqa: F401  (fail early: the floor needs it)
+    import pyarrow as pa
 
     from fetcher import RemoteFetcher
     from rlm.config import load_config
     from rlm.daemon.service import Daemon
+    from rlm.log import read_arrow
     from rsm_plugins.layout import SegmentFileType
     from tests.daemon.helpers import create_topic, s3_storage
     from tests.services.kafka import KafkaCluster
     from tests.services.s3 import SeaweedFS
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-fetch-"))
-    weed = SeaweedFS().start()
+    weed = SeaweedFS(name="bench-fetch").start() if args.storage == "s3" else None
     kafka = KafkaCluster(nodes=1, name="bench-fetch", heap="1g").start()
     try:
         bs = kafka.bootstrap
@@ -114,13 +129,16 @@ def main() -> int:
         records = produce(bs, args.size_mb * MB, args.record_bytes)
         took = time.perf_counter() - t0
         print(f"produced {records} records ({args.size_mb} MB) in {took:.1f}s", flush=True)
-        storage = s3_storage(weed, weed.create_bucket("bench-fetch"))
-        storage["config"]["read_timeout"] = 60.0
+        if weed is not None:
+            storage = s3_storage(weed, weed.create_bucket("bench-fetch"))
+            storage["config"]["read_timeout"] = 60.0
+        else:
+            storage = {"plugin": "local", "config": {"root": str(tmp / "remote"), "fsync": False}}
         base: dict[str, Any] = {"bootstrap_servers": bs, "storage": storage,
                                 "metadata": {"manager": "file", "config": {"dir": str(tmp / "metadata")}},
                                 "topics": [{"pattern": TOPIC, "remote.storage.enable": True,
                                             "retention.ms": -1}],
-                                "http": {"enabled": False}}
+                                "http": {"enabled": False}, "log_level": "warning"}
         t0 = time.perf_counter()
         d = Daemon(load_config(None, log_dirs=[str(kafka.log_dir)], work_dir=str(tmp / "work"), **base),
                    once=True).start()
@@ -137,13 +155,24 @@ def main() -> int:
             end = plan.log_end
             seg_bytes = sum(s.metadata.segment_size_in_bytes for s in plan.segments)
             mds = [s.metadata for s in plan.segments]
-            keys = [f.rsm.key(md, SegmentFileType.SEGMENT) for md in mds]  # type: ignore[attr-defined]
+            if weed is not None:
+                sources = [f.rsm.key(md, SegmentFileType.SEGMENT) for md in mds]  # type: ignore[attr-defined]
+            else:
+                sources = [str(f.rsm.path_of(md, SegmentFileType.SEGMENT)) for md in mds]  # type: ignore[attr-defined]
         print(f"remote: {len(mds)} segments, offsets [0, {end}), {seg_bytes / MB:.0f} MB", flush=True)
+        ref = broker_records(bs, end)
+        want = table_digest({0: ref})
+        rec.facts.update(records=end, segments=len(mds), segment_bytes=seg_bytes, reference_digest=want,
+                         storage=args.storage)
 
-        rows: list[tuple[str, str]] = []
-        dt, n, _ = consume(bs, end)
-        rows.append(("broker consumer (confluent-kafka), same range",
-                     f"{seg_bytes / MB / dt:.0f} MB/s, {n / dt:,.0f} records/s"))
+        def check_fetch(res: Any, off: int) -> None:
+            got = read_arrow(res.records, topic=TOPIC, partition=0) if res.records else None
+            if got is None or got.num_rows == 0:
+                raise BenchFailure(f"fetch at {off}: no records")
+            got = got.filter(pa.compute.greater_equal(got.column("offset"), off))
+            first = int(got.column("offset")[0].as_py())
+            if first != off or table_digest({0: got}) != table_digest({0: ref.slice(off, got.num_rows)}):
+                raise BenchFailure(f"fetch at {off}: records differ from the broker's")
 
         rnd = random.Random(1)
         cold = []
@@ -151,10 +180,9 @@ def main() -> int:
             with fetcher("cold") as f:
                 off = rnd.randrange(end)
                 t0 = time.perf_counter()
-                f.fetch(TOPIC, 0, off, max_bytes=MB, timeout_ms=60000)
+                res = f.fetch(TOPIC, 0, off, max_bytes=MB, timeout_ms=60000)
                 cold.append((time.perf_counter() - t0) * 1000)
-        rows.append(("fetch 1 MB at random offsets, cold index cache",
-                     f"p50 {pct(cold, 50):.1f} ms, p99 {pct(cold, 99):.1f} ms ({len(cold)} samples)"))
+                check_fetch(res, off)
         with fetcher("warm") as f:
             for md in mds:  # warm the index cache
                 f.indexes.get(md)
@@ -162,50 +190,64 @@ def main() -> int:
             for _ in range(args.samples):
                 off = rnd.randrange(end)
                 t0 = time.perf_counter()
-                f.fetch(TOPIC, 0, off, max_bytes=MB, timeout_ms=60000)
+                res = f.fetch(TOPIC, 0, off, max_bytes=MB, timeout_ms=60000)
                 warm.append((time.perf_counter() - t0) * 1000)
-        rows.append(("fetch 1 MB at random offsets, warm index cache",
-                     f"p50 {pct(warm, 50):.1f} ms, p99 {pct(warm, 99):.1f} ms ({len(warm)} samples)"))
+                check_fetch(res, off)
+        rec.facts["fetch_1mb_ms"] = {
+            "cold": {"p50": pct(cold, 50), "p99": pct(cold, 99), "samples": len(cold)},
+            "warm": {"p50": pct(warm, 50), "p99": pct(warm, 99), "samples": len(warm)}}
+        print(f"fetch 1 MB random: cold p50 {pct(cold, 50):.1f} ms p99 {pct(cold, 99):.1f} ms; "
+              f"warm p50 {pct(warm, 50):.1f} ms p99 {pct(warm, 99):.1f} ms (every answer checked)",
+              flush=True)
 
-        modes = (("with read-ahead", {}), ("without read-ahead", {"read_ahead_chunks": 0}))
-        best: dict[str, tuple[float, int, dict[str, int]]] = {}
-        for _ in range(args.repeat):  # alternate the modes; keep each one's best pass
-            for label, read in modes:
-                with fetcher("scan", **read) as f:
-                    t0 = time.perf_counter()
-                    nrec = sum(b.num_rows for b in f.scan(TOPIC, 0))
-                    dt = time.perf_counter() - t0
-                    if label not in best or dt < best[label][0]:
-                        best[label] = (dt, nrec, f.stats.snapshot())
-        for label, _ in modes:
-            dt, nrec, st = best[label]
-            rows.append((f"scan to Arrow, {label}",
-                         f"{seg_bytes / MB / dt:.0f} MB/s, {nrec / dt:,.0f} records/s"))
-            rows.append((f"  GET requests per GB ({label})",
-                         f"{st['get_requests'] / (seg_bytes / (1 << 30)):.0f} "
-                         f"({st['get_requests']} GETs, {st['index_fetches']} index fetches, "
-                         f"{len(mds)} segments)"))
+        def scan(**read: Any) -> Result:
+            with fetcher("scan", **read) as f:
+                t0 = time.perf_counter()
+                batches = list(f.scan(TOPIC, 0, include_headers=False))
+                dt = time.perf_counter() - t0
+                st = f.stats.snapshot()
+            table = pa.Table.from_batches(batches)
+            return Result(dt, table_digest({0: table}), seg_bytes, table.num_rows,
+                          {"get_requests": st["get_requests"], "index_fetches": st["index_fetches"]})
 
-        client = weed.boto3_client()
-        dl = tmp / "download"
-        best_dl = float("inf")
-        for _ in range(args.repeat):
+        client = weed.boto3_client() if weed is not None else None
+
+        def floor() -> Result:
+            dl = tmp / "download"
             shutil.rmtree(dl, ignore_errors=True)
             dl.mkdir()
             t0 = time.perf_counter()
-            for i, key in enumerate(keys):
-                client.download_file(storage["config"]["bucket"], key, str(dl / f"{i}.log"))
-            best_dl = min(best_dl, time.perf_counter() - t0)
-        shutil.rmtree(dl, ignore_errors=True)
-        rows.append(("boto3 download_file of the same .log objects", f"{seg_bytes / MB / best_dl:.0f} MB/s"))
+            for i, src in enumerate(sources):
+                if client is not None:
+                    client.download_file(storage["config"]["bucket"], src, str(dl / f"{i:06d}.log"))
+                else:
+                    shutil.copyfile(src, dl / f"{i:06d}.log")
+            dt = time.perf_counter() - t0
+            tables = [read_arrow(dl / f"{i:06d}.log", topic=TOPIC, partition=0) for i in range(len(sources))]
+            table = pa.concat_tables(tables)
+            table = table.filter(pa.compute.less(table.column("offset"), end))
+            shutil.rmtree(dl, ignore_errors=True)
+            return Result(dt, table_digest({0: table}), seg_bytes, table.num_rows)
 
-        width = max(len(r[0]) for r in rows)
-        print(f"\n{args.size_mb} MB, {args.segment_mb} MB segments, {args.record_bytes} B records")
-        for k, v in rows:
-            print(f"{k.ljust(width)}  {v}")
+        floor_name = "boto3 download_file" if client is not None else "shutil.copyfile"
+        rows = run_rounds({"scan, read-ahead": scan, "scan, no read-ahead": lambda: scan(read_ahead_chunks=0),
+                           floor_name: floor}, args.rounds, label="scan", expect=want)
+        rec.section("scan", rows)
+        for r in rows:
+            for v in r["cases"].values():
+                v["mb_per_s"] = v["bytes"] / MB / v["seconds"]
+        print(f"\n{args.size_mb} MB, {args.segment_mb} MB segments, storage {args.storage}, "
+              f"median of per-round ratios:")
+        rec.add(headline(rows, f"scan to Arrow vs raw {'download' if client else 'copy'} of the segments "
+                         f"({args.storage})", "scan, read-ahead", floor_name,
+                         0.8 if client is not None else None))
+        rec.add(headline(rows, f"read-ahead on vs off ({args.storage})", "scan, read-ahead",
+                         "scan, no read-ahead", 1.0, ">= 1x"))
+        rec.save(not args.no_save)
     finally:
         kafka.stop()
-        weed.stop()
+        if weed is not None:
+            weed.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
 

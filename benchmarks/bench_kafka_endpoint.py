@@ -31,7 +31,6 @@ import datetime
 import hashlib
 import json
 import os
-import platform
 import signal
 import statistics
 import subprocess
@@ -47,6 +46,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from benchlib import git_commit, machine  # noqa: E402
 
 MB = 1 << 20
 PARTITIONS = 4
@@ -211,9 +213,14 @@ def reader_conf(cluster: Any) -> dict[str, str]:
     return client_conf("bob", cluster)
 
 
-def git_commit() -> str:
-    res = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
-    return res.stdout.strip() or "unknown"
+def _sections(rounds: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """benchlib's layout of the raw rounds: one list per consumer count, ``cases`` per target."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in rounds:
+        out.setdefault(f"{r['consumers']} consumer(s)", []).append(
+            {"round": r["round"] - 1, "warmup": r["warmup"], "load_avg": r["load_avg"],
+             "cases": r["targets"]})
+    return out
 
 
 def main() -> None:
@@ -294,7 +301,8 @@ def main() -> None:
         rounds: list[dict[str, Any]] = []
         for r in range(args.rounds + 1):
             for consumers in (1, 4):
-                row: dict[str, Any] = {"round": r, "warmup": r == 0, "consumers": consumers, "targets": {}}
+                row: dict[str, Any] = {"round": r, "warmup": r == 0, "consumers": consumers,
+                                       "load_avg": os.getloadavg()[0], "targets": {}}
                 for name, client in targets.items():  # interleaved: broker, endpoint-local, endpoint-s3
                     n, size, seconds, dig = one_round(client, topic, ends, consumers)
                     row["targets"][name] = {"records": n, "bytes": size, "seconds": seconds, "digest": dig,
@@ -309,6 +317,7 @@ def main() -> None:
                     f"{k} {v['mb_per_s']:.1f} MB/s" for k, v in row["targets"].items()), flush=True)
 
         summary: dict[str, dict[str, float]] = {}
+        headlines: list[dict[str, Any]] = []
         print("\nmedian of per-round ratios to the broker (goal >= 1.0):")
         for consumers in (1, 4):
             counted = [r for r in rounds if not r["warmup"] and r["consumers"] == consumers]
@@ -319,6 +328,10 @@ def main() -> None:
                           for r in counted]
                 med = statistics.median(ratios)
                 summary.setdefault(name, {})[f"{consumers} consumer(s)"] = med
+                headlines.append({"what": f"Kafka endpoint, {consumers} consumer(s), {args.security}",
+                                  "ours": name, "alternative": "broker", "ratio": round(med, 3),
+                                  "ratio_rounds": [round(x, 3) for x in ratios], "goal": 1.0,
+                                  "goal_text": ">= 1x", "met": med >= 1.0})
                 print(f"  {name:15s} {consumers} consumer(s): {med:.2f}x  (rounds: "
                       f"{', '.join(f'{x:.2f}' for x in ratios)})  {'met' if med >= 1.0 else 'NOT met'}")
         if not args.no_save:
@@ -327,10 +340,11 @@ def main() -> None:
             out.write_text(json.dumps({
                 "benchmark": "bench_kafka_endpoint", "commit": git_commit(),
                 "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-                "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                            "python": platform.python_version()},
+                "machine": {**machine(), "load_avg_rounds": [min(r["load_avg"] for r in rounds),
+                                                             max(r["load_avg"] for r in rounds)]},
                 "size_mb": args.size_mb, "partitions": PARTITIONS, "ends": ends, "security": args.security,
-                "median_ratio_to_broker": summary, "rounds": rounds,
+                "median_ratio_to_broker": summary, "headlines": headlines,
+                "rounds": _sections(rounds),
             }, indent=1) + "\n")
             print(f"raw results: {out.relative_to(ROOT)}")
     finally:

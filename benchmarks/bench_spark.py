@@ -7,11 +7,15 @@ One self-contained run:
    none) into topics ``bench-<codec>`` with a fast producer (confluent-kafka, ~1 MB batches);
    then rolls the active segment (``segment.ms`` lowered, one marker record) so every produced
    record is in a rolled segment;
-2. tiers those segments with the daemon (``rlm run --once``: local plugin + file metadata store,
-   reading the broker's log dir read-only);
+2. tiers those segments with the daemon (``rlm run --once``, file metadata store, reading the
+   broker's log dir read-only) to ``--storage``: ``s3`` (the default: the ``s3`` plugin on
+   SeaweedFS ``weed mini``, started as the tests do — the backfill case, history in S3) or
+   ``local`` (the ``local`` plugin; files in the page cache);
 3. on one ``local[N]`` SparkSession (same configuration for every path, connector jars on its
-   classpath) runs ``count(*), sum(length(value)), max(offset)`` over offsets ``[0, records)``,
-   in interleaved rounds (every path once per round) after a warm-up round, with:
+   classpath) runs ``count(*), sum(length(value)), max(offset)`` and a content digest
+   ``bit_xor(xxhash64(partition, offset, key, value))`` (order-free; every record distinct by its
+   offset) over offsets ``[0, records)``, in interleaved rounds (every path once per round) after a
+   warm-up round, with:
 
    * ``builtin``: ``spark.read.format("kafka")`` reading the broker
      (``spark-sql-kafka-0-10``, ``minPartitions`` = the task count of ``kafka-tiered``);
@@ -22,19 +26,22 @@ One self-contained run:
 Fairness: both real sources read the same offsets of the same partitions with the same number of
 tasks, each task a contiguous offset range; the built-in source gets its consumer defaults. The
 broker runs on the same cores (it serves the built-in source's fetches; it is idle otherwise).
-Results of every path are checked equal. Printed: best-of rates and ratios, and the median of the
-per-round ratios (on a shared machine the load moves whole rounds; same-round ratios are steadier).
+In every round the answers (count, bytes, max offset, digest) of ``builtin`` and ``kafka-tiered``
+over both codecs must all be equal (both topics hold the same records), and each ``ceiling`` (other,
+synthetic rows) must give the same answer in every round; else the benchmark fails (exit 2).
+Printed: the median of the per-round ratios (on a shared machine the load moves whole rounds;
+same-round ratios are steadier). Raw results: ``docs/data/bench-spark-<storage>.json``.
 
     .venv/bin/python benchmarks/bench_spark.py --records 5000000
+    .venv/bin/python benchmarks/bench_spark.py --records 5000000 --storage local
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
+import random
 import shutil
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -46,8 +53,12 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-QUERY = "SELECT count(*) AS n, sum(length(value)) AS b, max(offset) AS m FROM t"
+from benchlib import Recorder, Result, headline, run_rounds  # noqa: E402
+
+QUERY = ("SELECT count(*) AS n, sum(length(value)) AS b, max(offset) AS m, "
+         "bit_xor(xxhash64(partition, offset, key, value)) AS h FROM t")
 CODECS = ("none", "zstd")
 VALUE_BYTES = 100
 
@@ -70,7 +81,8 @@ def produce(bootstrap: str, topic: str, partitions: int, records: int, codec: st
     p = Producer({"bootstrap.servers": bootstrap, "compression.type": codec, "linger.ms": 50,
                   "batch.size": 1_000_000, "batch.num.messages": 100_000, "acks": "1",
                   "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576})
-    values = [os.urandom(VALUE_BYTES // 4).hex().encode() * 2 for _ in range(4096)]
+    rnd = random.Random(7)  # the same records in every topic: one digest for both codecs
+    values = [rnd.randbytes(VALUE_BYTES // 4).hex().encode() * 2 for _ in range(4096)]
     counts = [records // partitions + (1 if i < records % partitions else 0) for i in range(partitions)]
     for part, n in enumerate(counts):
         for i in range(n):
@@ -121,7 +133,7 @@ def broker_data(cluster: Any, records: int, partitions: int) -> dict[str, list[i
     return counts
 
 
-def tier(root: Path, cluster: Any, counts: dict[str, list[int]]) -> Path:
+def tier(root: Path, cluster: Any, counts: dict[str, list[int]], storage: dict[str, Any]) -> Path:
     """``rlm run --once`` over the broker's log dir until every produced record is tiered."""
     from rlm.config import load_config
     from rlm.daemon.logging_setup import configure_logging
@@ -129,7 +141,9 @@ def tier(root: Path, cluster: Any, counts: dict[str, list[int]]) -> Path:
     from rlm.plugin_setup import load_rlmm
 
     configure_logging("console", "warning")
-    cfg = load_config(None, log_dirs=[str(cluster.log_dir)], work_dir=str(root / "work"),
+    shared = {"work_dir": str(root / "work"), "storage": storage,
+              "metadata": {"manager": "file", "config": {"dir": str(root / "metadata")}}}
+    cfg = load_config(None, log_dirs=[str(cluster.log_dir)], **shared,
                       bootstrap_servers=cluster.bootstrap, http={"enabled": False},
                       topics=[{"pattern": "bench-*", "remote.storage.enable": True, "retention.ms": -1}])
     deadline = time.monotonic() + 600
@@ -144,7 +158,7 @@ def tier(root: Path, cluster: Any, counts: dict[str, list[int]]) -> Path:
             raise SystemExit(f"tiering incomplete: {missing}")
         time.sleep(0.5)
     cf = root / "rlm.yaml"
-    cf.write_text(yaml.safe_dump({"work_dir": str(root / "work")}))
+    cf.write_text(yaml.safe_dump(shared))
     return cf
 
 
@@ -214,11 +228,12 @@ def ceiling_source(rows: int, tasks: int, name: str) -> type:
 
 
 # ---- measuring ---------------------------------------------------------------------------------
-def run_query(spark: Any, df: Any) -> tuple[float, tuple[int, int, int]]:
+def run_query(spark: Any, df: Any) -> Result:
     df.createOrReplaceTempView("t")
     t0 = time.perf_counter()
     row = spark.sql(QUERY).collect()[0]
-    return time.perf_counter() - t0, (int(row.n), int(row.b or 0), int(row.m or -1))
+    secs = time.perf_counter() - t0
+    return Result(secs, f"{row.n}:{row.b}:{row.m}:{row.h}", int(row.b or 0), int(row.n))
 
 
 def offsets_json(topic: str, counts: list[int], end: bool) -> str:
@@ -229,42 +244,55 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=5_000_000, help="records per codec")
     ap.add_argument("--partitions", type=int, default=1, help="partitions per topic")
+    ap.add_argument("--storage", choices=("s3", "local"), default="s3")
     ap.add_argument("--cores", type=int, default=2)
-    ap.add_argument("--repeat", type=int, default=3, help="interleaved rounds (best of)")
+    ap.add_argument("--rounds", type=int, default=3, help="counted interleaved rounds")
     ap.add_argument("--warmup", type=int, default=1, help="unmeasured rounds first (JIT, Python workers)")
     ap.add_argument("--split-mb", type=int, default=128, help="rlm.splitBytes, MiB")
     ap.add_argument("--max-batch-rows", type=int, default=65536, help="kafka-tiered rlm.maxBatchRows")
     ap.add_argument("--driver-memory", default="2g")
     ap.add_argument("--broker-heap", default="1g")
     ap.add_argument("--keep", action="store_true", help="keep the broker's and the daemon's files")
+    ap.add_argument("--no-save", action="store_true", help="write no docs/data/bench-spark-<storage>.json")
     a = ap.parse_args()
+    rec = Recorder(f"spark-{a.storage}", a)
 
     from fetcher.spark import register
+    from tests.daemon.helpers import s3_storage
     from tests.fixtures.spark import start_local_spark, stop_local_spark
     from tests.services.kafka import KafkaCluster
     from tests.services.proc import RUN_DIR
+    from tests.services.s3 import SeaweedFS
 
     root = RUN_DIR / f"bench-spark-{time.time_ns()}"
     root.mkdir(parents=True)
     cluster = KafkaCluster(nodes=1, name="bench-spark", heap=a.broker_heap,
                            extra={"log.segment.bytes": str(128 << 20), "message.max.bytes": str(2 << 20)})
+    weed = None
     spark = None
-    results: dict[str, list[float]] = {}
     tasks: dict[str, int] = {}
     try:
         cluster.start()
+        if a.storage == "s3":
+            weed = SeaweedFS(name="bench-spark").start()
+            storage = s3_storage(weed, weed.create_bucket("bench-spark"))
+            storage["config"].update(read_timeout=60.0, max_attempts=5)
+        else:
+            storage = {"plugin": "local", "config": {"root": str(root / "remote"), "fsync": False}}
         counts = broker_data(cluster, a.records, a.partitions)
         t0 = time.perf_counter()
-        cf = tier(root, cluster, counts)
-        print(f"tiered 2 x {a.records} records in {time.perf_counter() - t0:.1f}s", flush=True)
+        cf = tier(root, cluster, counts, storage)
+        print(f"tiered 2 x {a.records} records to {a.storage} in {time.perf_counter() - t0:.1f}s", flush=True)
         for codec in CODECS:
             logs = [p.stat().st_size for p in cluster.log_dir.glob(f"bench-{codec}-*/*.log")]
+            rec.facts[f"log_bytes_{codec}"] = sum(logs)
             print(f"  {codec}: {len(logs)} .log files, {sum(logs) / 2**20:.0f} MiB", flush=True)
         spark = start_local_spark(root / "spark", app_name="bench-spark", master=f"local[{a.cores}]",
                                   extra_conf={"spark.driver.memory": a.driver_memory,
                                               "spark.jars": ",".join(connector_jars())})
         register(spark)
-        frames: dict[str, Any] = {}
+        cases: dict[str, Callable[[], Result]] = {}
+        registered: set[str] = set()
         for codec in CODECS:
             topic = f"bench-{codec}"
             rng = {"startingOffsets": offsets_json(topic, counts[codec], False),
@@ -276,47 +304,40 @@ def main() -> int:
             builtin = (spark.read.format("kafka").option("kafka.bootstrap.servers", cluster.bootstrap)
                        .option("subscribe", topic).option("minPartitions", str(n)).options(**rng).load())
             name = f"ceiling{n}"
-            if name not in {k.split()[0] for k in frames}:
+            if name not in registered:
                 spark.dataSource.register(ceiling_source(a.records, n, name))
-            frames[f"builtin {codec}"] = builtin
-            frames[f"kafka-tiered {codec}"] = tiered
-            frames[f"ceiling {codec}"] = spark.read.format(name).load()
+                registered.add(name)
+            ceiling = spark.read.format(name).load()
+            for path, df in (("builtin", builtin), ("kafka-tiered", tiered), ("ceiling", ceiling)):
+                cases[f"{path} {codec}"] = (lambda df=df: run_query(spark, df))  # type: ignore[misc]
             tasks.update({f"kafka-tiered {codec}": n, f"ceiling {codec}": n,
                           f"builtin {codec}": builtin.rdd.getNumPartitions()})
-        answers: dict[str, tuple[int, int, int]] = {}
-        for r in range(-a.warmup, a.repeat):
-            for name, df in frames.items():
-                secs, ans = run_query(spark, df)
-                if r >= 0:
-                    results.setdefault(name, []).append(secs)
-                answers[name] = ans
-                print(f"round {r + 1 if r >= 0 else 'warm-up'} {name:20} {secs:7.2f}s {ans}", flush=True)
+        rec.facts["tasks"] = tasks
+        rows = run_rounds(cases, a.rounds, warmup=a.warmup, label="spark", reference="builtin none",
+                          own=[f"ceiling {c}" for c in CODECS])
+        rec.section("query", rows)
+        want_n = a.records
+        got_n = rows[-1]["cases"]["builtin none"]["records"]
+        if got_n != want_n:
+            from benchlib import BenchFailure
+
+            raise BenchFailure(f"builtin read {got_n} records, {want_n} produced")
+        print(f"\n{a.records} records/codec, {a.partitions} partition(s), local[{a.cores}], storage "
+              f"{a.storage}; median of per-round ratios:")
         for codec in CODECS:
-            want = (a.records, a.records * VALUE_BYTES, max(counts[codec]) - 1)
-            for path in ("builtin", "kafka-tiered"):
-                if answers[f"{path} {codec}"] != want:
-                    raise SystemExit(f"{path} {codec}: {answers[f'{path} {codec}']} != expected {want}")
+            rec.add(headline(rows, f"Spark scan, {codec} ({a.storage})", f"kafka-tiered {codec}",
+                             f"builtin {codec}", 2.0))
+            rec.add(headline(rows, f"Spark scan vs Python-source ceiling, {codec} ({a.storage})",
+                             f"kafka-tiered {codec}", f"ceiling {codec}", 0.8))
+        rec.save(not a.no_save)
     finally:
         if spark is not None:
             stop_local_spark(spark)
         cluster.stop(keep_data=a.keep)
+        if weed is not None:
+            weed.stop()
         if not a.keep:
             shutil.rmtree(root, ignore_errors=True)
-
-    rate = {k: a.records / min(v) for k, v in results.items()}
-    print(f"\n{a.records} records/codec, {a.partitions} partition(s), local[{a.cores}], best of {a.repeat}")
-    print(f"{'path':22} {'best s':>8} {'rows/s':>12} {'tasks':>6}")
-    for name, times in results.items():
-        print(f"{name:22} {min(times):>8.2f} {rate[name]:>12,.0f} {tasks[name]:>6}")
-    for codec in CODECS:
-        t = rate[f"kafka-tiered {codec}"]
-        print(f"{codec:5} best-of: kafka-tiered / builtin = {t / rate[f'builtin {codec}']:.2f}x (goal 2x), "
-              f"kafka-tiered / ceiling = {100 * t / rate[f'ceiling {codec}']:.0f} % (goal >= 80 %)")
-        # the load of a shared machine moves whole rounds: the same-round ratios are steadier
-        mine = results[f"kafka-tiered {codec}"]
-        vs_b = statistics.median(b / m for b, m in zip(results[f"builtin {codec}"], mine, strict=True))
-        vs_c = statistics.median(c / m for c, m in zip(results[f"ceiling {codec}"], mine, strict=True))
-        print(f"{codec:5} median of per-round ratios: {vs_b:.2f}x, {100 * vs_c:.0f} %")
     return 0
 
 

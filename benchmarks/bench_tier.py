@@ -13,9 +13,15 @@ with 1 GB segments and once with 100 MB segments, then in the same run measures,
 * ``boto3-upload``: ``boto3``'s ``upload_file`` (managed multipart transfer, as ``aws s3 cp``) of
   the same files to the same server — the floor for ``rlm-s3``.
 
-Reported: MB/s of ``.log`` bytes and CPU seconds per GB of this process (the moto server's CPU is
-not included: it runs in its own process). Source files are read from the page cache after the
-first pass; each measured pass starts with empty targets.
+The methods run in interleaved rounds (one warm-up, then ``--rounds``), each after ``os.sync()``
+and into an empty target. After each (untimed), the copy is read back — the remote segments the
+daemon's metadata lists, fetched through the plugin; the plain copies' files; the uploaded
+objects — and the digest of their ``.log`` bytes in order must equal the source's: every rolled
+segment tiered, byte for byte, or the benchmark fails (exit 2).
+
+Reported: the median of per-round rate ratios; raw MB/s of ``.log`` bytes and CPU seconds of this
+process per case and round in ``docs/data/bench-tier.json`` (the moto server's CPU is not
+included: it runs in its own process).
 
     .venv/bin/python benchmarks/bench_tier.py --size-gb 1
 """
@@ -23,6 +29,7 @@ first pass; each measured pass starts with empty targets.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import shutil
 import socket
@@ -35,6 +42,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from benchlib import Recorder, Result, headline, quiet_logs, run_rounds
 
 GB = 1 << 30
 MB = 1 << 20
@@ -80,24 +90,6 @@ def segment_files(pdir: Path) -> list[Path]:
             out.append(snap)
         del base
     return [p for p in out if p.exists()]
-
-
-def measure(fn: Callable[[], None], cleanup: Callable[[], None], repeat: int = 2) -> tuple[float, float]:
-    """Best of ``repeat``: (wall seconds, CPU seconds of this process incl. all threads).
-
-    ``os.sync()`` before each pass, so dirty pages of the previous step are not written back
-    on this one's time; ``cleanup`` empties the target after each pass.
-    """
-    best: tuple[float, float] | None = None
-    for _ in range(repeat):
-        os.sync()
-        c0, t0 = time.process_time(), time.perf_counter()
-        fn()
-        got = (time.perf_counter() - t0, time.process_time() - c0)
-        cleanup()
-        best = got if best is None or got[0] < best[0] else best
-    assert best is not None
-    return best
 
 
 def run_daemon(log_dir: Path, work: Path, storage: dict[str, Any]) -> None:
@@ -164,23 +156,60 @@ def empty_bucket(client: Any, bucket: str) -> None:
             client.delete_object(Bucket=bucket, Key=o["Key"])
 
 
-def bench_layout(
-    root: Path, size: int, seg: int, url: str | None, client: Any
-) -> list[tuple[str, float, float]]:
+def digest_files(paths: list[Path]) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for p in paths:
+        with open(p, "rb") as f:
+            while chunk := f.read(16 * MB):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def remote_digest(work: Path, storage: dict[str, Any]) -> str:
+    """The ``.log`` bytes of every remote segment of ``bench-0``, in offset order, as the plugin
+    returns them (the daemon's metadata says which segments exist)."""
+    from fetcher import RemoteFetcher
+    from rlm.config import load_config
+
+    h = hashlib.blake2b(digest_size=16)
+    with RemoteFetcher.from_config(load_config(None, work_dir=str(work), storage=storage,
+                                               http={"enabled": False})) as f:
+        for seg in f.plan("bench", 0).segments:
+            with f.rsm.fetch_log_segment(seg.metadata, 0) as stream:
+                while chunk := stream.read(16 * MB):
+                    h.update(chunk)
+    return h.hexdigest()
+
+
+def bench_layout(root: Path, size: int, seg: int, url: str | None, client: Any, rounds: int
+                 ) -> tuple[list[dict[str, Any]], int]:
+    """Interleaved rounds of every method on one layout; each case's copy is digested (untimed)
+    and must hold every rolled segment's ``.log`` bytes, in order."""
     logs = root / "logs"
-    written = write_dir(logs, size, seg)
+    write_dir(logs, size, seg)
     pdir = logs / "bench-0"
     files = segment_files(pdir)
-    log_bytes = sum(p.stat().st_size for p in files if p.suffix == ".log")
+    log_files = [p for p in files if p.suffix == ".log"]
+    log_bytes = sum(p.stat().st_size for p in log_files)
+    want = digest_files(log_files)
     for p in files:  # warm the page cache once, as a broker's recently rolled segments are
         with open(p, "rb") as f:
             while f.read(16 * MB):
                 pass
-    results = []
 
-    def plain(fsync: bool) -> Callable[[], None]:
+    def timed(fn: Callable[[], None], check: Callable[[], str], cleanup: Callable[[], None]) -> Result:
+        os.sync()  # dirty pages of the previous case are not written back on this one's time
+        c0, t0 = time.process_time(), time.perf_counter()
+        fn()
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        dig = check()
+        cleanup()
+        return Result(wall, dig, log_bytes, 0, {"cpu_s": cpu, "mb_per_s": log_bytes / MB / wall})
+
+    def plain(fsync: bool) -> Result:
+        dst = root / "plain"
+
         def run() -> None:
-            dst = root / "plain"
             dst.mkdir()
             for p in files:
                 shutil.copyfile(p, dst / p.name)
@@ -189,67 +218,62 @@ def bench_layout(
                     os.fsync(fd)
                     os.close(fd)
 
-        return run
+        return timed(run, lambda: digest_files([dst / p.name for p in log_files]),
+                     lambda: shutil.rmtree(dst, ignore_errors=True))
 
     def rm(*paths: Path) -> Callable[[], None]:
         return lambda: [shutil.rmtree(p, ignore_errors=True) for p in paths] and None
 
     local = {"plugin": "local", "config": {"root": str(root / "remote-local")}}
-    wall, cpu = measure(
-        lambda: run_daemon(logs, root / "w-local", local), rm(root / "w-local", root / "remote-local")
-    )
-    results.append(("rlm-local", wall, cpu))
-    wall, cpu = measure(plain(False), rm(root / "plain"))
-    results.append(("plain-copy", wall, cpu))
-    wall, cpu = measure(plain(True), rm(root / "plain"))
-    results.append(("plain-copy+fsync", wall, cpu))
-    if url is None:  # --skip-s3
-        shutil.rmtree(logs)
-        return [(name, log_bytes / MB / wall, cpu / (log_bytes / GB)) for name, wall, cpu in results]
-
-    bucket = f"bench-{seg // MB}"
-    client.create_bucket(Bucket=bucket)
-    storage = {
-        "plugin": "s3",
-        "config": {
-            "bucket": bucket,
-            "endpoint_url": url,
-            "region": "us-east-1",
-            "path_style": True,
-            "access_key_id": "bench",
-            "secret_access_key": "bench",
-        },
+    cases: dict[str, Callable[[], Result]] = {
+        "rlm-local": lambda: timed(lambda: run_daemon(logs, root / "w-local", local),
+                                   lambda: remote_digest(root / "w-local", local),
+                                   rm(root / "w-local", root / "remote-local")),
+        "plain-copy": lambda: plain(False),
+        "plain-copy+fsync": lambda: plain(True),
     }
+    if url is not None:
+        bucket = f"bench-{seg // MB}"
+        client.create_bucket(Bucket=bucket)
+        storage = {"plugin": "s3", "config": {"bucket": bucket, "endpoint_url": url, "region": "us-east-1",
+                                              "path_style": True, "access_key_id": "bench",
+                                              "secret_access_key": "bench"}}
 
-    def clean_s3() -> None:
-        empty_bucket(client, bucket)
-        shutil.rmtree(root / "w-s3", ignore_errors=True)
+        def clean_s3() -> None:
+            empty_bucket(client, bucket)
+            shutil.rmtree(root / "w-s3", ignore_errors=True)
 
-    wall, cpu = measure(lambda: run_daemon(logs, root / "w-s3", storage), clean_s3)
-    results.append(("rlm-s3", wall, cpu))
+        def upload() -> None:
+            for p in files:
+                client.upload_file(str(p), bucket, f"plain/{p.name}")
 
-    def upload() -> None:
-        for p in files:
-            client.upload_file(str(p), bucket, f"plain/{p.name}")
+        def uploaded() -> str:
+            h = hashlib.blake2b(digest_size=16)
+            for p in log_files:
+                h.update(client.get_object(Bucket=bucket, Key=f"plain/{p.name}")["Body"].read())
+            return h.hexdigest()
 
-    wall, cpu = measure(upload, clean_s3)
-    results.append(("boto3-upload", wall, cpu))
+        cases["rlm-s3"] = lambda: timed(lambda: run_daemon(logs, root / "w-s3", storage),
+                                        lambda: remote_digest(root / "w-s3", storage), clean_s3)
+        cases["boto3-upload"] = lambda: timed(upload, uploaded, clean_s3)
+    rows = run_rounds(cases, rounds, label=f"{seg // MB} MB segments", expect=want)
     shutil.rmtree(logs)
-    print(
-        f"  layout {seg // MB} MB segments: {written / GB:.2f} GB written, "
-        f"{log_bytes / GB:.2f} GB of rolled .log",
-        flush=True,
-    )
-    return [(name, log_bytes / MB / wall, cpu / (log_bytes / GB)) for name, wall, cpu in results]
+    print(f"  layout {seg // MB} MB segments: {log_bytes / GB:.2f} GB of rolled .log in {len(log_files)} "
+          f"segments, every copy digest-checked", flush=True)
+    return rows, log_bytes
 
 
 def main() -> int:
+    quiet_logs()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size-gb", type=float, default=5.0, help="rolled data per layout (default 5)")
     ap.add_argument("--dir", type=Path, help="scratch directory (default: a temp dir)")
     ap.add_argument("--layouts", default="1024,100", help="segment sizes in MB (default 1024,100)")
     ap.add_argument("--skip-s3", action="store_true", help="only rlm-local and the plain copies")
+    ap.add_argument("--rounds", type=int, default=3, help="counted interleaved rounds (after one warm-up)")
+    ap.add_argument("--no-save", action="store_true", help="write no docs/data/bench-tier.json")
     args = ap.parse_args()
+    rec = Recorder("tier", args)
     import rlm.daemon.service  # noqa: F401 - imports are not part of what is measured
     import rlmm.file  # noqa: F401
     import rsm_plugins.local
@@ -265,25 +289,19 @@ def main() -> int:
             f"{os.cpu_count()} CPUs",
             flush=True,
         )
-        rows = []
         for seg_mb in (int(x) for x in args.layouts.split(",")):
-            for name, mbps, cpu_gb in bench_layout(root, size, seg_mb * MB, url, client):
-                rows.append((seg_mb, name, mbps, cpu_gb))
-        print("\n| segments | method | MB/s | CPU s/GB |\n|---|---|---|---|")
-        for seg_mb, name, mbps, cpu_gb in rows:
-            print(f"| {seg_mb} MB | {name} | {mbps:.0f} | {cpu_gb:.2f} |")
-        by = {(s, n): m for s, n, m, _ in rows}
-        for seg_mb in sorted({s for s, *_ in rows}):
-            local = by[(seg_mb, "rlm-local")]
-            s3 = (
-                f", boto3-upload / rlm-s3 = {by[(seg_mb, 'boto3-upload')] / by[(seg_mb, 'rlm-s3')]:.2f}x"
-                if (seg_mb, "rlm-s3") in by
-                else ""
-            )
-            print(
-                f"segments {seg_mb} MB: plain-copy / rlm-local = {by[(seg_mb, 'plain-copy')] / local:.2f}x, "
-                f"plain-copy+fsync / rlm-local = {by[(seg_mb, 'plain-copy+fsync')] / local:.2f}x{s3}"
-            )
+            rows, log_bytes = bench_layout(root, size, seg_mb * MB, url, client, args.rounds)
+            rec.section(f"{seg_mb} MB segments", rows)
+            rec.facts[f"log_bytes_{seg_mb}"] = log_bytes
+            print(f"segments {seg_mb} MB, median of per-round ratios:")
+            rec.add(headline(rows, f"tier to local, {seg_mb} MB segments, vs an equally durable copy",
+                             "rlm-local", "plain-copy+fsync", 1 / 1.2, "within 1.2x (>= 0.83x)"))
+            rec.add(headline(rows, f"tier to local, {seg_mb} MB segments, vs a copy left in the page cache",
+                             "rlm-local", "plain-copy", None))
+            if url is not None:
+                rec.add(headline(rows, f"tier to S3 (moto), {seg_mb} MB segments, vs boto3 upload_file",
+                                 "rlm-s3", "boto3-upload", 1.0))
+        rec.save(not args.no_save)
     finally:
         if moto is not None:
             moto.terminate()

@@ -95,15 +95,18 @@ def test_not_fuzz():
     pass
 '''
 
-JUNIT = """<?xml version="1.0" encoding="utf-8"?>
-<testsuites><testsuite name="pytest" timestamp="2026-11-24T05:00:00.000000">
-<testcase classname="faults.test_fake_faults" name="test_blackhole" time="12.34"/>
-<testcase classname="faults.test_fake_faults" name="test_kill[copy]" time="3.0">
-<failure message="x"/></testcase>
-<testcase classname="faults.test_fake_faults.TestClock" name="test_jump" time="0.5"/>
-<testcase classname="other.test_elsewhere" name="test_blackhole" time="1"/>
-</testsuite></testsuites>
-"""
+def _git(*args: str) -> str:
+    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def _run_results(commit: str) -> dict[str, object]:
+    """What tests/faults/conftest.py writes: one failed and one skipped case among the fakes."""
+    return {"commit": commit, "product_dirty": False, "date": "2026-11-24T05:00:00+00:00", "results": {
+        "test_fake_faults.py::test_blackhole": {"outcome": "passed", "time_s": 12.3},
+        "test_fake_faults.py::test_kill[copy]": {"outcome": "failed", "time_s": 3.0},
+        "test_fake_faults.py::test_kill[delete]": {"outcome": "skipped", "time_s": 0.0},
+        "test_fake_faults.py::TestClock::test_jump": {"outcome": "passed", "time_s": 0.5}}}
 
 
 @pytest.mark.slow  # a pytest subprocess collects the fake modules
@@ -115,7 +118,7 @@ def test_generator_on_fake_modules(tmp_path: Path, capsys: pytest.CaptureFixture
     (faults / "test_fake_faults.py").write_text(textwrap.dedent(FAULTS))
     (faults / "test_unmarked.py").write_text(textwrap.dedent(UNMARKED))
     (fuzz / "test_fake_fuzz.py").write_text(textwrap.dedent(FUZZ))
-    (tmp_path / "junit.xml").write_text(JUNIT)
+    run = tmp_path / "run.json"
     doc = tmp_path / "reliability.md"
     doc.write_text("# Reliability\n\nIntro.\n\n## Known edges\n\nHand-written text.\n")
     args = [
@@ -127,28 +130,46 @@ def test_generator_on_fake_modules(tmp_path: Path, capsys: pytest.CaptureFixture
         str(data),
         "--tests-root",
         str(fuzz),
+        "--run-results",
+        str(run),
     ]
 
-    assert gen.main([*args, "--junit", str(tmp_path / "junit.xml")]) == 0
+    # results of a commit older than the last product change are refused
+    run.write_text(json.dumps(_run_results(_git("rev-list", "--max-parents=0", "HEAD").splitlines()[0])))
+    assert gen.main(args) == 1
+    assert "refusing to record fault results" in capsys.readouterr().err
+    assert not (data / gen.RESULTS_FILE).exists()
+    head = _git("rev-parse", "HEAD")
+    run.write_text(json.dumps(_run_results(head)))
+    assert gen.main(args) == 0
     text = doc.read_text()
     assert text.startswith("# Reliability\n\nIntro.\n\n## Figures\n\n" + gen.BEGIN)
     assert text.endswith(gen.END + "\n\n## Known edges\n\nHand-written text.\n")
     rows = [line for line in text.splitlines() if line.startswith("| `test_")]
     assert rows == [
         "| `test_fake_faults.py::TestClock::test_jump` | A clock jump of +1 h: no premature expiry. "
-        "| passed, 0.5 s |",
+        "| survived (passed), 0.5 s |",
         "| `test_fake_faults.py::test_blackhole` | Storage blackholed for 5 s during a copy \\| the copy "
-        "resumes; verify passes. | passed, 12.3 s |",
-        "| `test_fake_faults.py::test_kill[copy]` | kill -9 at each step: nothing lost. | failed, 3.0 s |",
-        "| `test_fake_faults.py::test_kill[delete]` | kill -9 at each step: nothing lost. | not recorded |",
-        "| `test_fake_faults.py::test_undocumented` | **no docstring** | not recorded |",
+        "resumes; verify passes. | survived (passed), 12.3 s |",
+        "| `test_fake_faults.py::test_kill[copy]` | kill -9 at each step: nothing lost. "
+        "| **FAILED** (failed), 3.0 s |",
+        "| `test_fake_faults.py::test_kill[delete]` | kill -9 at each step: nothing lost. "
+        "| not run (skipped) |",
+        "| `test_fake_faults.py::test_undocumented` | **no docstring** | not run |",
     ]
-    assert "5 tests in `tests/faults/`" in text and "2026-11-24, 3 of 5 recorded" in text
+    assert "5 tests in `tests/faults/`" in text
+    assert (f"commit `{head[:10]}`, 2026-11-24T05:00:00+00:00: 2 of 5 passed (survived), 1 failed, "
+            "1 not run, 1 skipped.") in text
     warnings = capsys.readouterr().err
     assert "test_unmarked.py::test_helper_check: in faults/ but not marked `faults`" in warnings
     assert "test_fake_faults.py::test_undocumented: no docstring" in warnings
     recorded = json.loads((data / gen.RESULTS_FILE).read_text())
-    assert recorded["recorded"] == "2026-11-24" and len(recorded["results"]) == 3
+    assert recorded == _run_results(head)  # the run's file, whole
+    # --check: the doc against the recorded results; a failure in this session's run fails it
+    assert gen.main([*args, "--check"]) == 1
+    assert "did not all pass" in capsys.readouterr().err
+    run.unlink()
+    assert gen.main([*args, "--check"]) == 0
 
     fuzz_row = next(line for line in text.splitlines() if "test_fake_fuzz.py" in line)
     # 7 (outer @settings) + 2 parametrized cases x 5 (the module's settings on the nested @given)
@@ -158,7 +179,7 @@ def test_generator_on_fake_modules(tmp_path: Path, capsys: pytest.CaptureFixture
 
     # A hand edit inside the markers is caught by --check and undone by a rerun (which splices
     # the freshly rendered section in); the text around the markers is kept.
-    doc.write_text(text.replace("passed, 12.3 s", "passed, 1.0 s"))
+    doc.write_text(text.replace("(passed), 12.3 s", "(passed), 1.0 s"))
     assert gen.main([*args, "--check"]) == 1
     section = gen.BEGIN + text.split(gen.BEGIN)[1].split(gen.END)[0] + gen.END
     assert gen.splice(doc.read_text(), section) == text

@@ -1,0 +1,59 @@
+"""``make bench``: the headline comparisons at a small size, one table at the end (not a test).
+
+Runs each benchmark script in turn (each interleaves its cases, checks every round's content
+digests and writes ``docs/data/bench-<name>.json``), stops at the first one that fails (a failed
+check is exit 2), regenerates docs/performance.md's blocks with ``scripts/gen_performance_doc.py``
+and prints one table: ours vs the named alternative, the median per-round ratio, the goal, met or
+not. Sizes are chosen to finish in well under 15 minutes on a 2-core machine; fixed costs weigh
+more at these sizes than at each script's defaults.
+
+    .venv/bin/python benchmarks/bench_all.py            # everything
+    .venv/bin/python benchmarks/bench_all.py decode tier   # some
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+SMALL: dict[str, list[str]] = {
+    "decode": ["bench_decode.py", "--size-mb", "16", "--baseline-mb", "8", "--rounds", "3"],
+    "tier": ["bench_tier.py", "--size-gb", "0.25", "--layouts", "100", "--rounds", "3"],
+    "fetch-s3": ["bench_fetch.py", "--storage", "s3", "--size-mb", "64", "--segment-mb", "16",
+                 "--samples", "50", "--cold-samples", "10", "--rounds", "3"],
+    "fetch-local": ["bench_fetch.py", "--storage", "local", "--size-mb", "64", "--segment-mb", "16",
+                    "--samples", "50", "--cold-samples", "10", "--rounds", "3"],
+    "spark-s3": ["bench_spark.py", "--storage", "s3", "--records", "500000", "--rounds", "3"],
+    "kafka-endpoint": ["bench_kafka_endpoint.py", "--size-mb", "32", "--rounds", "3"],
+}
+
+
+def main(argv: list[str]) -> int:
+    names = argv or list(SMALL)
+    unknown = [n for n in names if n not in SMALL]
+    if unknown:
+        raise SystemExit(f"unknown benchmark(s) {unknown}; known: {list(SMALL)}")
+    took = {}
+    for name in names:
+        script, *args = SMALL[name]
+        print(f"\n==== {name}: {script} {' '.join(args)}", flush=True)
+        t0 = time.monotonic()
+        rc = subprocess.run([sys.executable, str(HERE / script), *args], cwd=ROOT).returncode
+        took[name] = time.monotonic() - t0
+        if rc != 0:
+            print(f"\n{name} FAILED (exit {rc}): its figures are void", flush=True)
+            return rc
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_performance_doc.py")], cwd=ROOT, check=True)
+    print("\n" + ", ".join(f"{k} {v / 60:.1f} min" for k, v in took.items()))
+    print()
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_performance_doc.py"), "--table"],
+                          cwd=ROOT).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
