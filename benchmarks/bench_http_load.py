@@ -1,30 +1,41 @@
-"""HTTP API load benchmark: N concurrent clients against ``rlm serve`` for a fixed, bounded time.
+"""HTTP API load benchmark: N concurrent clients against ``rlm serve`` vs the read core in-process.
 
 Scenario (issue 13): a standalone log dir (``--partitions`` partitions of ~``--mib`` MiB each,
 256 KiB segments) is tiered by the daemon's ``--once`` to local storage + the file metadata store;
-``rlm serve`` runs over it as a real subprocess on 127.0.0.1. Each client is a thread with its
-own keep-alive connection (``http.client``) that loops for ``--seconds``: ``GET
+``rlm serve`` runs over it as a real subprocess on 127.0.0.1. A query is ``GET
 /v1/topics/T/partitions/P/records?offset=O&max_bytes=65536`` with ``Accept:
-application/vnd.kafka.record-batches`` over a fixed set of ``--queries`` random (partition,
-offset) pairs spread over the whole remote range.
+application/vnd.kafka.record-batches``; the set is ``--queries`` random (partition, offset) pairs
+spread over the whole remote range.
 
-Every answer is checked against the bytes the read core returns for the same query in this
-process, straight from the storage plugin and metadata store (``RemoteFetcher.fetch``, no HTTP):
-a response is correct only when it is a 200 whose body is byte for byte that answer.
+The reference: the bytes the read core returns for every query in this process, straight from
+the storage plugin and metadata store (``RemoteFetcher.fetch``, no HTTP).
 
-Reported per concurrency level (default N = 1, 16, 64, same server, same run): requests/s, MiB/s,
-p50/p99 latency, errors (by kind) and wrong bodies, the server's RSS before and after (and its
-peak, VmHWM); the named alternative: the same queries read in-process by the read core on one
-thread (no HTTP, no sockets). Clients and server share the machine's cores. Not run by the tests
+Per concurrency level (default N = 1, 16, 64, same server, same run), interleaved rounds (one
+warm-up, then ``--rounds``) of two cases doing the same work, every query once:
+
+* ``rlm serve, N client(s)``: N threads, each with its own keep-alive connection (``http.client``),
+  client ``c`` sending queries ``c, c + N, ...``; p50/p99 of every request, the server's RSS before
+  and after the round (and its peak, VmHWM);
+* ``read core, 1 thread, no HTTP``: the named alternative, the same queries through a
+  ``RemoteFetcher`` in this process (its own caches, warm after the warm-up round).
+
+Every round, the digest of all answers in query order must equal the reference's in both cases
+(and no request may fail or be answered with a non-200), or the benchmark fails (exit 2); the
+headline is the median of per-round rate ratios. Raw results: ``docs/data/bench-http-load.json``
+(unless ``--no-save``). ``--json`` also runs the earlier time-bounded load (``--seconds`` per level,
+clients looping over the queries, every body compared byte for byte) and writes it in the format
+docs/reliability.md reads. Clients and server share the machine's cores. Not run by the tests
 (``tests/fetcher_http/test_load.py`` runs 16 clients for a few seconds and checks outcomes)::
 
-    .venv/bin/python benchmarks/bench_http_load.py [--clients 1,16,64] [--seconds 10] \\
-        [--json docs/data/load-http.json]
+    .venv/bin/python benchmarks/bench_http_load.py [--clients 1,16,64] [--rounds 3] \\
+        [--json docs/data/load-http.json --seconds 10]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import hashlib
 import http.client
 import json
 import os
@@ -43,6 +54,18 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from benchlib import (  # noqa: E402 - the benchmarks' shared module sits next to this script
+    BenchFailure,
+    Recorder,
+    Result,
+    headline,
+    latency_summary,
+    quiet_logs,
+    run_rounds,
+)
+
 TOPIC = "httpload"
 RAW = "application/vnd.kafka.record-batches"
 MAX_BYTES = 65536
@@ -315,57 +338,131 @@ def load(
     }
 
 
+# ---- interleaved rounds ---------------------------------------------------------------------
+def answers_digest(bodies: list[bytes]) -> str:
+    """Digest of every answer, in query order (length-prefixed)."""
+    h = hashlib.blake2b(digest_size=16)
+    for b in bodies:
+        h.update(len(b).to_bytes(8, "little"))
+        h.update(b)
+    return h.hexdigest()
+
+
+def serve_all(server: Server, queries: list[Query], clients: int) -> Result:
+    """Every query once over HTTP, spread over ``clients`` threads (client ``c`` sends queries ``c,
+    c + clients, ...`` on its own keep-alive connection); an error or a non-200 fails the benchmark,
+    the bodies' digest is compared by the round."""
+    bodies: list[bytes | None] = [None] * len(queries)
+    lat: list[list[float]] = [[] for _ in range(clients)]
+    errors: list[str] = []
+
+    def client(c: int) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+        try:
+            for i in range(c, len(queries), clients):
+                t0 = time.perf_counter()
+                conn.request("GET", queries[i].path, headers={"Accept": RAW})
+                r = conn.getresponse()
+                body = r.read()
+                lat[c].append((time.perf_counter() - t0) * 1000)
+                if r.status != 200:
+                    errors.append(f"{queries[i].path}: HTTP {r.status}")
+                bodies[i] = body
+        except (OSError, http.client.HTTPException) as e:
+            errors.append(f"client {c}: {type(e).__name__}: {e}")
+        finally:
+            conn.close()
+
+    before = server.memory_kib()
+    threads = [threading.Thread(target=client, args=(c,), name=f"client-{c}") for c in range(clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    after = server.memory_kib()
+    if errors:
+        raise BenchFailure(f"{clients} clients: {len(errors)} error(s), first: {errors[0]}")
+    got = [b or b"" for b in bodies]
+    return Result(wall, answers_digest(got), sum(map(len, got)), len(queries),
+                  {"latencies_ms": [x for per in lat for x in per], "requests_per_s": len(queries) / wall,
+                   "rss_before_mib": before["VmRSS"] / 1024, "rss_after_mib": after["VmRSS"] / 1024,
+                   "rss_peak_mib": after["VmHWM"] / 1024})
+
+
+def core_all(fetcher: Any, queries: list[Query]) -> Result:
+    """The alternative: the same queries through the read core in this process, one thread."""
+    t0 = time.perf_counter()
+    got = [fetcher.fetch(q.topic, q.partition, q.offset, max_bytes=MAX_BYTES, timeout_ms=60_000).records
+           for q in queries]
+    wall = time.perf_counter() - t0
+    return Result(wall, answers_digest(got), sum(map(len, got)), len(queries),
+                  {"requests_per_s": len(queries) / wall})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clients", default="1,16,64", help="concurrency levels, comma-separated")
-    ap.add_argument("--seconds", type=float, default=10.0, help="duration of each level")
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--mib", type=float, default=16.0, help="MiB of records per partition")
-    ap.add_argument("--queries", type=int, default=256)
-    ap.add_argument("--json", type=Path, help="also write the results here (docs/data/load-http.json)")
+    ap.add_argument("--queries", type=int, default=256, help="queries per case and round")
+    ap.add_argument("--rounds", type=int, default=3, help="counted interleaved rounds (after one warm-up)")
+    ap.add_argument("--seconds", type=float, default=10.0,
+                    help="with --json: duration of each level of the time-bounded load")
+    ap.add_argument("--json", type=Path, help="also run the time-bounded load per level and write it here "
+                    "(docs/data/load-http.json, the format docs/reliability.md reads)")
+    ap.add_argument("--no-save", action="store_true", help="write no docs/data/bench-http-load.json")
     args = ap.parse_args()
-    import structlog
+    quiet_logs()
+    rec = Recorder("http-load", args)
+    from fetcher.core import RemoteFetcher
+    from rlm.config import load_config
 
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
+    levels = [int(n) for n in args.clients.split(",")]
+    rows_legacy: list[dict[str, Any]] = []
+    latencies: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="rlm-bench-http-") as tmp:
         root = Path(tmp)
         cfg = tier(root, args.partitions, args.mib)
         queries, answers, core_s = expected_answers(cfg, args.queries)
-        core = {
-            "requests_per_s": len(queries) / core_s,
-            "mib_per_s": sum(map(len, answers)) / core_s / (1 << 20),
-        }
+        want = answers_digest(answers)
+        rec.facts.update(partitions=args.partitions, mib_per_partition=args.mib, queries=len(queries),
+                         max_bytes=MAX_BYTES, mean_answer_bytes=sum(map(len, answers)) / len(answers),
+                         reference_digest=want)
+        (root / "core").mkdir()
+        core_cfg = serve_config(root / "core", root / "tier", root / "core" / "work")
         server = Server(cfg, root / "serve.log")
         try:
             server.wait_healthy()
-            for q in queries[:8]:  # warm the index cache and the decoder once
-                server.get(q.path)
-            rows = [load(server, queries, answers, int(n), args.seconds) for n in args.clients.split(",")]
+            with RemoteFetcher.from_config(load_config(core_cfg)) as core:
+                for n in levels:
+                    ours = f"rlm serve, {n} client(s)"
+                    rows = run_rounds({ours: functools.partial(serve_all, server, queries, n),
+                                       "read core, 1 thread, no HTTP": lambda: core_all(core, queries)},
+                                      args.rounds, label=f"{n} client(s)", expect=want)
+                    for r in rows:
+                        lat = r["cases"][ours].pop("latencies_ms")
+                        r["cases"][ours].update({f"{k}_ms": v for k, v in latency_summary(lat).items()
+                                                 if k != "samples"})
+                        if not r["warmup"]:
+                            latencies.setdefault(ours, []).extend(lat)
+                    rec.section(f"{n} client(s)", rows)
+                    print(f"{n} client(s), median of per-round ratios:")
+                    rec.add(headline(rows, f"HTTP API, {n} client(s), vs the read core in-process (1 thread)",
+                                     ours, "read core, 1 thread, no HTTP", None))
+            if args.json:
+                rows_legacy = [load(server, queries, answers, n, args.seconds) for n in levels]
             health, _ = server.get("/health")
         finally:
             code = server.stop()
-    print(
-        f"{args.partitions} partitions x {args.mib:g} MiB tiered, {len(queries)} queries of "
-        f"max_bytes={MAX_BYTES} "
-        f"(mean answer {sum(map(len, answers)) / len(answers) / 1024:.0f} KiB), {args.seconds:g} s per level"
-    )
-    print(
-        f"{'clients':>8} {'req/s':>8} {'MiB/s':>7} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'errors':>6} "
-        f"{'wrong':>5} {'RSS before':>10} {'RSS after':>9} {'RSS peak':>8}"
-    )
-    for r in rows:
-        print(
-            f"{r['clients']:>8} {r['requests_per_s']:>8.0f} {r['mib_per_s']:>7.1f} {r['p50_ms']:>7.1f} "
-            f"{r['p99_ms']:>7.1f} {r['max_ms']:>7.0f} {r['errors']:>6} {r['wrong']:>5} "
-            f"{r['rss_before_mib']:>10.0f} {r['rss_after_mib']:>9.0f} {r['rss_peak_mib']:>8.0f}"
-            + (f"  {r['errors_by_kind']}" if r["errors"] else "")
-        )
-    print(
-        f"{'read core, 1 thread, no HTTP':>28}: {core['requests_per_s']:.0f} req/s, "
-        f"{core['mib_per_s']:.1f} MiB/s; "
-        f"server healthy after: {health == 200}; exit status on SIGTERM: {code}"
-    )
+    rec.facts["latency_ms"] = {f"request, {k}": latency_summary(v) for k, v in latencies.items()}
+    rec.facts.update(healthy_after=health == 200, exit_status=code)
+    print(f"server healthy after: {health == 200}; exit status on SIGTERM: {code}")
+    if code != 0 or health != 200:
+        raise BenchFailure(f"rlm serve: healthy after the rounds {health == 200}, exit status {code}")
     if args.json:
+        print_levels(rows_legacy)
         args.json.parent.mkdir(parents=True, exist_ok=True)
         meta = {
             "benchmark": "benchmarks/bench_http_load.py",
@@ -379,8 +476,27 @@ def main() -> None:
             "healthy_after": health == 200,
             "exit_status": code,
         }
+        core_rates = {"requests_per_s": len(queries) / core_s,
+                      "mib_per_s": sum(map(len, answers)) / core_s / (1 << 20)}
         args.json.write_text(
-            json.dumps({**meta, "levels": rows, "read_core_1_thread": core}, indent=1, sort_keys=True) + "\n"
+            json.dumps({**meta, "levels": rows_legacy, "read_core_1_thread": core_rates}, indent=1,
+                       sort_keys=True) + "\n"
+        )
+    rec.save(not args.no_save)
+
+
+def print_levels(rows: list[dict[str, Any]]) -> None:
+    """The time-bounded load's table (``--json``)."""
+    print(
+        f"{'clients':>8} {'req/s':>8} {'MiB/s':>7} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'errors':>6} "
+        f"{'wrong':>5} {'RSS before':>10} {'RSS after':>9} {'RSS peak':>8}"
+    )
+    for r in rows:
+        print(
+            f"{r['clients']:>8} {r['requests_per_s']:>8.0f} {r['mib_per_s']:>7.1f} {r['p50_ms']:>7.1f} "
+            f"{r['p99_ms']:>7.1f} {r['max_ms']:>7.0f} {r['errors']:>6} {r['wrong']:>5} "
+            f"{r['rss_before_mib']:>10.0f} {r['rss_after_mib']:>9.0f} {r['rss_peak_mib']:>8.0f}"
+            + (f"  {r['errors_by_kind']}" if r["errors"] else "")
         )
 
 

@@ -8,11 +8,17 @@ segments (the first segment of each new epoch straddles the change), every segme
 Measures:
 1. bytes per segment of the in-memory cache built event by event: process RSS growth, the
    numpy buffers alone, and (on a 10% sample, because tracing is slow) tracemalloc's live bytes;
-2. ``remote_log_segment_metadata(tp, epoch, offset)`` latency, p50/p99/p99.9 over random hits;
-3. restart of the embedded store: replaying the whole metadata log vs loading the snapshot
-   (plus the time to write that snapshot), and memory after the snapshot load (RSS delta).
+2. ``remote_log_segment_metadata(tp, epoch, offset)`` latency, p50/p99/p99.9 over random hits
+   (every one must find the segment holding the offset);
+3. restart of the embedded store, in interleaved rounds (one warm-up, then ``--rounds``), each in a
+   fresh process: **replaying** the whole metadata log (a directory without snapshot) vs **loading
+   the snapshot** the store wrote of the same log (plus the time to write it), and the memory after
+   each (RSS growth). Every restart's segments (ids, offsets, state, epochs, custom metadata, as
+   listed) and its answers to ``--check-lookups`` random lookups are digested and must equal those
+   of the cache built event by event, or the benchmark fails (exit 2).
 
-Targets: <= 200 B/segment, restart from snapshot < 10 s. Not run by the tests::
+Targets: <= 200 B/segment, restart from snapshot < 10 s (median of the rounds). Raw results:
+``docs/data/bench-rlmm.json`` (unless ``--no-save``). Not run by the tests::
 
     .venv/bin/python benchmarks/bench_rlmm.py [--segments 2592000] [--partitions 100]
 """
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import json
 import os
 import random
@@ -33,6 +40,7 @@ import time
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import google_crc32c
 import structlog
@@ -49,6 +57,9 @@ from rlmm.cache import RemoteLogMetadataCache
 from rlmm.file import FileRemoteLogMetadataManager
 from rlmm.file_log import FRAME, LOG_FILE, MAGIC
 from rlmm.serde import serialize
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib import BenchFailure, Recorder, Result, headline, run_rounds, target
 
 SEG_OFFSETS = 1000  # offsets per segment
 
@@ -157,39 +168,88 @@ def write_log(directory: Path, tps: list[TopicIdPartition], args: argparse.Names
             "log_write_s": time.perf_counter() - t0}
 
 
-def restarts(directory: Path) -> dict[str, float]:
-    res: dict[str, float] = {}
-    gc.collect()
-    t0 = time.perf_counter()
-    m = FileRemoteLogMetadataManager.open(directory, **{"snapshot.interval.records": 10**12})
-    res["restart_replay_s"] = time.perf_counter() - t0
+def segments_digest(source: RemoteLogMetadataCache | FileRemoteLogMetadataManager,
+                    tps: list[TopicIdPartition]) -> str:
+    """Digest of every listed segment of every partition (id, offsets, state, epochs, custom
+    metadata), in the store's listing order: the content a restart must reproduce."""
+    h = hashlib.blake2b(digest_size=16)
+    for tp in tps:
+        h.update(f"{tp}\n".encode())
+        for md in source.list_remote_log_segments(tp):
+            h.update(f"{md.remote_log_segment_id.id}|{md.start_offset}|{md.end_offset}|{int(md.state)}|"
+                     f"{md.segment_leader_epochs}|{md.broker_id}|{md.segment_size_in_bytes}\n".encode())
+            h.update(md.custom_metadata or b"-")
+    return h.hexdigest()
+
+
+def lookup_queries(args: argparse.Namespace, tps: list[TopicIdPartition]
+                   ) -> list[tuple[TopicIdPartition, int, int]]:
+    """``--check-lookups`` random (partition, epoch, offset) queries, the same in every process."""
+    rng = random.Random(5)
+    out = []
+    for _ in range(args.check_lookups):
+        tp = rng.choice(tps)
+        i = rng.randrange(args.per_partition)
+        offset = i * SEG_OFFSETS + rng.randrange(SEG_OFFSETS)
+        eps = epochs_of(i, args.epoch_every)
+        out.append((tp, eps[-1][0] if len(eps) == 2 and offset >= eps[-1][1] else eps[0][0], offset))
+    return out
+
+
+def lookups_digest(source: RemoteLogMetadataCache | FileRemoteLogMetadataManager,
+                   queries: list[tuple[TopicIdPartition, int, int]]) -> str:
+    """Digest of the answers (segment id or none) to ``queries``."""
+    h = hashlib.blake2b(digest_size=16)
+    for tp, epoch, offset in queries:
+        md = source.remote_log_segment_metadata(tp, epoch, offset)
+        h.update(b"-" if md is None else md.remote_log_segment_id.id.raw)
+    return h.hexdigest()
+
+
+def prepare_restart_dirs(work: Path, tps: list[TopicIdPartition], args: argparse.Namespace,
+                         rec: Recorder) -> tuple[Path, Path]:
+    """``replay/``: the metadata log alone; ``snapshot/``: the same log and the snapshot the store
+    writes of it (timed: ``snapshot_write_s``)."""
+    replay, snap = work / "replay", work / "snapshot"
+    rec.facts.update(write_log(replay, tps, args))
+    snap.mkdir()
+    shutil.copyfile(replay / LOG_FILE, snap / LOG_FILE)
+    m = FileRemoteLogMetadataManager.open(snap, **{"snapshot.interval.records": 10**12})
     t0 = time.perf_counter()
     m.snapshot_now()
-    res["snapshot_write_s"] = time.perf_counter() - t0
-    res["snapshot_bytes"] = (directory / "metadata.snapshot").stat().st_size
+    rec.facts["snapshot_write_s"] = time.perf_counter() - t0
     m.close()
-    del m
-    gc.collect()
-    # a fresh process, so that its RSS growth is the loaded cache alone
-    probe = subprocess.run([sys.executable, __file__, "--restart-probe", str(directory)], check=True,
-                           capture_output=True, text=True)
-    res.update(json.loads(probe.stdout.strip().splitlines()[-1]))
-    return res
+    rec.facts["snapshot_bytes"] = (snap / "metadata.snapshot").stat().st_size
+    assert not (replay / "metadata.snapshot").exists()
+    return replay, snap
 
 
-def restart_probe(directory: Path) -> None:
+def restart_case(directory: Path, args: argparse.Namespace, nbytes: int) -> Result:
+    """One restart in a fresh process (its RSS growth is the loaded cache alone)."""
+    cmd = [sys.executable, __file__, "--restart-probe", str(directory), "--segments", str(args.segments),
+           "--partitions", str(args.partitions), "--epoch-every", str(args.epoch_every),
+           "--check-lookups", str(args.check_lookups)]
+    probe = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    r = json.loads(probe.stdout.strip().splitlines()[-1])
+    return Result(r.pop("restart_s"), r.pop("digest"), nbytes, r["segments"], r)
+
+
+def restart_probe(directory: Path, args: argparse.Namespace) -> None:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
+    tps = partitions(args.partitions)
+    queries = lookup_queries(args, tps)
     gc.collect()
     rss0 = rss_bytes()
     t0 = time.perf_counter()
-    m = FileRemoteLogMetadataManager.open(directory)
+    m = FileRemoteLogMetadataManager.open(directory, **{"snapshot.interval.records": 10**12})
     elapsed = time.perf_counter() - t0
     gc.collect()
     n = m.cache.segment_count()
-    print(json.dumps({"restart_snapshot_s": elapsed, "segments_after_restart": n,
-                      "bytes_per_segment_after_snapshot_load_rss": (rss_bytes() - rss0) / n}))
-    m._since_snapshot = 0  # nothing changed: keep the close cheap
+    rss = (rss_bytes() - rss0) / n
+    digest = f"{segments_digest(m, tps)}:{lookups_digest(m, queries)}"
+    m._since_snapshot = 0  # nothing changed: no snapshot on close (the replay dir stays log-only)
     m.close()
+    print(json.dumps({"restart_s": elapsed, "segments": n, "bytes_per_segment_rss": rss, "digest": digest}))
 
 
 def main() -> None:
@@ -198,31 +258,66 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=100)
     ap.add_argument("--epoch-every", type=int, default=5000, help="segments per leader epoch")
     ap.add_argument("--custom-bytes", type=int, default=0, help="custom metadata bytes per segment")
-    ap.add_argument("--lookups", type=int, default=200_000)
+    ap.add_argument("--lookups", type=int, default=200_000, help="timed lookups (in the built cache)")
+    ap.add_argument("--check-lookups", type=int, default=20_000,
+                    help="lookups answered by every restart and compared with the built cache's")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="counted interleaved restart rounds (after one warm-up)")
     ap.add_argument("--workdir", type=Path, default=None, help="where to write the log (default: a temp dir)")
     ap.add_argument("--skip-restart", action="store_true")
+    ap.add_argument("--no-save", action="store_true", help="write no docs/data/bench-rlmm.json")
     ap.add_argument("--restart-probe", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.restart_probe is not None:
-        restart_probe(args.restart_probe)
-        return
     args.per_partition = args.segments // args.partitions
+    if args.restart_probe is not None:
+        restart_probe(args.restart_probe, args)
+        return
+    rec = Recorder("rlmm", {k: v for k, v in vars(args).items()
+                           if k not in ("restart_probe", "per_partition")})
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))  # warnings and up
     tps = partitions(args.partitions)
-    results: dict[str, float] = {"partitions": args.partitions, "custom_bytes": args.custom_bytes}
-    results["bytes_per_segment_traced_10pct"] = traced_bytes_per_segment(args, tps)
+    facts: dict[str, Any] = {"partitions": args.partitions, "custom_bytes": args.custom_bytes}
+    facts["bytes_per_segment_traced_10pct"] = traced_bytes_per_segment(args, tps)
     cache, built = build_cache(args, tps)
-    results.update(built)
-    results.update(lookups(cache, tps, args))
+    facts.update(built)
+    facts.update(lookups(cache, tps, args))
+    if facts["lookup_misses"]:
+        raise BenchFailure(f"{facts['lookup_misses']} lookups of existing offsets found no segment")
+    want = f"{segments_digest(cache, tps)}:{lookups_digest(cache, lookup_queries(args, tps))}"
+    facts["reference_digest"] = want
     del cache
+    rec.facts.update(facts)
+    print(json.dumps(facts, indent=2), flush=True)
+    print("targets:")
+    rec.add_target(target("memory, cache built event by event (RSS growth)", facts["bytes_per_segment_rss"],
+                          "B/segment", "<= 200", facts["bytes_per_segment_rss"] <= 200))
+    rec.add_target(target("lookup (epoch, offset), p50", facts["lookup_p50_us"], "us", "none (context)",
+                          None))
+    rec.add_target(target("lookup (epoch, offset), p99", facts["lookup_p99_us"], "us", "none (context)",
+                          None))
     if not args.skip_restart:
         work = Path(tempfile.mkdtemp(prefix="bench-rlmm-", dir=args.workdir))
         try:
-            results.update(write_log(work / "store", tps, args))
-            results.update(restarts(work / "store"))
+            replay, snap = prepare_restart_dirs(work, tps, args, rec)
+            log_bytes = (replay / LOG_FILE).stat().st_size
+            snap_bytes = rec.facts["snapshot_bytes"]
+            rows = run_rounds({"load the snapshot": lambda: restart_case(snap, args, snap_bytes),
+                               "replay the log": lambda: restart_case(replay, args, log_bytes)},
+                              args.rounds, label="restart", expect=want)
         finally:
             shutil.rmtree(work, ignore_errors=True)
-    print(json.dumps(results, indent=2))
+        rec.section("restart", rows)
+        counted = [r for r in rows if not r["warmup"]]
+        snap_s = statistics.median(r["cases"]["load the snapshot"]["seconds"] for r in counted)
+        snap_rss = statistics.median(r["cases"]["load the snapshot"]["bytes_per_segment_rss"]
+                                     for r in counted)
+        rec.add_target(target("restart from the snapshot (median)", snap_s, "s", "< 10", snap_s < 10))
+        rec.add_target(target("memory after a restart from the snapshot (RSS growth)", snap_rss, "B/segment",
+                              "<= 200", snap_rss <= 200))
+        print("restart, median of per-round ratios:")
+        rec.add(headline(rows, "restart: load the snapshot vs replay the whole log", "load the snapshot",
+                         "replay the log", None))
+    rec.save(not args.no_save)
 
 
 if __name__ == "__main__":

@@ -84,6 +84,16 @@ def table_digest(tables: Mapping[int, Any], headers: bool = False) -> str:
     return h.hexdigest()
 
 
+def file_digest(paths: Iterable[Path | str]) -> str:
+    """Digest of the bytes of ``paths`` in order (a copy, an upload read back, a download)."""
+    h = hashlib.blake2b(digest_size=16)
+    for path in paths:
+        with open(path, "rb") as f:
+            while chunk := f.read(16 << 20):
+                h.update(chunk)
+    return h.hexdigest()
+
+
 def records_digest(records: Mapping[int, Iterable[tuple[int, bytes | None, bytes | None]]],
                    headers: Mapping[int, list[list[tuple[str, bytes | None]]]] | None = None) -> str:
     """The same digest as :func:`table_digest` from Python records ``(offset, key, value)`` (e.g. a
@@ -170,6 +180,21 @@ def headline(rows: list[dict[str, Any]], what: str, ours: str, alternative: str,
     return entry
 
 
+def target(what: str, value: float, unit: str, goal_text: str, met: bool | None) -> dict[str, Any]:
+    """An absolute figure against its target (bytes per segment, seconds to restart), for the
+    benchmarks whose goal is not a ratio to an alternative; listed with the headlines."""
+    entry = {"what": what, "value": round(value, 3), "unit": unit, "goal_text": goal_text, "met": met}
+    verdict = "" if met is None else ("met" if met else "NOT met")
+    print(f"  {what}: {value:,.3g} {unit} (target {goal_text}) {verdict}", flush=True)
+    return entry
+
+
+def latency_summary(samples_ms: Iterable[float]) -> dict[str, Any]:
+    """p50/p99 (nearest rank) of latencies in milliseconds, for ``facts["latency_ms"]``."""
+    s = sorted(samples_ms)
+    return {"p50": s[round(0.5 * (len(s) - 1))], "p99": s[round(0.99 * (len(s) - 1))], "samples": len(s)}
+
+
 def quiet_logs() -> None:
     """Only warnings from the product's structlog loggers: the benchmark's own lines stay readable."""
     from rlm.daemon.logging_setup import configure_logging
@@ -205,6 +230,7 @@ class Recorder:
         self.machine_start = machine()
         self.sections: dict[str, Any] = {}
         self.headlines: list[dict[str, Any]] = []
+        self.targets: list[dict[str, Any]] = []
         self.facts: dict[str, Any] = {}
 
     def section(self, key: str, rows: list[dict[str, Any]]) -> None:
@@ -212,6 +238,9 @@ class Recorder:
 
     def add(self, entry: dict[str, Any]) -> None:
         self.headlines.append(entry)
+
+    def add_target(self, entry: dict[str, Any]) -> None:
+        self.targets.append(entry)
 
     def save(self, enabled: bool = True) -> Path | None:
         if not enabled:
@@ -225,7 +254,8 @@ class Recorder:
             "duration_s": round(time.time() - self.started, 1),
             "machine": {**self.machine_start, "load_avg_end": end["load_avg"],
                         "load_avg_rounds": [min(loads), max(loads)] if loads else None},
-            "args": self.args, "facts": self.facts, "headlines": self.headlines, "rounds": self.sections,
+            "args": self.args, "facts": self.facts, "headlines": self.headlines,
+            **({"targets": self.targets} if self.targets else {}), "rounds": self.sections,
         }, indent=1, default=str) + "\n")
         print(f"raw results: {out.relative_to(ROOT)}", flush=True)
         return out

@@ -63,6 +63,10 @@ def _legacy_endpoint(data: dict[str, Any]) -> dict[str, Any]:
             "args": {"size_mb": data.get("size_mb"), "security": data.get("security")}}
 
 
+def _value(t: dict[str, Any]) -> str:
+    return f"{t['value']:,.3g} {t['unit']}"
+
+
 def _met(h: dict[str, Any]) -> str:
     return "" if h.get("met") is None else ("met" if h["met"] else "**not met**")
 
@@ -88,12 +92,17 @@ def provenance(data: dict[str, Any]) -> str:
 
 
 def render_block(name: str, data: dict[str, Any]) -> str:
-    lines = [provenance(data), "",
-             "| comparison | ours | alternative | median ratio (ours / theirs, rate) | per round | goal | |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [provenance(data)]
+    if data["headlines"]:
+        lines += ["", "| comparison | ours | alternative | median ratio (ours / theirs, rate) | per round "
+                  "| goal | |", "|---|---|---|---|---|---|---|"]
     for h in data["headlines"]:
         lines.append(f"| {h['what']} | {h['ours']} | {h['alternative']} | **{h['ratio']:.2f}x** | "
                      f"{', '.join(f'{x:.2f}' for x in h['ratio_rounds'])} | {h['goal_text']} | {_met(h)} |")
+    if data.get("targets"):
+        lines += ["", "| measure | result | target | |", "|---|---|---|---|"]
+        for t in data["targets"]:
+            lines.append(f"| {t['what']} | **{_value(t)}** | {t['goal_text']} | {_met(t)} |")
     for section, rows in (data.get("rounds") or {}).items():
         counted = [r for r in rows if not r["warmup"]]
         if not counted:
@@ -108,6 +117,11 @@ def render_block(name: str, data: dict[str, Any]) -> str:
             recs = counted[0]["cases"][case].get("records") or ""
             lines.append(f"| {case} | {secs:.3f} | {rate} | {recs:,} |" if recs else
                          f"| {case} | {secs:.3f} | {rate} | |")
+    lat_any = (data.get("facts") or {}).get("latency_ms")
+    if lat_any:
+        lines += ["", "| latency (every answer checked) | p50 | p99 | samples |", "|---|---|---|---|"]
+        for kind, v in lat_any.items():
+            lines.append(f"| {kind} | {v['p50']:.2f} ms | {v['p99']:.2f} ms | {v['samples']:,} |")
     lat = (data.get("facts") or {}).get("fetch_1mb_ms")
     if lat:
         lines += ["", "| `fetch` 1 MiB at random offsets (every answer checked) | p50 | p99 | samples |",
@@ -124,6 +138,9 @@ def render_headlines(results: dict[str, dict[str, Any]]) -> str:
         for h in data["headlines"]:
             lines.append(f"| {name} | {h['what']} | {h['ours']} | {h['alternative']} | {h['ratio']:.2f}x | "
                          f"{h['goal_text']} | {_met(h)} | `{data['commit'][:10]}`, {data['date'][:10]} |")
+        for t in data.get("targets", []):
+            lines.append(f"| {name} | {t['what']} | measured | (absolute target) | {_value(t)} | "
+                         f"{t['goal_text']} | {_met(t)} | `{data['commit'][:10]}`, {data['date'][:10]} |")
     return "\n".join(["<!-- generated: headlines -->", *lines, "<!-- end generated: headlines -->"])
 
 
@@ -134,6 +151,9 @@ def table(results: dict[str, dict[str, Any]]) -> str:
         for h in data["headlines"]:
             rows.append((name, h["what"], f"{h['ours']} vs {h['alternative']}", f"{h['ratio']:.2f}x",
                          h["goal_text"], "" if h.get("met") is None else ("met" if h["met"] else "NOT MET")))
+        for t in data.get("targets", []):
+            rows.append((name, t["what"], "measured", _value(t), t["goal_text"],
+                         "" if t.get("met") is None else ("met" if t["met"] else "NOT MET")))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 

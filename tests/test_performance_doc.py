@@ -81,6 +81,35 @@ def test_generator_renders_places_and_checks(tmp_path: Path) -> None:
     assert gen.main([*args, "--check"]) == 1
 
 
+def test_absolute_targets_and_latencies_render(tmp_path: Path) -> None:
+    """A benchmark with absolute targets (bench_rlmm, bench_load) and latency summaries (bench_rsm,
+    bench_http_load): both in its block, the targets also in the headline table and make bench's."""
+    gen = _module("gen_performance_doc", SCRIPT)
+    data = tmp_path / "data"
+    data.mkdir()
+    res = _results(met=True)
+    res["targets"] = [{"what": "restart from the snapshot", "value": 12.5, "unit": "s", "goal_text": "< 10",
+                       "met": False},
+                      {"what": "lookup p99", "value": 34.0, "unit": "us", "goal_text": "none (context)",
+                       "met": None}]
+    res["facts"] = {"latency_ms": {"1 MiB range read, s3 plugin": {"p50": 7.94, "p99": 11.0, "samples": 150}}}
+    (data / "bench-x.json").write_text(json.dumps(res))
+    doc = tmp_path / "perf.md"
+    doc.write_text("<!-- generated: headlines -->\n<!-- end generated: headlines -->\n\n"
+                   "<!-- generated: bench-x -->\n<!-- end generated: bench-x -->\n")
+    args = ["--doc", str(doc), "--data-dir", str(data)]
+    assert gen.main(args) == 0
+    text = doc.read_text()
+    assert "| restart from the snapshot | **12.5 s** | < 10 | **not met** |" in text
+    assert "| lookup p99 | **34 us** | none (context) |  |" in text
+    assert ("| bench-x | restart from the snapshot | measured | (absolute target) | 12.5 s | < 10 "
+            "| **not met** |") in text
+    assert "| 1 MiB range read, s3 plugin | 7.94 ms | 11.00 ms | 150 |" in text
+    assert gen.main([*args, "--check"]) == 0
+    table = gen.table(gen.load(data))
+    assert "restart from the snapshot" in table and "NOT MET" in table
+
+
 @pytest.fixture(scope="module")
 def benchlib() -> ModuleType:
     return _module("benchlib", ROOT / "benchmarks" / "benchlib.py")
