@@ -311,8 +311,8 @@ def load(
     after = server.memory_kib()
     lat = sorted(x for t in tallies for x in t.latencies)
     errors: Counter[str] = Counter()
-    for t in tallies:
-        errors.update(t.errors)
+    for tally in tallies:
+        errors.update(tally.errors)
     ok = len(lat) - sum(v for k, v in errors.items() if k.startswith("http_")) - sum(t.wrong for t in tallies)
 
     def q(p: float) -> float:

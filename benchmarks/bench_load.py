@@ -185,7 +185,7 @@ def one_pass(root: Path, threads: int) -> dict[str, Any]:
     }
 
 
-def bare_listing(root: Path, tips: list[TopicIdPartition]) -> dict[str, float]:
+def bare_listing(root: Path, tips: list[TopicIdPartition]) -> dict[str, Any]:
     """The alternative: the same segments listed straight from the store, no daemon."""
     from rlmm.file import FileRemoteLogMetadataManager
 

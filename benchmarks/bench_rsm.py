@@ -110,8 +110,8 @@ def stream_to_file(stream: Any, path: Path) -> None:
         shutil.copyfileobj(src, dst, 8 * MiB)
 
 
-def timed(size: int, fn: Callable[[], None], check: Callable[[], str],
-          cleanup: Callable[[], None] = lambda: None) -> Result:
+def timed(size: int, fn: Callable[[], object], check: Callable[[], str],
+          cleanup: Callable[[], object] = lambda: None) -> Result:
     """Wall and CPU time of ``fn`` (all threads of this process), then, untimed, the digest of what
     it landed or read (``check``) and ``cleanup``."""
     c0, t0 = time.process_time(), time.perf_counter()
@@ -190,7 +190,10 @@ def main() -> int:
               flush=True)
 
         def rm(*paths: Path) -> Callable[[], None]:
-            return lambda: [p.unlink(missing_ok=True) for p in paths] and None
+            def remove() -> None:
+                for path in paths:
+                    path.unlink(missing_ok=True)
+            return remove
 
         plugins: list[Any] = []
         if not args.skip_local:
@@ -278,7 +281,7 @@ def main() -> int:
 
             rows = run_rounds({
                 "s3 plugin": lambda: timed(size, lambda: rsm.copy_log_segment_data(up, data),
-                                           landed(rsm.key(up, SegmentFileType.SEGMENT)),
+                                           landed(rsm.key(up, SegmentFileType.SEGMENT)),  # type: ignore[attr-defined]
                                            lambda: rsm.delete_log_segment_data(up)),
                 "boto3 upload_file": lambda: timed(
                     size, lambda: client.upload_file(str(src), bucket, "up.log", Config=tc), landed("up.log"),
