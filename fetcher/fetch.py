@@ -11,12 +11,12 @@ this and later segments up to the offset index's upper bound, collected as Kafka
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from fetcher.batches import Located, describe, walk
 from fetcher.index_cache import RemoteIndexCache
+from fetcher.isolation import IsolationLevel as IsolationLevel  # re-exported: its old home
 from fetcher.planning import PartitionPlan, PlannedSegment
 from fetcher.reader import SegmentReader
 from fetcher.transactions import collect_aborted_txns
@@ -24,24 +24,6 @@ from rlm.errors import RemoteSegmentIncompleteError
 from rlm.log.records import BatchHeader, Record, iter_records
 from rlm.log.txn_index import AbortedTxn
 from rlm.types import TopicIdPartition
-
-
-class IsolationLevel(enum.IntEnum):
-    """Kafka's isolation levels (the numbers are the Fetch request's)."""
-
-    READ_UNCOMMITTED = 0
-    READ_COMMITTED = 1
-
-    @classmethod
-    def parse(cls, value: str | int | IsolationLevel) -> IsolationLevel:
-        if isinstance(value, IsolationLevel):
-            return value
-        if isinstance(value, int):
-            return cls(value)
-        try:
-            return cls[value.strip().upper()]
-        except KeyError:
-            raise ValueError(f"isolation must be read_uncommitted or read_committed, not {value!r}") from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,8 @@
 """The project built as a wheel, as users install it: for tests of what only an installed copy does.
 
-An editable install (the test venv's) maps packages through a meta-path finder that
-``pkgutil.iter_modules`` does not see, so PySpark's lookup of ``pyspark_*`` modules and the
-container image need the real wheel. Built once per test session (about 2 s with uv's cache).
+The test venv's editable install puts the whole repo root on ``sys.path``; the wheel holds only
+the packages and ``pyspark_kafka_tiered.py``, which is what the container image and the Spark
+cluster tests must run. Built once per test session (about 2 s with uv's cache).
 """
 
 from __future__ import annotations

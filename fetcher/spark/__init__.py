@@ -1,8 +1,8 @@
 """Spark reads of tiered Kafka data: the ``kafka-tiered`` Python Data Source (pyspark >= 4.0).
 
-An installed (non-editable) package registers itself in every session through the top-level
-module ``pyspark_kafka_tiered`` (:mod:`.autoregister`); ``fetcher.spark.register(spark)`` does it
-by hand (editable installs, filter pushdown). Then ``spark.read.format("kafka-tiered")``
+An installed package (wheel or editable) registers itself in every session through the top-level
+module ``pyspark_kafka_tiered`` (a file at the repo root); ``fetcher.spark.register(spark)`` does
+it by hand (filter pushdown). Then ``spark.read.format("kafka-tiered")``
 or ``CREATE TEMPORARY VIEW v USING `kafka-tiered` OPTIONS (...)``. Modules: :mod:`.options`
 (Spark Kafka option names), :mod:`.planner` (driver planning on the read core),
 :mod:`.executor` (task reads), :mod:`.schema` (Spark's exact Arrow schema), :mod:`.source`.

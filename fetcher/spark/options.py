@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fetcher.fetch import IsolationLevel
+from fetcher.isolation import IsolationLevel
 from rlm.errors import ConfigError
 
 EARLIEST = -2

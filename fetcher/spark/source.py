@@ -14,28 +14,19 @@ Every accepted filter is enforced exactly (Spark drops it from its own plan).
 
 from __future__ import annotations
 
-import datetime as dt
-from collections.abc import Iterable
-from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceReader,
-    DataSourceStreamReader,
-    Filter,
-)
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 
-from fetcher.spark.batch import TieredPartition, TieredReader
 from fetcher.spark.options import parse_options
-from fetcher.spark.planner import PushedBounds
 from fetcher.spark.schema import check_user_schema, spark_schema
-from fetcher.spark.stream import TieredStreamReader
+
+if TYPE_CHECKING:
+    from fetcher.spark.batch import TieredPartition, TieredReader
 
 __all__ = ["KafkaTieredPushdownSource", "KafkaTieredSource", "TieredPartition", "TieredReader"]
 
 NAME = "kafka-tiered"
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 class KafkaTieredSource(DataSource):
@@ -52,6 +43,9 @@ class KafkaTieredSource(DataSource):
         return spark_schema(opts.include_headers)
 
     def reader(self, schema: Any) -> DataSourceReader:
+        from fetcher.spark.batch import TieredReader
+        from fetcher.spark.pushdown import PushdownReader
+
         opts = parse_options(self.options)
         check_user_schema(schema)
         cls = PushdownReader if self.pushdown else TieredReader
@@ -59,6 +53,8 @@ class KafkaTieredSource(DataSource):
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         """``spark.readStream.format("kafka-tiered")``: newly tiered segments as micro-batches."""
+        from fetcher.spark.stream import TieredStreamReader
+
         opts = parse_options(self.options)
         check_user_schema(schema)
         return TieredStreamReader(opts, schema)
@@ -70,79 +66,11 @@ class KafkaTieredPushdownSource(KafkaTieredSource):
     pushdown = True
 
 
-class PushdownReader(TieredReader):
-    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
-        """Take the filters on offset, timestamp, topic and partition; yield back the rest."""
-        for f in filters:
-            bounds = _accept(f, self.pushed)
-            if bounds is None:
-                yield f
-            else:
-                self.pushed = bounds
+def __getattr__(name: str) -> Any:
+    """``TieredPartition``/``TieredReader`` load on first use: this module is what PySpark's lookup
+    and schema workers import, and they must not pay for the read path (see :mod:`fetcher`)."""
+    if name in ("TieredPartition", "TieredReader"):
+        from fetcher.spark import batch
 
-
-def _us(value: Any) -> int | None:
-    if isinstance(value, dt.datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=dt.UTC)
-        return int((value - _EPOCH) // dt.timedelta(microseconds=1))
-    return None
-
-
-def _narrow(lo: int | None, hi: int | None, new_lo: int | None, new_hi: int | None) -> tuple[Any, Any]:
-    if new_lo is not None:
-        lo = new_lo if lo is None else max(lo, new_lo)
-    if new_hi is not None:
-        hi = new_hi if hi is None else min(hi, new_hi)
-    return lo, hi
-
-
-def _accept(f: Filter, b: PushedBounds) -> PushedBounds | None:
-    """``b`` narrowed by ``f`` when it can be enforced exactly, else ``None``."""
-    from pyspark.sql.datasource import (
-        EqualTo,
-        GreaterThan,
-        GreaterThanOrEqual,
-        In,
-        LessThan,
-        LessThanOrEqual,
-    )
-
-    attr: tuple[str, ...] = getattr(f, "attribute", ())
-    if len(attr) != 1:
-        return None
-    col = attr[0].lower()
-    value = getattr(f, "value", None)
-    if col in ("topic", "partition"):
-        if isinstance(f, EqualTo):
-            values = [value]
-        elif isinstance(f, In):
-            values = list(value or ())
-        else:
-            return None
-        kind = str if col == "topic" else int
-        if not all(isinstance(v, kind) and not isinstance(v, bool) for v in values):
-            return None
-        current = b.topics if col == "topic" else b.partitions
-        new = frozenset(values) if current is None else current & frozenset(values)
-        return replace(b, topics=new) if col == "topic" else replace(b, partitions=new)  # type: ignore[arg-type]
-    if col == "offset":
-        if not isinstance(value, int) or isinstance(value, bool):
-            return None
-        rng = {EqualTo: (value, value + 1), GreaterThan: (value + 1, None), GreaterThanOrEqual: (value, None),
-               LessThan: (None, value), LessThanOrEqual: (None, value + 1)}.get(type(f))
-        if rng is None:
-            return None
-        lo, hi = _narrow(b.offset_lo, b.offset_hi, *rng)
-        return replace(b, offset_lo=lo, offset_hi=hi)
-    if col == "timestamp":
-        us = _us(value)
-        if us is None:
-            return None
-        rng = {EqualTo: (us, us), GreaterThan: (us + 1, None), GreaterThanOrEqual: (us, None),
-               LessThan: (None, us - 1), LessThanOrEqual: (None, us)}.get(type(f))
-        if rng is None:
-            return None
-        lo, hi = _narrow(b.ts_lo_us, b.ts_hi_us, *rng)
-        return replace(b, ts_lo_us=lo, ts_hi_us=hi)
-    return None
+        return getattr(batch, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

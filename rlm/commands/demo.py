@@ -8,7 +8,8 @@
 3. Prints ``rlm status`` and writes the ``rlm.yaml`` it used, to continue with.
 4. Reads the history back three ways (:mod:`rlm.commands.demo_reads`): ``rlm fetch``, a Kafka
    consumer (confluent-kafka) through the Kafka-protocol endpoint, and a Spark SQL count when
-   pyspark and a JDK are installed; then prints the next commands to try.
+   pyspark and a JDK are installed (the Spark session starts in the background as the demo
+   begins, so its start-up overlaps steps 1-3); then prints the next commands to try.
 """
 
 from __future__ import annotations
@@ -152,12 +153,6 @@ def demo_config(root: Path) -> dict[str, Any]:
 
 
 def demo(args: argparse.Namespace) -> int:
-    from rlm.commands.status import render_table
-    from rlm.config import load_config
-    from rlm.daemon.logging_setup import configure_logging
-    from rlm.daemon.service import Daemon
-    from rlm.daemon.status import read_status
-
     if not 1 <= args.size_mb <= 500:
         raise ConfigError("--size-mb must be between 1 and 500")
     root: Path = args.dir or Path(tempfile.mkdtemp(prefix="rlm-demo-"))
@@ -165,11 +160,39 @@ def demo(args: argparse.Namespace) -> int:
         raise ConfigError(f"{root}: demo directory must be empty or new")
     root.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
+    config_file = root / "rlm.yaml"
+    spark, spark_skipped = _start_spark(config_file, args.no_spark)
+    try:
+        failed = _tier_and_read(root, args.size_mb, config_file, spark, spark_skipped, t0)
+    finally:
+        if spark is not None:
+            spark.stop()
+    print(f"done in {time.monotonic() - t0:.1f}s. Next, try:")
+    for cmd in (f"rlm status --config {config_file}",
+                f"rlm fetch --config {config_file} --topic payments --offset 0 --count 5 "
+                "--isolation read_committed --format text",
+                f"rlm offsets --config {config_file} --topic orders --timestamp 1d-ago",
+                f"rlm serve --config {config_file} --kafka-listener 127.0.0.1:9466   "
+                "# then: kcat -b 127.0.0.1:9466 -t orders -p 0 -o beginning -c 5",
+                f"rlm verify --config {config_file} --deep"):
+        print(f"   {cmd}")
+    return 0 if failed == 0 else 1
+
+
+def _tier_and_read(root: Path, size_mb: int, config_file: Path, spark: Any, spark_skipped: str | None,
+                   t0: float) -> int:
+    """Steps 1-4; returns the number of partitions ``rlm run --once`` failed on."""
+    from rlm.commands.status import render_table
+    from rlm.config import load_config
+    from rlm.daemon.logging_setup import configure_logging
+    from rlm.daemon.service import Daemon
+    from rlm.daemon.status import read_status
+
     print(
-        f"1. writing a Kafka log dir (~{args.size_mb} MB) with rlm.log's PartitionWriter: "
+        f"1. writing a Kafka log dir (~{size_mb} MB) with rlm.log's PartitionWriter: "
         f"{root / 'kafka-logs'}"
     )
-    sizes = write_demo_log_dir(root / "kafka-logs", args.size_mb)
+    sizes = write_demo_log_dir(root / "kafka-logs", size_mb)
     for name, size in sorted(sizes.items()):
         print(f"   {name:<12} {size / 1e6:7.1f} MB")
     print("   user-profiles-0 (compacted: the daemon refuses to tier it)")
@@ -186,23 +209,25 @@ def demo(args: argparse.Namespace) -> int:
     print(f"   copied {segs} segments, {nbytes / 1e6:.1f} MB to {root / 'remote-storage'}")
     print(f"3. rlm status --work-dir {cfg.work_dir}   [{time.monotonic() - t0:.1f}s]")
     print(render_table(read_status(cfg.work_dir)))
-    config_file = root / "rlm.yaml"
     config_file.write_text(yaml.safe_dump(demo_config(root), sort_keys=False))
     print(f"   the configuration used: {config_file}")
-    _read_three_ways(cfg, config_file, args.no_spark, t0)
-    print(f"done in {time.monotonic() - t0:.1f}s. Next, try:")
-    for cmd in (f"rlm status --config {config_file}",
-                f"rlm fetch --config {config_file} --topic payments --offset 0 --count 5 "
-                "--isolation read_committed --format text",
-                f"rlm offsets --config {config_file} --topic orders --timestamp 1d-ago",
-                f"rlm serve --config {config_file} --kafka-listener 127.0.0.1:9466   "
-                "# then: kcat -b 127.0.0.1:9466 -t orders -p 0 -o beginning -c 5",
-                f"rlm verify --config {config_file} --deep"):
-        print(f"   {cmd}")
-    return 0 if failed == 0 else 1
+    if spark is not None:
+        spark.count()  # in the background, beside the other two reads
+    _read_three_ways(cfg, config_file, spark, spark_skipped, t0)
+    return failed
 
 
-def _read_three_ways(cfg: Any, config_file: Path, no_spark: bool, t0: float) -> None:
+def _start_spark(config_file: Path, no_spark: bool) -> tuple[Any, str | None]:
+    """The Spark reader, starting in the background now, or why it is skipped."""
+    from rlm.commands import demo_reads
+
+    missing = "--no-spark" if no_spark else demo_reads.spark_missing()
+    if missing is not None:
+        return None, missing
+    return demo_reads.SparkReader(config_file, "orders"), None
+
+
+def _read_three_ways(cfg: Any, config_file: Path, spark: Any, spark_skipped: str | None, t0: float) -> None:
     from rlm.commands import demo_reads
 
     print(f"4. the history read back from remote storage   [{time.monotonic() - t0:.1f}s]")
@@ -215,12 +240,12 @@ def _read_three_ways(cfg: Any, config_file: Path, no_spark: bool, t0: float) -> 
         print(f"   b) confluent-kafka consumer through the Kafka endpoint (rlm serve --kafka-listener): "
               f"orders-0 offsets {k.low}..{k.high}, polled {k.records} records, first key {k.first_key!r}"
               f"   [{time.monotonic() - t0:.1f}s]")
-    missing = "--no-spark" if no_spark else demo_reads.spark_missing()
-    if missing is not None:
-        print(f"   c) Spark SQL: skipped ({missing})")
+    if spark is None:
+        print(f"   c) Spark SQL: skipped ({spark_skipped})")
         return
-    sql, rows = demo_reads.spark_sql_counts(config_file, "orders")
-    print(f"   c) Spark SQL: {sql.replace(str(config_file), 'rlm.yaml')}")
+    sql, rows = spark.rows()
+    print(f"   c) Spark SQL (no register call: the installed module pyspark_kafka_tiered registers "
+          f"the source): {sql.replace(str(config_file), 'rlm.yaml')}")
     for partition, n in rows:
         print(f"      orders partition {partition}: {n} rows")
     print(f"      [{time.monotonic() - t0:.1f}s]")

@@ -93,32 +93,54 @@ class Member(threading.Thread):
     when partitions are revoked (and every ``commit_every`` records), records what it read."""
 
     def __init__(self, bootstrap: str, group: str, seen: collections.Counter[Key], done: threading.Event,
-                 *, strategy: str = "range", commit_every: int = 50, delay_s: float = 0.0) -> None:
+                 *, strategy: str = "range", commit_every: int = 50, delay_s: float = 0.0,
+                 remote_assignor: str | None = None) -> None:
+        """``remote_assignor``: a KIP-848 member (``group.protocol=consumer``; "" for the
+        coordinator's default assignor), whose timeouts and assignor are the coordinator's."""
         super().__init__(daemon=True)
-        self.conf = {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-                     "auto.offset.reset": "earliest", "partition.assignment.strategy": strategy,
-                     "isolation.level": "read_uncommitted",
-                     "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
-                     "topic.metadata.refresh.interval.ms": 2000}
+        self.conf: dict[str, Any] = {
+            "bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+            "auto.offset.reset": "earliest", "isolation.level": "read_uncommitted",
+            "topic.metadata.refresh.interval.ms": 2000}
+        if remote_assignor is None:
+            self.conf.update({"partition.assignment.strategy": strategy, "session.timeout.ms": 6000,
+                              "heartbeat.interval.ms": 500})
+        else:
+            self.conf["group.protocol"] = "consumer"
+            if remote_assignor:
+                self.conf["group.remote.assignor"] = remote_assignor
         self.seen, self.done = seen, done
         self.commit_every, self.delay_s = commit_every, delay_s
         self.read: list[Key] = []
         self.assigned: list[set[int]] = []
         self.revoked: list[set[int]] = []
+        self.events: list[tuple[bool, set[int]]] = []  # (assigned?, partitions), in order
         self.error: BaseException | None = None
         self.lock = threading.Lock()
+
+    def owned(self) -> set[int]:
+        """The partitions it holds now: its assignments and revocations replayed in order."""
+        with self.lock:
+            out: set[int] = set()
+            for added, parts in self.events:
+                out = out | parts if added else out - parts
+            return out
 
     def run(self) -> None:
         try:
             c = Consumer(self.conf)
 
             def on_assign(cons: Any, parts: list[TopicPartition]) -> None:
-                self.assigned.append({tp.partition for tp in parts})
+                with self.lock:
+                    self.assigned.append({tp.partition for tp in parts})
+                    self.events.append((True, {tp.partition for tp in parts}))
 
             def on_revoke(cons: Any, parts: list[TopicPartition]) -> None:
-                self.revoked.append({tp.partition for tp in parts})
                 with contextlib.suppress(KafkaException):
                     cons.commit(asynchronous=False)  # still a member of this generation
+                with self.lock:
+                    self.revoked.append({tp.partition for tp in parts})
+                    self.events.append((False, {tp.partition for tp in parts}))
 
             c.subscribe([TOPIC], on_assign=on_assign, on_revoke=on_revoke)
             n = 0

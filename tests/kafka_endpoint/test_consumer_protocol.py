@@ -11,7 +11,6 @@ partitions move after the session timeout, from its last commit).
 from __future__ import annotations
 
 import collections
-import contextlib
 import json
 import os
 import signal
@@ -23,79 +22,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from tests.kafka_endpoint import test_consumer_groups as classic
-from tests.kafka_endpoint.test_consumer_groups import PARTITIONS, TOPIC, History, Key, _java_cmd, _wait_all
+from tests.kafka_endpoint.test_consumer_groups import (
+    PARTITIONS,
+    TOPIC,
+    History,
+    Key,
+    Member,
+    _java_cmd,
+    _wait_all,
+)
 
 history = classic.history  # the same tiered topic (a module fixture: built once for this module)
 
 pytestmark = pytest.mark.slow
-
-
-class Member(threading.Thread):
-    """A confluent-kafka member on the consumer protocol: ``subscribe``, commits what it read
-    (every ``commit_every`` records and when partitions are revoked), records its assignments."""
-
-    def __init__(self, bootstrap: str, group: str, seen: collections.Counter[Key], done: threading.Event,
-                 *, assignor: str | None = None, commit_every: int = 20, delay_s: float = 0.05) -> None:
-        super().__init__(daemon=True)
-        self.conf: dict[str, Any] = {
-            "bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
-            "enable.auto.commit": False, "auto.offset.reset": "earliest",
-            "isolation.level": "read_uncommitted",  # the expected set has the aborted records too
-            "topic.metadata.refresh.interval.ms": 2000}
-        if assignor:
-            self.conf["group.remote.assignor"] = assignor
-        self.seen, self.done = seen, done
-        self.commit_every, self.delay_s = commit_every, delay_s
-        self.read: list[Key] = []
-        self.assigned: list[set[int]] = []
-        self.revoked: list[set[int]] = []
-        self.error: BaseException | None = None
-        self.lock = threading.Lock()
-
-    def owned(self) -> set[int]:
-        with self.lock:
-            out: set[int] = set()
-            for a, r in zip(self.assigned, self.revoked + [set()] * len(self.assigned), strict=False):
-                out = (out | a) - r
-            return out
-
-    def run(self) -> None:
-        try:
-            c = Consumer(self.conf)
-
-            def on_assign(cons: Any, parts: list[TopicPartition]) -> None:
-                with self.lock:
-                    self.assigned.append({tp.partition for tp in parts})
-
-            def on_revoke(cons: Any, parts: list[TopicPartition]) -> None:
-                with contextlib.suppress(KafkaException):
-                    cons.commit(asynchronous=False)
-                with self.lock:
-                    self.revoked.append({tp.partition for tp in parts})
-
-            c.subscribe([TOPIC], on_assign=on_assign, on_revoke=on_revoke)
-            n = 0
-            try:
-                while not self.done.is_set():
-                    for m in c.consume(10, timeout=0.2):
-                        if m.error() is None:
-                            key = (m.partition(), m.offset())
-                            with self.lock:
-                                self.seen[key] += 1
-                                self.read.append(key)
-                            n += 1
-                            if n % self.commit_every == 0:
-                                with contextlib.suppress(KafkaException):
-                                    c.commit(asynchronous=False)
-                    if self.delay_s:
-                        time.sleep(self.delay_s)
-            finally:
-                c.close()
-        except BaseException as e:
-            self.error = e
 
 
 def _endpoint(history: History) -> Any:
@@ -107,7 +48,8 @@ def test_members_join_late_and_every_record_is_read_once(history: History, assig
     ep = _endpoint(history)
     seen: collections.Counter[Key] = collections.Counter()
     done = threading.Event()
-    members = [Member(ep.bootstrap, f"kip848-{assignor}", seen, done, assignor=assignor)]
+    members = [Member(ep.bootstrap, f"kip848-{assignor}", seen, done, commit_every=20, delay_s=0.05,
+                      remote_assignor=assignor or "")]
     members[0].start()
     try:
         deadline = time.monotonic() + 60
@@ -115,7 +57,8 @@ def test_members_join_late_and_every_record_is_read_once(history: History, assig
             time.sleep(0.1)
         assert members[0].read, members[0].error
         for _ in range(2):  # two more join while the first reads: partitions move one heartbeat at a time
-            members.append(Member(ep.bootstrap, f"kip848-{assignor}", seen, done, assignor=assignor))
+            members.append(Member(ep.bootstrap, f"kip848-{assignor}", seen, done, commit_every=20,
+                                  delay_s=0.05, remote_assignor=assignor or ""))
             members[-1].start()
         _wait_all(seen, history.expected, members)
         deadline = time.monotonic() + 30  # the three settle on two partitions each
@@ -149,7 +92,8 @@ def test_a_killed_member_s_partitions_move_after_the_session_timeout(
                             stdout=subprocess.PIPE, text=True)
     seen: collections.Counter[Key] = collections.Counter()
     done = threading.Event()
-    survivor = Member(ep.bootstrap, "kip848-kill", seen, done, delay_s=0.01)
+    survivor = Member(ep.bootstrap, "kip848-kill", seen, done, commit_every=20, delay_s=0.01,
+                      remote_assignor="")
     survivor.start()
     victim: list[Key] = []
     assert proc.stdout is not None

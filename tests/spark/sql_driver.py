@@ -2,7 +2,8 @@
 
 Reads ``kafka-tiered`` through the DataFrame API and through ``CREATE TEMPORARY VIEW ... USING``,
 then tries a view with a misspelt option, and prints one JSON line with the counts and the error.
-Run with the installed wheel first on PYTHONPATH, as a user's environment would have it.
+Run on the test venv's editable install (``make install``), nothing on PYTHONPATH, as a developer's
+environment has it; the wheel's registration is the cluster tests' part.
 """
 
 from __future__ import annotations
