@@ -15,6 +15,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip uv
 	$(VENV)/bin/uv pip install -q --python $(PY) -e '.[all]'
+	$(PY) -m rlm.log.warmup
 	touch $(STAMP)
 
 install: $(STAMP)

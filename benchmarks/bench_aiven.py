@@ -236,7 +236,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--dir", type=Path, help="keep the data here (default: a temp dir, removed)")
     a = ap.parse_args()
-    from rlm.daemon.logging_setup import configure_logging
+    from rlm.logging_setup import configure_logging
 
     configure_logging("console", "warning")
     tmp = a.dir or Path(tempfile.mkdtemp(prefix="bench-aiven-"))

@@ -136,8 +136,8 @@ def broker_data(cluster: Any, records: int, partitions: int) -> dict[str, list[i
 def tier(root: Path, cluster: Any, counts: dict[str, list[int]], storage: dict[str, Any]) -> Path:
     """``rlm run --once`` over the broker's log dir until every produced record is tiered."""
     from rlm.config import load_config
-    from rlm.daemon.logging_setup import configure_logging
     from rlm.daemon.service import Daemon
+    from rlm.logging_setup import configure_logging
     from rlm.plugin_setup import load_rlmm
 
     configure_logging("console", "warning")

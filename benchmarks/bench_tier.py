@@ -94,8 +94,8 @@ def segment_files(pdir: Path) -> list[Path]:
 
 def run_daemon(log_dir: Path, work: Path, storage: dict[str, Any]) -> None:
     from rlm.config import load_config
-    from rlm.daemon.logging_setup import configure_logging
     from rlm.daemon.service import Daemon
+    from rlm.logging_setup import configure_logging
 
     configure_logging("console", "warning")
     cfg = load_config(

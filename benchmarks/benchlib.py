@@ -197,7 +197,7 @@ def latency_summary(samples_ms: Iterable[float]) -> dict[str, Any]:
 
 def quiet_logs() -> None:
     """Only warnings from the product's structlog loggers: the benchmark's own lines stay readable."""
-    from rlm.daemon.logging_setup import configure_logging
+    from rlm.logging_setup import configure_logging
 
     configure_logging("console", "warning")
 

@@ -19,7 +19,7 @@ from fetcher.spark.schema import arrow_schema
 
 
 class TieredPartition(InputPartition):
-    """One task: a range of one remote segment (pickled alone and sent to its executor)."""
+    """One task: consecutive ranges of one partition (pickled alone and sent to its executor)."""
 
     def __init__(self, task: Task | None) -> None:
         super().__init__(task)

@@ -61,26 +61,27 @@ def _close_all() -> None:
 
 def read_task(task: Task, *, rsm: Any, key: str, target: pa.Schema, isolation: IsolationLevel,
               pushed: PushedBounds, fail_on_data_loss: bool, max_batch_rows: int) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of exactly ``target``'s schema for the task's range."""
+    """Arrow batches of exactly ``target``'s schema for the task's ranges, in offset order."""
     scanner = scanner_for(key, rsm)
     headers = "headers" in target.names
-    try:
-        for batch in scanner.scan(task.tp, task.rng, next_link=task.next_link, isolation=isolation,
-                                  include_headers=headers, max_batch_rows=max_batch_rows,
-                                  aborted=task.aborted):
-            if pushed.ts_lo_us is not None or pushed.ts_hi_us is not None:
-                batch = _timestamp_filter(batch, pushed)
-                if not batch.num_rows:
-                    continue
-            yield to_spark_batch(batch, target)
-    except RemoteSegmentDeletedError as e:
-        rng = task.rng
-        if fail_on_data_loss:
-            raise RemoteSegmentDeletedError(
-                f"{task.tp.topic}-{task.tp.partition}: offsets {rng.start}..{rng.end - 1} were deleted from "
-                f"remote storage after planning ({e}); set failOnDataLoss=false to skip them") from e
-        log.warning("spark.data_loss_skipped", partition=str(task.tp),
-                    offsets=f"{rng.start}..{rng.end - 1}", error=str(e))
+    for read in task.reads:
+        try:
+            for batch in scanner.scan(task.tp, read.rng, next_link=read.next_link, isolation=isolation,
+                                      include_headers=headers, max_batch_rows=max_batch_rows,
+                                      aborted=read.aborted):
+                if pushed.ts_lo_us is not None or pushed.ts_hi_us is not None:
+                    batch = _timestamp_filter(batch, pushed)
+                    if not batch.num_rows:
+                        continue
+                yield to_spark_batch(batch, target)
+        except RemoteSegmentDeletedError as e:
+            rng = read.rng
+            if fail_on_data_loss:
+                raise RemoteSegmentDeletedError(
+                    f"{task.tp.topic}-{task.tp.partition}: offsets {rng.start}..{rng.end - 1} were deleted "
+                    f"from remote storage after planning ({e}); set failOnDataLoss=false to skip them") from e
+            log.warning("spark.data_loss_skipped", partition=str(task.tp),
+                        offsets=f"{rng.start}..{rng.end - 1}", error=str(e))
 
 
 def _timestamp_filter(batch: pa.RecordBatch, pushed: PushedBounds) -> pa.RecordBatch:

@@ -49,15 +49,34 @@ class PushedBounds:
 
 
 @dataclass(frozen=True)
-class Task:
-    """One Spark task: a range of one planned link, and the next link for read-ahead."""
+class RangeRead:
+    """A range of one planned link, and the next link for read-ahead."""
 
-    tp: TopicIdPartition
     rng: ScanRange
     next_link: PlannedSegment | None
     #: read_committed: the aborted transactions overlapping the range, collected by the driver
     #: over the whole plan and the frontier (``None``: read_uncommitted)
     aborted: tuple[AbortedTxn, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Task:
+    """One Spark task: consecutive ranges of one partition, about ``rlm.splitBytes`` together.
+
+    A large segment is cut into several tasks; small consecutive segments (time-rolled segments of
+    a quiet topic, a small ``segment.bytes``) are read by one task instead of one task each, since
+    every task costs Spark a scheduling round trip and the Python worker a plugin call."""
+
+    tp: TopicIdPartition
+    reads: tuple[RangeRead, ...]
+
+    @property
+    def start(self) -> int:
+        return self.reads[0].rng.start
+
+    @property
+    def end(self) -> int:
+        return self.reads[-1].rng.end
 
 
 def daemon_config(opts: SourceOptions) -> DaemonConfig:
@@ -81,7 +100,14 @@ def daemon_config(opts: SourceOptions) -> DaemonConfig:
         over["bootstrap_servers"] = opts.bootstrap_servers
     if opts.work_dir:
         over["work_dir"] = opts.work_dir
-    return base if not over else load_config(path, **over)
+    config = base if not over else load_config(path, **over)
+    if not structlog.is_configured():
+        # Spark's Python workers print to the driver's terminal: honour the config's log level
+        # there (a quiet ``log_level: warning`` config keeps a spark-sql shell quiet).
+        from rlm.logging_setup import configure_logging
+
+        configure_logging(config.log_format, config.log_level)
+    return config
 
 
 def open_fetcher(config: DaemonConfig, scratch: Path) -> RemoteFetcher:
@@ -200,20 +226,37 @@ def committed_bound(fetcher: RemoteFetcher, tp: TopicIdPartition, opts: SourceOp
     return committed
 
 
+def _approx_bytes(rng: ScanRange) -> int:
+    """The segment bytes ``rng`` covers, estimated from its share of the segment's offsets."""
+    md = rng.link.metadata
+    span = max(md.end_offset - md.start_offset + 1, 1)
+    return md.segment_size_in_bytes * (rng.end - rng.start) // span
+
+
 def range_tasks(fetcher: RemoteFetcher, plan: PartitionPlan, start: int, end: int,
                 split_bytes: int, committed: CommittedBound | None = None) -> list[Task]:
     """Tasks reading ``[start, end)`` of the partition (the core trims to the lineage's links);
-    ``committed`` (read_committed): each task carries its range's aborted transactions."""
+    ``committed`` (read_committed): each range carries its aborted transactions. Ranges are cut to
+    about ``split_bytes`` and consecutive small ones grouped up to it."""
     if start >= end:
         return []
     tp = plan.tp
     _, ranges = fetcher.plan_scan(tp.topic, tp.partition, start_offset=start, end_offset=end)
     tasks: list[Task] = []
+    group: list[RangeRead] = []
+    group_bytes = 0
     for rng in ranges:
         nxt = plan.after(rng.link)
         for piece in fetcher.split_range(rng, split_bytes):
             aborted = None if committed is None else fetcher.aborted_transactions(plan, piece, committed)
-            tasks.append(Task(tp, piece, nxt, aborted))
+            size = _approx_bytes(piece)
+            if group and group_bytes + size > split_bytes:
+                tasks.append(Task(tp, tuple(group)))
+                group, group_bytes = [], 0
+            group.append(RangeRead(piece, nxt, aborted))
+            group_bytes += size
+    if group:
+        tasks.append(Task(tp, tuple(group)))
     return tasks
 
 

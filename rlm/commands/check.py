@@ -36,8 +36,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def check(args: argparse.Namespace) -> int:
-    from rlm.daemon.logging_setup import configure_logging
     from rlm.daemon.preflight import Preflight
+    from rlm.logging_setup import configure_logging
 
     config = load_config(args.config)
     configure_logging(config.log_format, "critical")  # the printed lines say it all

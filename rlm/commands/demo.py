@@ -184,9 +184,9 @@ def _tier_and_read(root: Path, size_mb: int, config_file: Path, spark: Any, spar
     """Steps 1-4; returns the number of partitions ``rlm run --once`` failed on."""
     from rlm.commands.status import render_table
     from rlm.config import load_config
-    from rlm.daemon.logging_setup import configure_logging
     from rlm.daemon.service import Daemon
     from rlm.daemon.status import read_status
+    from rlm.logging_setup import configure_logging
 
     print(
         f"1. writing a Kafka log dir (~{size_mb} MB) with rlm.log's PartitionWriter: "

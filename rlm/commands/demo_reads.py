@@ -106,7 +106,7 @@ class SparkReader:
 
     def __init__(self, config_file: Path, topic: str) -> None:
         self.view_sql = (f"CREATE TEMPORARY VIEW {topic} USING `kafka-tiered` OPTIONS (`rlm.config` "
-                         f"'{config_file}', subscribe '{topic}', `rlm.splitBytes` '1073741824')")
+                         f"'{config_file}', subscribe '{topic}')")
         self.query = f"SELECT partition, count(*) AS n FROM {topic} GROUP BY partition ORDER BY partition"
         self._spark: Any = None
         self._rows: list[tuple[int, int]] = []

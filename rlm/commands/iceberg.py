@@ -67,7 +67,7 @@ def iceberg(args: argparse.Namespace) -> int:
         raise ConfigError("rlm iceberg needs the `iceberg` extra "
                           f"(pip install 'kafka-rlm-sidecar[iceberg]'): {e}") from None
     from fetcher import RemoteFetcher
-    from rlm.daemon.logging_setup import configure_logging
+    from rlm.logging_setup import configure_logging
 
     config = load_config(args.config)
     # stdout carries the summary; logs go to stderr (a follower logs its commits, a pass warnings only)

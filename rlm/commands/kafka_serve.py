@@ -100,7 +100,7 @@ def serve_kafka_until_signal(config: DaemonConfig, host: str | None, port: int |
 
 
 def run(args: argparse.Namespace) -> int:
-    from rlm.daemon.logging_setup import configure_logging
+    from rlm.logging_setup import configure_logging
 
     config = load_config(args.config)
     configure_logging(config.log_format, config.log_level)

@@ -194,7 +194,7 @@ def _print_text(plans: list[PartitionPlan], execute: bool) -> None:
 
 
 def rebuild(args: argparse.Namespace) -> int:
-    from rlm.daemon.logging_setup import configure_logging
+    from rlm.logging_setup import configure_logging
     from rlm.plugin_setup import load_rlmm, load_rsm
 
     config = load_config(args.config)

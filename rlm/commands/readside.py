@@ -72,7 +72,7 @@ def add_config_arg(p: argparse.ArgumentParser) -> None:
 def open_fetcher(config: Path, bootstrap_servers: str | None = None) -> RemoteFetcher:
     """A read-only fetcher built like ``rlm run`` builds its plugins; ``bootstrap_servers``
     overrides the file's (the broker answers lookups past the remote end)."""
-    from rlm.daemon.logging_setup import configure_logging
+    from rlm.logging_setup import configure_logging
 
     overrides = {"bootstrap_servers": bootstrap_servers} if bootstrap_servers else {}
     cfg = load_config(config, **overrides)

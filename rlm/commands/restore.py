@@ -306,7 +306,7 @@ def _topic_partitions(rlmm: RemoteLogMetadataManager, topic: str) -> list[TopicI
 
 
 def restore(args: argparse.Namespace) -> int:
-    from rlm.daemon.logging_setup import configure_logging
+    from rlm.logging_setup import configure_logging
     from rlm.plugin_setup import load_rlmm, load_rsm
 
     config = load_config(args.config)

@@ -41,9 +41,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    from rlm.daemon.logging_setup import configure_logging
     from rlm.daemon.service import Daemon
     from rlm.daemon.signals import StopRequest, capture_signals
+    from rlm.logging_setup import configure_logging
 
     config = load_config(args.config)
     configure_logging(config.log_format, config.log_level)

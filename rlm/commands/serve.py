@@ -60,7 +60,7 @@ def _skipped(why: str) -> None:
 
 def serve(args: argparse.Namespace) -> int:
     from rlm.commands.kafka_serve import kafka_extra_missing, parse_listener
-    from rlm.daemon.logging_setup import configure_logging
+    from rlm.logging_setup import configure_logging
 
     config = load_config(args.config)
     updates = {k: v for k, v in (("http_host", args.host), ("http_port", args.port)) if v is not None}

@@ -110,7 +110,7 @@ def _tiers_json(cov: Coverage | None) -> dict[str, Any] | None:
 
 
 def verify(args: argparse.Namespace) -> int:
-    from rlm.daemon.logging_setup import configure_logging
+    from rlm.logging_setup import configure_logging
     from rlm.plugin_setup import load_rlmm, load_rsm
 
     config = load_config(args.config)

@@ -131,7 +131,7 @@ def storage_write_check(rsm: Any) -> str:
 
 
 def kafka_logger(name: str) -> Any:
-    """A stdlib logger for librdkafka's own lines (``logger=`` config); :mod:`rlm.daemon.logging_setup`
+    """A stdlib logger for librdkafka's own lines (``logger=`` config); :mod:`rlm.logging_setup`
     routes the ``rlm.kafka`` tree through structlog, rate-limited."""
     import logging
 

@@ -207,7 +207,7 @@ def test_untiered_topics_listed_with_the_reason(tmp_path: Path) -> None:
 def test_segment_copied_logged_once_per_copy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import structlog
 
-    from rlm.daemon.logging_setup import configure_logging
+    from rlm.logging_setup import configure_logging
 
     logs = tmp_path / "logs"
     write_partition(logs, "once", 0, 60)

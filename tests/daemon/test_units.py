@@ -139,7 +139,7 @@ def test_librdkafka_lines_are_rate_limited_per_client_and_facility(
 
     import structlog
 
-    from rlm.daemon.logging_setup import configure_logging
+    from rlm.logging_setup import configure_logging
 
     saved = structlog.get_config()
     configure_logging("json", "info")  # into capsys' stderr; restored below
@@ -153,7 +153,7 @@ def test_librdkafka_lines_are_rate_limited_per_client_and_facility(
 def _emit_and_check(capsys: pytest.CaptureFixture[str]) -> None:
     import logging
 
-    from rlm.daemon.logging_setup import RateLimitedKafkaHandler
+    from rlm.logging_setup import RateLimitedKafkaHandler
 
     now = [0.0]
     handler = RateLimitedKafkaHandler(period_s=30, clock=lambda: now[0])

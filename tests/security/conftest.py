@@ -41,9 +41,9 @@ from confluent_kafka.admin import (
 from fetcher import RemoteFetcher
 from fetcher.kafka import EndpointThread, ListenerSettings
 from rlm.config import load_config
-from rlm.daemon.logging_setup import configure_logging
 from rlm.daemon.service import Daemon
 from rlm.log.partition import PartitionDir
+from rlm.logging_setup import configure_logging
 from tests.daemon.helpers import SEGMENT_BYTES, produce, wait_for
 from tests.security.certs import Ca, issue, make_ca
 from tests.services.kafka import KafkaCluster, KafkaNode, SaslScram

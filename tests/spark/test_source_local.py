@@ -67,6 +67,24 @@ def test_full_read_row_for_row_in_split_tasks(ds: Any, tiered: tuple[Path, Path]
     assert df.rdd.getNumPartitions() > tiered_segments  # 64 KiB segments cut in 16 KiB pieces
 
 
+@pytest.mark.parametrize("split_bytes", [None, 150_000])
+def test_small_segments_grouped_into_tasks(ds: Any, tiered: tuple[Path, Path],
+                                           split_bytes: int | None) -> None:
+    """Consecutive 64 KiB segments share a task up to rlm.splitBytes (one task per partition at the
+    128 MiB default), across the leader-epoch change, with the same rows in read_committed."""
+    cf, logs = tiered
+    opts = {"kafka.isolation.level": "read_committed"}
+    if split_bytes is not None:
+        opts["rlm.splitBytes"] = str(split_bytes)
+    df = read(ds, cf, subscribe="events", includeHeaders="true", **opts)
+    assert as_tuples(df.collect()) == rows_of(logs, [("events", 0), ("events", 1)], committed=True)
+    tiered_segments = sum(len(list((logs / f"events-{p}").glob("*.log"))) - 1 for p in (0, 1))
+    if split_bytes is None:
+        assert df.rdd.getNumPartitions() == 2
+    else:
+        assert 2 < df.rdd.getNumPartitions() < tiered_segments
+
+
 def test_offset_ranges(ds: Any, tiered: tuple[Path, Path]) -> None:
     cf, logs = tiered
     df = read(ds, cf, subscribe="events",
