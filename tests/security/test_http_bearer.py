@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import schemathesis
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -28,8 +29,11 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
+from hypothesis import HealthCheck, given, settings
+from schemathesis import GenerationMode
 
 from fetcher.acl import token_hash
+from fetcher.http.openapi import openapi_document
 from fetcher.http.server import HttpApiServer
 from rlm.config import ListenerSecurity
 from rlm.errors import ConfigError
@@ -192,3 +196,35 @@ def test_a_plain_token_in_the_configuration_is_refused(secured: Secured, tmp_pat
     with pytest.raises(ConfigError, match="SHA-256") as e:
         HttpApiServer(secured.fetcher, "127.0.0.1", 0, security=sec)
     assert TOKENS["alice"] not in str(e.value)
+
+
+_TOPIC_PATHS = [p for p in openapi_document()["paths"] if "{topic}" in p]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("who", ["alice", "forged", "bob"])
+@pytest.mark.parametrize("path", _TOPIC_PATHS)
+def test_schemathesis_with_bearer_tokens(secured: Secured, bearer: str, who: str, path: str) -> None:
+    """Generated requests pinned to topic B with a token: no 5xx; a forged token always 401;
+    alice's token (no ACL on B) always 403 and never B's data; bob's token may read B."""
+    schema = schemathesis.openapi.from_dict(openapi_document())
+    schema.config.base_url = bearer
+    operation = schema[path]["GET"]
+    b = secured.topics["B"]
+    pinned = {"topic": b} | ({"partition": 0} if "{partition}" in path else {})
+    token = TOKENS.get(who) or secrets.token_urlsafe(32)
+    headers = {"Authorization": f"Bearer {token}"}
+
+    @given(case=operation.as_strategy(generation_mode=GenerationMode.POSITIVE, path_parameters=pinned))
+    @settings(max_examples=4, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    def run(case: Any) -> None:
+        r = case.call(timeout=30, headers=headers, verify=str(secured.ca.path))
+        assert r.status_code < 500, (case.formatted_path, r.status_code, r.text[:300])
+        assert token.encode() not in r.content
+        if who == "forged":
+            assert r.status_code == 401, (case.formatted_path, r.status_code)
+        elif who == "alice":
+            assert r.status_code == 403, (case.formatted_path, r.status_code)
+            assert b.encode() not in r.content
+
+    run()
