@@ -16,7 +16,9 @@ import pytest
 import yaml
 
 pytest.importorskip("pyiceberg")
-fastavro = pytest.importorskip("fastavro")
+pytest.importorskip("fastavro")
+
+import fastavro
 
 from fetcher.iceberg.decode import DecodeConfigError, decoded_schema, make_decoder
 from fetcher.iceberg.registry import SchemaRegistryError
@@ -87,7 +89,8 @@ def test_json_batch_to_typed_columns_and_every_bad_value_with_its_reason() -> No
     out = dec.decode(pa.array(values, pa.binary()))
     rows = _table(dec, out)
     assert rows[0] == {"id": 1, "at": datetime(2026, 11, 20, 8, tzinfo=UTC), "day": date(2026, 11, 20),
-                       "who": {"name": "ann", "age": 41}, "items": [{"price": 1.5}, {"price": 2.0}], "ok": True}
+                       "who": {"name": "ann", "age": 41}, "items": [{"price": 1.5}, {"price": 2.0}],
+                       "ok": True}
     assert rows[1]["id"] == 2 and rows[16]["id"] == 6
     assert rows[2] == dict.fromkeys(rows[2])  # a tombstone: null columns, not a dead letter
     assert sorted(out.errors) == [3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
@@ -113,8 +116,8 @@ def test_avro_through_the_registry(registry: SchemaRegistryServer) -> None:
                                             "schema_registry": {"url": registry.url}})
     dec = make_decoder(cfg)
     at = datetime(2026, 11, 20, 10, 0, 0, 123000, tzinfo=UTC)
-    recs = [{"id": i, "name": f"n{i}", "amount": None if i % 3 == 0 else i / 4, "at": at, "tags": ["a"] * (i % 3)}
-            for i in range(50)]
+    recs = [{"id": i, "name": f"n{i}", "amount": None if i % 3 == 0 else i / 4, "at": at,
+             "tags": ["a"] * (i % 3)} for i in range(50)]
     good = [confluent_avro(sid, AVRO_SCHEMA, r) for r in recs]
     before = registry.by_id_requests
     values = [*good, b"\0" + (999_999).to_bytes(4, "big") + good[0][5:], good[1][:9], good[2] + b"\1",
@@ -150,7 +153,8 @@ def _config(tmp_path: Path, decode: dict[str, Any]) -> Path:
 
 
 @pytest.mark.parametrize(("decode", "match"), [
-    ({"format": "json", "fields": [{"name": "a", "type": "decimal"}]}, r"iceberg.decode.fields\[0\].type = 'decimal'"),
+    ({"format": "json", "fields": [{"name": "a", "type": "decimal"}]},
+     r"iceberg.decode.fields\[0\].type = 'decimal'"),
     ({"format": "json", "fields": [{"name": "a", "type": "struct"}]}, "`fields` goes with type struct"),
     ({"format": "avro", "fields": [{"name": "a", "type": "long"}]}, "format avro needs schema_registry"),
     ({"format": "xml", "fields": [{"name": "a", "type": "long"}]}, r"iceberg.decode.format = 'xml'"),
