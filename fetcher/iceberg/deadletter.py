@@ -107,9 +107,9 @@ class Decoding:
         return {"dead_letter_table": self.identifier, "dead_letter_rows": int(rows)}
 
     # ---- one group ---------------------------------------------------------------------------
-    def split(self, group: list[SegmentWork], data: pa.Table, topic_id: str) -> pa.Table:
+    def split(self, group: list[SegmentWork], data: pa.Table, topic_id: str, table: Table) -> pa.Table:
         """Decode ``data`` (rows of ``group``, Kafka columns); commit its dead letters; return the
-        rows for the main table (decoded columns added)."""
+        rows for the main ``table`` (decoded columns added, in the table's schema)."""
         decoded = self.decoder.decode(data.column("value").combine_chunks())
         n = data.num_rows
         bad = np.zeros(n, dtype=bool)
@@ -123,7 +123,7 @@ class Decoding:
             out = out.set_column(i, out.schema.field(i), pa.nulls(n, out.schema.field(i).type))
         for f, col in zip(self.decoder.arrow_schema, decoded.columns, strict=True):
             out = out.append_column(f, col)
-        return out.filter(good).cast(self.arrow_schema)
+        return _conform(out.filter(good), table.schema().as_arrow())
 
     def _commit_dead(self, group: list[SegmentWork], data: pa.Table, errors: dict[int, str],
                      schema_ids: dict[int, int], bad: Any, topic_id: str) -> None:
@@ -133,7 +133,7 @@ class Decoding:
                                   pa.array([errors[int(i)] for i in idx], pa.large_string()))
         dead = dead.append_column(DEAD_LETTER_ARROW.field("schema_id"),
                                   pa.array([schema_ids.get(int(i)) for i in idx], pa.int32()))
-        dead = dead.cast(DEAD_LETTER_ARROW)
+        dead = _conform(dead, self.dead_letter.schema().as_arrow())
         for attempt in range(self.config.commit_retries + 1):
             self.dead_letter = self.catalog.load_table(self.identifier)
             held = read_ledger(self.dead_letter).segments
@@ -156,3 +156,11 @@ class Decoding:
         raise IcebergTableError(f"{self.identifier}: dead-letter commit kept conflicting "
                                 f"({self.config.commit_retries} retries)")
 
+
+
+def _conform(data: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``data`` in a table's current Arrow schema (its field ids: the catalog assigns them when
+    it creates the table or adds columns); a column the data lacks is null."""
+    cols = [data.column(f.name) if f.name in data.column_names else pa.nulls(data.num_rows, f.type)
+            for f in schema]
+    return pa.Table.from_arrays([c.cast(f.type) for f, c in zip(schema, cols, strict=True)], schema=schema)

@@ -230,7 +230,7 @@ class JsonDecoder:
         where[rows.to_numpy()] = np.arange(len(rows), dtype=np.int64)
         take = pa.array(where, mask=where < 0)
         try:
-            return [objs.field(i).take(take).cast(f.type) for i, f in enumerate(self.arrow_schema)]
+            return [c.take(take).cast(f.type) for c, f in zip(objs.flatten(), self.arrow_schema, strict=True)]
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:  # e.g. a date with a time part
             raise DecodeConfigError(f"iceberg.decode: a decoded column does not convert: {e}") from e
 
@@ -331,7 +331,7 @@ class AvroDecoder:
                         rec = None
                 fitted.append(rec)
             arr = pa.array(fitted, type=self._struct)
-        return [arr.field(k) for k in range(arr.type.num_fields)]
+        return list(arr.flatten())  # flatten: a null record's fields are null
 
 
 def make_decoder(cfg: ValueDecodeConfig) -> Decoder:

@@ -161,7 +161,7 @@ class IcebergSync:
         data = data.sort_by([("partition", "ascending"), ("offset", "ascending")])
         if self.decoding is not None:  # dead letters committed first (see fetcher.iceberg.deadletter)
             before = self.decoding.dead_letters
-            data = self.decoding.split(group, data, topic_id)
+            data = self.decoding.split(group, data, topic_id, self.table)
             result.dead_letters += self.decoding.dead_letters - before
         files: list[DataFile] = (list(_dataframe_to_data_files(self.table.metadata, data, self.table.io))
                                  if data.num_rows else [])
