@@ -576,7 +576,8 @@ class IcebergConfig(_Strict):
     )
     decode: ValueDecodeConfig | None = Field(
         None, description="Decode values into typed columns (JSON, or Avro through a Schema Registry); "
-        "records that do not decode go to a dead-letter table. Off by default.",
+        "records that do not decode go to a dead-letter table. Off by default. Keys: `format`, `fields`, "
+        "`schema_registry`, `keep_value`, `dead_letter_suffix` (docs/iceberg.md, \"Decoding values\").",
     )
 
     @model_validator(mode="after")

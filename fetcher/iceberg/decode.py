@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -60,6 +61,9 @@ _PRIMITIVES: dict[str, IcebergType] = {
     "double": DoubleType(), "string": StringType(), "binary": BinaryType(), "date": DateType(),
     "timestamp": TimestampType(), "timestamptz": TimestamptzType(),
 }
+
+
+_ROW = re.compile(r" in row (\d+)$")
 
 
 class DecodeConfigError(ConfigError):
@@ -203,7 +207,14 @@ class JsonDecoder:
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
             reason = str(e)
         if len(lines) == 1:
-            errors[rows[0].as_py()] = f"JSON does not decode: {reason}"
+            errors[rows[0].as_py()] = f"JSON does not decode: {_ROW.sub('', reason)}"
+            return
+        at = _ROW.search(reason)  # a parse error names its line: the rows before it are fine
+        if at is not None and 0 <= int(at.group(1)) < len(lines):
+            bad = int(at.group(1))
+            errors[rows[bad].as_py()] = f"JSON does not decode: {_ROW.sub('', reason)}"
+            self._parse(lines.slice(0, bad), rows.slice(0, bad), out, errors)
+            self._parse(lines.slice(bad + 1), rows.slice(bad + 1), out, errors)
             return
         half = len(lines) // 2
         self._parse(lines.slice(0, half), rows.slice(0, half), out, errors)
@@ -213,8 +224,9 @@ class JsonDecoder:
         self.parses += 1
         one = pa.ListArray.from_arrays(pa.array([0, len(lines)], pa.int32()), lines)
         text = pc.binary_join(one, b"\n")[0].as_buffer()
-        return pajson.read_json(pa.BufferReader(text), parse_options=self._options,
-                                read_options=pajson.ReadOptions(block_size=max(1 << 20, text.size + 1)))
+        # one block: a parse error's row number is then the line's index in ``lines``
+        opts = pajson.ReadOptions(block_size=max(1 << 20, text.size + 1), use_threads=len(lines) > 1000)
+        return pajson.read_json(pa.BufferReader(text), parse_options=self._options, read_options=opts)
 
     def _assemble(self, n: int, parts: list[tuple[pa.Array, pa.Array]],
                   errors: dict[int, str]) -> list[pa.Array]:
