@@ -63,9 +63,31 @@ BAD = {700: "unknown", 2600: "corrupt", 3900: "plain"}  # record index -> kind (
 TOMBSTONE = 3300
 
 
+JSON_FIELDS: list[dict[str, Any]] = [
+    {"name": "id", "type": "long", "required": True}, {"name": "at", "type": "timestamptz"},
+    {"name": "who", "type": "struct",
+     "fields": [{"name": "name", "type": "string"}, {"name": "age", "type": "int"}]},
+    {"name": "tags", "type": "list", "element": {"name": "tag", "type": "string"}},
+]
+JSON_BAD = {100: b'{"id": "one hundred"}', 900: b"not json", 1500: b'{"id": 1}{"id": 2}',
+            1900: b'{"at": "2026"}'}  # in the first segment (about 2,100 values)
+
+
+def _produce_json(bs: str, topic: str) -> None:
+    p = Producer({"bootstrap.servers": bs, "linger.ms": 5})  # uncompressed: 1 MiB segments roll
+    for i in range(3000):
+        doc = {"id": i, "at": f"2026-11-20T{i % 24:02d}:00:00+01:00", "who": {"name": f"c{i}", "age": i % 97},
+               "tags": ["x"] * (i % 4), "pad": "p" * 400}
+        p.produce(topic, key=f"j{i}".encode(), value=JSON_BAD.get(i, json.dumps(doc).encode()), partition=0)
+        if i % 500 == 0:
+            p.poll(0)
+    assert p.flush(60) == 0
+
+
 @dataclass
 class AvroWorld:
     topic: str
+    json_topic: str
     bootstrap: str
     registry: SchemaRegistryServer
     sidecar: dict[str, Any]
@@ -124,7 +146,10 @@ def avro_world(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) ->
     tmp = tmp_path_factory.mktemp("iceberg-decode")
     bs = kafka.bootstrap
     topic = f"ice-avro-{uuid.uuid4().hex[:8]}"
+    json_topic = f"ice-json-{uuid.uuid4().hex[:8]}"
     create_topic(bs, topic)  # 1 MiB segments: the values span several
+    create_topic(bs, json_topic)
+    _produce_json(bs, json_topic)
     with schema_registry() as registry:
         ids = (register(registry.url, f"{topic}-value", V1), register(registry.url, f"{topic}-value", V2))
         assert ids[0] != ids[1]
@@ -134,8 +159,8 @@ def avro_world(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) ->
             "log_dirs": [str(kafka.log_dir)], "work_dir": str(work), "bootstrap_servers": bs,
             "storage": {"plugin": "local", "config": {"root": str(tmp / "remote"), "fsync": False}},
             "metadata": topic_rlmm(bs, work),
-            "topics": [{"pattern": topic, "remote.storage.enable": True, "retention.ms": -1,
-                        "retention.bytes": -1}],
+            "topics": [{"pattern": t, "remote.storage.enable": True, "retention.ms": -1,
+                        "retention.bytes": -1} for t in (topic, json_topic)],
             "task_interval_ms": 200, "http": {"enabled": False},
         }
         d = Daemon(load_config(None, **sidecar), once=True).start()
@@ -144,7 +169,7 @@ def avro_world(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) ->
         (tmp / "wh").mkdir()
         catalog = {"type": "sql", "uri": f"sqlite:///{tmp / 'catalog.db'}",
                    "warehouse": (tmp / "wh").as_uri()}
-        w = AvroWorld(topic, bs, registry, sidecar, catalog, tmp, [])
+        w = AvroWorld(topic, json_topic, bs, registry, sidecar, catalog, tmp, [])
         with RemoteFetcher.from_config(load_config(w.config("plan"))) as f:
             w.fetcher = f
             plan = f.plan(topic, 0)
@@ -203,9 +228,13 @@ def test_avro_values_decode_to_typed_columns_and_bad_ones_reach_the_dead_letter_
     assert by_kind["unknown"]["schema_id"] == 987654
     assert by_kind["corrupt"]["reason"].startswith("corrupt Avro payload for schema id ")
     assert by_kind["plain"]["reason"] == "not Confluent wire format (magic byte 110)"
-    # a rerun adds nothing to either table
-    again = run_iceberg(w.config("avro"), w.topic)
-    assert (again["added_segments"], again["dead_letter_rows"], again["rows"]) == (0, len(BAD), len(good))
+    # a rerun (in-process: the same code) adds nothing to either table
+    from fetcher.iceberg import IcebergSync, read_ledger
+
+    cfg = IcebergConfig.model_validate(w.iceberg("avro"))
+    again = IcebergSync(w.fetcher, load_catalog("rlm", **w.catalog), cfg, w.topic)
+    assert (again.run_once().added_segments, read_ledger(again.table).rows) == (0, len(good))
+    assert again.decoding is not None and again.decoding.summary()["dead_letter_rows"] == len(BAD)
 
 
 def test_a_crash_between_the_dead_letter_and_the_main_commit(avro_world: AvroWorld,
@@ -240,3 +269,36 @@ def test_a_crash_between_the_dead_letter_and_the_main_commit(avro_world: AvroWor
     assert len(catalog.load_table(sync.decoding.identifier).snapshots()) == 1
     rows = _read(w.catalog, sync.identifier, ["offset", "key", "value", *COLUMNS])
     assert rows == [{**g, "value": None} for g in good]
+
+
+def test_json_values_decode_to_typed_columns_and_bad_ones_reach_the_dead_letter_table(
+        avro_world: AvroWorld) -> None:
+    """A JSON topic (tiered in the same pass): an in-process writer, as ``rlm iceberg`` runs it."""
+    from fetcher.iceberg import IcebergSync
+
+    w = avro_world
+    plan = w.fetcher.plan(w.json_topic, 0)
+    assert len(plan.segments) >= 1 and plan.log_end > max(JSON_BAD)
+    truth = [(r[0], r[3], r[4]) for r in consumed(w.bootstrap, w.json_topic, int(plan.log_end))]
+    cfg = IcebergConfig.model_validate({"catalog": w.catalog, "table_name": "json_{topic}",
+                                        "decode": {"format": "json", "fields": JSON_FIELDS}})
+    sync = IcebergSync(w.fetcher, load_catalog("rlm", **w.catalog), cfg, w.json_topic)
+    r = sync.run_once()
+    assert sync.decoding is not None
+    assert r.added_segments == len(plan.segments) and r.dead_letters == len(JSON_BAD)
+    names = [f["name"] for f in JSON_FIELDS]
+    want = []
+    for offset, key, value in truth:
+        if int(key.decode()[1:]) in JSON_BAD:
+            continue
+        doc = json.loads(value)
+        doc["at"] = datetime.fromisoformat(doc["at"]).astimezone(UTC)
+        want.append({"offset": offset, **{n: doc[n] for n in names}})
+    assert _read(w.catalog, sync.identifier, ["offset", *names]) == want
+    dl = _read(w.catalog, sync.decoding.identifier, ["offset", "key", "value", "reason"])
+    assert [(d["offset"], d["key"], d["value"]) for d in dl] == [t for t in truth
+                                                                  if int(t[1][1:]) in JSON_BAD]
+    reasons = {int(d["key"][1:]): d["reason"] for d in dl}
+    assert "changed from number to string" in reasons[100]
+    assert reasons[1500].startswith("JSON does not decode: ")
+    assert "couldn't parse:2026" in reasons[1900]
