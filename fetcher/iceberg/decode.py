@@ -273,7 +273,6 @@ class AvroDecoder:
         self.registry = registry or SchemaRegistry(cfg.schema_registry)
         self._fastavro = fastavro
         self._parsed: dict[int, Any] = {}
-        self._names = [f.name for f in cfg.fields]
 
     def _writer_schema(self, schema_id: int) -> tuple[Any, str | None]:
         if schema_id in self._parsed:
@@ -322,7 +321,7 @@ class AvroDecoder:
             if not isinstance(rec, dict):
                 errors[i] = f"schema id {sid} is not an Avro record"
                 continue
-            records[i] = {k: rec.get(k) for k in self._names}
+            records[i] = rec  # Arrow takes the configured fields by name (missing: null; others: left out)
         columns = self._columns(records, errors)
         present = pc.is_valid(values)
         _required_errors(self.cfg, columns, present, errors)
