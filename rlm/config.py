@@ -479,6 +479,63 @@ _PLUGIN_KEYS = {
 }
 
 
+class DecodedField(_Strict):
+    """One column decoded from record values: a JSON member or an Avro record field."""
+
+    name: str = Field(min_length=1, description="Field name in the value (and the column's name).")
+    type: Literal["boolean", "int", "long", "float", "double", "string", "binary", "date",
+                  "timestamp", "timestamptz", "struct", "list"] = Field(
+        description="Iceberg type: boolean, int, long, float, double, string, binary, date, timestamp, "
+        "timestamptz, struct (give `fields`) or list (give `element`).")
+    required: bool = Field(False, description="A record without it (or with null) is a dead letter.")
+    fields: list[DecodedField] | None = Field(None, description="`struct`: its fields.")
+    element: DecodedField | None = Field(None, description="`list`: its element (`name` is ignored).")
+
+    @model_validator(mode="after")
+    def _nested(self) -> DecodedField:
+        if (self.type == "struct") != (self.fields is not None):
+            raise ValueError(f"field {self.name!r}: `fields` goes with type struct, and only with it")
+        if (self.type == "list") != (self.element is not None):
+            raise ValueError(f"field {self.name!r}: `element` goes with type list, and only with it")
+        return self
+
+
+class SchemaRegistryConfig(_Strict):
+    """A Confluent-compatible Schema Registry (Confluent, Apicurio's ``/apis/ccompat/v7``, Karapace)."""
+
+    url: str = Field(min_length=1,
+                     description="Base URL; writer schemas are read from `GET {url}/schemas/ids/{id}`.")
+    timeout_s: float = Field(10.0, gt=0, description="Timeout of one registry request.")
+    username: str | None = Field(None, description="HTTP basic auth user, if the registry needs one.")
+    password: SecretStr | None = Field(None, description="HTTP basic auth password.")
+
+
+class ValueDecodeConfig(_Strict):
+    """``rlm iceberg``: decode record values into typed columns; what does not decode goes to the
+    dead-letter table ``<table>_dead_letter`` with the reason."""
+
+    format: Literal["json", "avro"] = Field(
+        description="`json`: one JSON object per value; `avro`: Confluent wire format (magic byte 0, "
+        "4-byte big-endian schema id, Avro binary) with the writer schema from `schema_registry`.")
+    fields: list[DecodedField] = Field(
+        min_length=1, description="The decoded columns, added after the Kafka columns.")
+    schema_registry: SchemaRegistryConfig | None = Field(None, description="`avro`: the registry.")
+    keep_value: bool = Field(
+        True, description="Keep the raw `value` bytes of decoded rows (false: null there; the "
+        "dead-letter table always keeps them).")
+    dead_letter_suffix: str = Field(
+        "_dead_letter", min_length=1, description="Dead-letter table name: the table's name plus this.")
+
+    @model_validator(mode="after")
+    def _registry_for_avro(self) -> ValueDecodeConfig:
+        if self.format == "avro" and self.schema_registry is None:
+            raise ValueError("decode: format avro needs schema_registry")
+        names = [f.name for f in self.fields]
+        if len(set(names)) != len(names):
+            raise ValueError("decode: a field name is listed twice")
+        return self
+
+
 class IcebergConfig(_Strict):
     """``rlm iceberg``: the Apache Iceberg table kept per tiered topic (docs/iceberg.md).
 
@@ -516,6 +573,11 @@ class IcebergConfig(_Strict):
     poll_interval_ms: int = Field(5000, gt=0, description="`--follow`: pause between two passes.")
     commit_retries: int = Field(
         20, ge=0, description="Commit conflicts (another writer committed first) retried before giving up.",
+    )
+    decode: ValueDecodeConfig | None = Field(
+        None, description="Decode values into typed columns (JSON, or Avro through a Schema Registry); "
+        "records that do not decode go to a dead-letter table. Off by default. Keys: `format`, `fields`, "
+        "`schema_registry`, `keep_value`, `dead_letter_suffix` (docs/iceberg.md, \"Decoding values\").",
     )
 
     @model_validator(mode="after")

@@ -38,6 +38,7 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
 from fetcher import IsolationLevel, RemoteFetcher
+from fetcher.iceberg.deadletter import Decoding
 from fetcher.iceberg.ledger import Ledger, SegmentWork, read_ledger, summary_properties
 from fetcher.iceberg.table import (
     ARROW_SCHEMA,
@@ -66,6 +67,7 @@ class PassResult:
     conflicts: int = 0
     waiting: int = 0  # links past the read_committed bound (their transactions are undecided)
     commits: list[int] = field(default_factory=list)  # snapshot ids committed
+    dead_letters: int = 0  # rows sent to the dead-letter table (``iceberg.decode``)
 
 
 class IcebergSync:
@@ -83,6 +85,9 @@ class IcebergSync:
         self.on_commit = on_commit
         s3_checksums_when_required()
         self.table: Table = ensure_table(catalog, config, topic)
+        self.decoding = Decoding(catalog, config, topic) if config.decode is not None else None
+        if self.decoding is not None:
+            self.table = self.decoding.prepare(self.table)
 
     # ---- planning --------------------------------------------------------------------------
     def refresh(self) -> Ledger:
@@ -154,6 +159,10 @@ class IcebergSync:
         of its segments first (this writer's files are then deleted)."""
         data = pa.concat_tables([self.rows_of(w) for w in group])
         data = data.sort_by([("partition", "ascending"), ("offset", "ascending")])
+        if self.decoding is not None:  # dead letters committed first (see fetcher.iceberg.deadletter)
+            before = self.decoding.dead_letters
+            data = self.decoding.split(group, data, topic_id, self.table)
+            result.dead_letters += self.decoding.dead_letters - before
         files: list[DataFile] = (list(_dataframe_to_data_files(self.table.metadata, data, self.table.io))
                                  if data.num_rows else [])
         _hold_before_commit()

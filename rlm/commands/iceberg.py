@@ -53,7 +53,8 @@ def summary(config: DaemonConfig, sync: Any, added_segments: int, added_rows: in
     from fetcher.iceberg import catalog_properties
 
     ledger = sync.status()
-    return {"catalog": public_properties(catalog_properties(config)),
+    decoding = {} if getattr(sync, "decoding", None) is None else sync.decoding.summary()
+    return {**decoding, "catalog": public_properties(catalog_properties(config)),
             "catalog_name": config.iceberg.catalog_name, "table": sync.identifier,
             "location": sync.table.location(), "segments": len(ledger.segments), "rows": ledger.rows,
             "snapshots": ledger.snapshots, "added_segments": added_segments, "added_rows": added_rows,
