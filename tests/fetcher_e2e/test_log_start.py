@@ -154,8 +154,9 @@ def deleted(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> It
         load_config(None, **{**reader, "work_dir": str(tmp / "broker-reader"), "bootstrap_servers": bs})
     ) as f:
         broker_reader = f.plan(topic, 0).log_start  # nothing published yet: the broker's answer
-    # a reader with only the log dir: the broker writes log-start-offset-checkpoint every 60 s
-    # (log.flush.start.offset.checkpoint.interval.ms); its entry lies above the first local segment
+    # a reader with only the log dir: the broker rewrites log-start-offset-checkpoint every
+    # log.flush.start.offset.checkpoint.interval.ms (60 s in Kafka, 1 s in the test brokers); its
+    # entry lies above the first local segment
     checkpoint = kafka.log_dir / "log-start-offset-checkpoint"
     wait_for("log start checkpointed", lambda: f" {log_start}\n" in checkpoint.read_text(), timeout=90)
     dir_cfg = load_config(

@@ -22,6 +22,7 @@ from tests.services.proc import (
     ensure_jars,
     free_ports,
     java,
+    kill,
     spawn,
     stop,
     tcp_open,
@@ -203,6 +204,13 @@ class KafkaCluster:
             "log.segment.bytes": "1048576",
             "log.retention.check.interval.ms": "1000",
             "log.segment.delete.delay.ms": "1000",
+            # DeleteRecords reaches log-start-offset-checkpoint within 1 s, not Kafka's 60 s: the
+            # tests that read a log dir without the broker wait for that file
+            "log.flush.start.offset.checkpoint.interval.ms": "1000",
+            # the log manager's tasks (retention, DeleteRecords' segment deletion, the checkpoints
+            # above) first run 30 s after a node starts in Kafka; a test that (re)starts a node and
+            # then waits for retention would wait for that delay (an internal, testing-only setting)
+            "log.initial.task.delay.ms": "1000",
             "auto.create.topics.enable": "false",
         }
         if self.sasl is not None:
@@ -266,8 +274,17 @@ class KafkaCluster:
         wait_until(f"kafka node {n.node_id}", ready, timeout=timeout, proc=n.proc, log=n.log, interval=0.5)
 
     def stop(self, *, keep_data: bool = False) -> None:
+        """Stop every node; its data is deleted unless ``keep_data``.
+
+        Data thrown away needs no controlled shutdown, so the nodes are SIGKILLed: with several
+        nodes the last one's controlled shutdown waits for a quorum that is gone until the 30 s
+        grace ends. Kept data gets the graceful stop (a clean shutdown marker, no log recovery).
+        """
         for n in reversed(self._nodes):
-            stop(n.proc, grace=30)
+            if keep_data:
+                stop(n.proc, grace=30)
+            elif n.proc is not None:
+                kill(n.proc)
             n.proc = None
         if self._base is not None and not keep_data:
             shutil.rmtree(self._base, ignore_errors=True)

@@ -27,7 +27,6 @@ import fetcher.spark
 from rlm.config import load_config
 from rlm.daemon.service import Daemon
 from tests.daemon.helpers import create_topic, produce_txn, s3_storage, transactional_producer, wait_for
-from tests.services.proc import RUN_DIR
 from tests.services.spark_cluster import SparkCluster
 from tests.spark.helpers import Row, as_tuples, expected_rows
 
@@ -116,15 +115,6 @@ def test_local_session_reads_what_the_broker_wrote(spark: Any, broker_tiered: di
     assert as_tuples(ranged.collect(), headers=False) == want
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[SparkCluster]:
-    c = SparkCluster(RUN_DIR / f"spark-cluster-{time.time_ns()}").start()
-    try:
-        yield c
-    finally:
-        c.stop()
-
-
 def _run(cmd: list[str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable})
@@ -134,9 +124,9 @@ def _key(row: Row) -> tuple[Any, ...]:
     return (row[3], row[4])
 
 
-def test_cluster_read_and_backfill(cluster: SparkCluster, broker_tiered: dict[str, Any],
+def test_cluster_read_and_backfill(spark_cluster: SparkCluster, broker_tiered: dict[str, Any],
                                    tmp_path: Path) -> None:
-    t = broker_tiered
+    cluster, t = spark_cluster, broker_tiered
     r = _run([sys.executable, str(ROOT / "tests/spark/cluster_driver.py"), "--master", cluster.url,
               "--config", str(t["config"]), "--topic", t["topic"]])
     assert r.returncode == 0, r.stderr[-3000:]

@@ -13,13 +13,10 @@ import json
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.services.proc import RUN_DIR
 from tests.services.spark_cluster import SparkCluster, spark_home
 from tests.spark.helpers import expected_rows, tier
 from tests.wheel import build_wheel, install_target
@@ -102,20 +99,12 @@ def test_fresh_session_reads_without_register(tiered: tuple[Path, str, int], tmp
     assert got["typo_error"] is not None and "'subscrbe': unknown option" in got["typo_error"]
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[SparkCluster]:
-    c = SparkCluster(RUN_DIR / f"spark-sql-cluster-{time.time_ns()}", workers=1).start()
-    try:
-        yield c
-    finally:
-        c.stop()
-
-
 def _sql_cli(cluster: SparkCluster, installed: Path, tmp_path: Path) -> list[str]:
     """The options of the SQL command line driver on ``cluster``, executors on the wheel."""
     return ["--master", cluster.url,
             "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.ui.enabled=false",
-            "--conf", "spark.executor.memory=512m", "--conf", f"spark.sql.warehouse.dir={tmp_path / 'wh'}",
+            "--conf", "spark.executor.memory=512m", "--conf", "spark.cores.max=1",  # one executor
+            "--conf", f"spark.sql.warehouse.dir={tmp_path / 'wh'}",
             "--conf", f"spark.executorEnv.PYTHONPATH={installed}",
             "--driver-java-options", f"-Dderby.system.home={tmp_path}"]
 
@@ -127,9 +116,9 @@ def _run_cli(cmd: list[str], installed: Path, tmp_path: Path) -> list[list[str]]
     return [ln.split("\t") for ln in r.stdout.splitlines() if ln.startswith("rows\t")]
 
 
-def test_spark_sql_cli_on_the_cluster(installed: Path, tiered: tuple[Path, str, int], cluster: SparkCluster,
-                                      tmp_path: Path) -> None:
-    cfg, topic, n = tiered
+def test_spark_sql_cli_on_the_cluster(installed: Path, tiered: tuple[Path, str, int],
+                                      spark_cluster: SparkCluster, tmp_path: Path) -> None:
+    cluster, (cfg, topic, n) = spark_cluster, tiered
     sql = (f"CREATE TEMPORARY VIEW v USING `kafka-tiered` "
            f"OPTIONS (`rlm.config` '{cfg}', subscribe '{topic}');"
            f" SELECT 'rows', count(*), count(DISTINCT offset) FROM v;")
@@ -138,9 +127,9 @@ def test_spark_sql_cli_on_the_cluster(installed: Path, tiered: tuple[Path, str, 
 
 
 def test_spark_submit_of_a_sql_file_on_the_cluster(installed: Path, tiered: tuple[Path, str, int],
-                                                   cluster: SparkCluster, tmp_path: Path) -> None:
+                                                   spark_cluster: SparkCluster, tmp_path: Path) -> None:
     """``spark-submit`` of the SQL command line driver with ``-f``: a SQL file, no Python at all."""
-    cfg, topic, n = tiered
+    cluster, (cfg, topic, n) = spark_cluster, tiered
     script = tmp_path / "count.sql"
     script.write_text(f"""-- kafka-tiered from a SQL file
 CREATE TEMPORARY VIEW tiered USING `kafka-tiered`
