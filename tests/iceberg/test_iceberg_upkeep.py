@@ -4,8 +4,8 @@ A real broker, local remote storage and the file metadata store (the S3 warehous
 metadata store are test_iceberg.py's), the SQL catalog. One tiered topic whose
 records carry CreateTime stamps on three past days (about two 1 MiB segments a day), so a table
 fed one segment per snapshot has several small files per closed day. The tests run in file
-order: sizing, compaction (with a dead writer's orphan), lag, then ``DeleteRecords`` (the daemon
-deletes the remote segments below it) and expiry. What a confluent-kafka consumer reads from the
+order: sizing, compaction (with a dead writer's orphan), lag, then remote retention (the daemon
+deletes the first day's segments) and expiry. What a confluent-kafka consumer reads from the
 broker is the truth.
 """
 
@@ -25,8 +25,7 @@ from typing import Any
 
 import pytest
 import yaml
-from confluent_kafka import Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Producer
 
 from rlm.config import load_config
 from rlm.daemon.service import Daemon
@@ -49,6 +48,7 @@ class Up:
         (tmp / "wh").mkdir(exist_ok=True)
         self.catalog = {"type": "sql", "uri": f"sqlite:///{tmp / 'catalog.db'}", "warehouse": (tmp / "wh").as_uri()}
         self.truth: list[Row] = []
+        self.day0 = 0  # the first day's midnight (ms): records on it and the next two days
 
     def iceberg(self, name: str, **extra: Any) -> dict[str, Any]:
         return {"catalog": self.catalog, "table_name": name + "_{topic}", **extra}
@@ -117,6 +117,7 @@ def up(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         "task_interval_ms": 200, "http": {"enabled": False},
     }
     u = Up(topic, bs, sidecar, tmp, None)
+    u.day0 = day0
     u.tier()
     reader = {**sidecar, "work_dir": str(tmp / "reader"), "read": {"fetch_max_wait_ms": 30_000}}
     del reader["log_dirs"]
@@ -235,51 +236,54 @@ def test_lag_in_status_and_metrics(up: Up) -> None:
     assert f"{out['table']} ({up.topic}): 0 segments / 0 offsets behind" in text
 
 
-def test_delete_records_then_expiry(up: Up) -> None:
-    """``DeleteRecords`` into the second segment; the daemon deletes the remote segment wholly
-    below it. The table keeps those rows by default (a rerun adds nothing, removes nothing); with
-    ``expire_deleted_segments`` one pass removes them, recorded, and equals what the broker
-    serves now; a second pass does nothing. A table built now never had them."""
+def test_retention_then_expiry(up: Up) -> None:
+    """Remote retention (``retention.ms`` reaching the first day) deletes the remote segments
+    holding only that day's records, and the log start moves past them. The table keeps those
+    rows by default (a rerun adds nothing, removes nothing); with ``expire_deleted_segments``
+    one pass removes them, recorded, so the table holds exactly the records readers still serve;
+    a second pass does nothing. A table built now never has a record below the log start."""
     from fetcher.iceberg import read_ledger
     from fetcher.iceberg.expire import EXPIRED_KEY, expire_deleted
 
     links = up.links()
-    start = links[1].first + 137
-    for fut in AdminClient({"bootstrap.servers": up.bs}).delete_records(
-            [TopicPartition(up.topic, 0, start)]).values():
-        fut.result(timeout=30)
-    up.tier()  # learns the bound, publishes it, deletes the remote segment below it
-    wait_for("the reader sees the log start", lambda: up.fetcher.log_start(up.topic, 0).offset == start, timeout=60)
-    remaining = {link.metadata.remote_log_segment_id.id.text for link in up.links()}
+    for name in ("hist", "hist2"):  # history tables built before retention
+        up.sync(name).run_once()
+    topics = up.sidecar["topics"]
+    retention = int(time.time() * 1000) - (up.day0 + DAY_MS // 2)  # up to noon of the first day
+    up.sidecar["topics"] = [{**topics[0], "retention.ms": retention}]
+    try:
+        up.tier()
+    finally:
+        up.sidecar["topics"] = topics
     gone = [link.metadata.remote_log_segment_id.id.text for link in links
-            if link.metadata.remote_log_segment_id.id.text not in remaining]
-    assert gone  # the first segment was deleted from remote storage
-    served = consumed(up.bs, up.topic, up.fetcher.plan(up.topic, 0).log_end)
-    assert served[0][0] == start and served == [r for r in up.truth if r[0] >= start]
+            if link.metadata.max_timestamp_ms < up.day0 + DAY_MS // 2]
+    assert gone and len(gone) < len(links)
+    wait_for("the reader sees retention", lambda: len(up.links()) == len(links) - len(gone), timeout=60)
+    start = up.fetcher.log_start(up.topic, 0).offset
+    assert start == up.links()[0].first == links[len(gone)].first
+    served = [r for r in up.truth if r[0] >= start]
 
-    sync = up.sync("main")  # built before the deletion, by default configuration
-    before = digest(sync.table)
-    assert before[0] == 0
-    assert sync.run_once().added_segments == len(up.links())  # (a fresh table: lineage from `start`)
-    assert table_rows(up.result("main"))[0] == served  # never a record below the log start
-    old = up.sync("sized")  # built before DeleteRecords: keeps the history by default
+    fresh = up.sync("fresh")
+    assert fresh.run_once().added_segments == len(up.links())
+    assert table_rows(up.result("fresh"))[0] == served  # never a record below the log start
+    old = up.sync("hist")  # built before retention: keeps the history by default
     assert old.run_once().added_segments == 0
-    assert table_rows(up.result("sized"))[0] == up.truth
+    assert table_rows(up.result("hist"))[0] == up.truth
 
     r = expire_deleted(up.fetcher, load_catalog("rlm", **up.catalog), old.identifier, up.topic)
     assert r.below == {0: start} and r.rows_removed == len(up.truth) - len(served)
-    assert {s[1] for s in r.segments} >= set(gone)
-    table = up.table("sized")
-    assert table_rows(up.result("sized"))[0] == served
+    assert {s[1] for s in r.segments} == set(gone)
+    table = up.table("hist")
+    assert table_rows(up.result("hist"))[0] == served
     assert json.loads(table.current_snapshot().summary.additional_properties[EXPIRED_KEY])["below"] == {"0": start}
     snaps = len(table.snapshots())
     assert expire_deleted(up.fetcher, load_catalog("rlm", **up.catalog), old.identifier, up.topic).below == {}
-    assert len(up.table("sized").snapshots()) == snaps  # idempotent
-    assert up.sync("sized").run_once().added_segments == 0  # expired segments stay recorded
-    assert set(read_ledger(up.table("sized")).segments) >= set(gone)
+    assert len(up.table("hist").snapshots()) == snaps  # idempotent
+    assert up.sync("hist").run_once().added_segments == 0  # expired segments stay recorded
+    assert set(read_ledger(up.table("hist")).segments) >= set(gone)
 
-    # through the command: the option on, one pass expires the compacted table too
-    out = rlm("iceberg", "--config", str(up.config("compact", expire_deleted_segments=True)), "--topic",
+    # through the command: the option on, one pass expires
+    out = rlm("iceberg", "--config", str(up.config("hist2", expire_deleted_segments=True)), "--topic",
               up.topic, "--json")
     assert (out["added_segments"], out["expired_rows"]) == (0, len(up.truth) - len(served))
-    assert table_rows(up.result("compact"))[0] == served
+    assert table_rows(up.result("hist2"))[0] == served
