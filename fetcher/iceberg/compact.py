@@ -64,9 +64,15 @@ class CompactResult:
     orphans_kept: list[str] = field(default_factory=list)  # too young to be sure they are orphans
 
     def to_dict(self) -> dict[str, Any]:
-        return {"partitions": self.partitions, "files_rewritten": self.files_rewritten,
-                "files_written": self.files_written, "rows": self.rows, "snapshot": self.snapshot_id,
-                "orphans_deleted": len(self.orphans_deleted), "orphans_kept": len(self.orphans_kept)}
+        return {
+            "partitions": self.partitions,
+            "files_rewritten": self.files_rewritten,
+            "files_written": self.files_written,
+            "rows": self.rows,
+            "snapshot": self.snapshot_id,
+            "orphans_deleted": len(self.orphans_deleted),
+            "orphans_kept": len(self.orphans_kept),
+        }
 
 
 class _ReplaceFiles(_OverwriteFiles):
@@ -86,7 +92,9 @@ def _closed(table: Table, files: list[DataFile]) -> dict[tuple[int, tuple[Any, .
     out = {}
     for key, group in by_part.items():
         spec = table.specs()[key[0]]
-        times = [i for i, pf in enumerate(spec.fields) if isinstance(pf.transform, (DayTransform, HourTransform))]
+        times = [
+            i for i, pf in enumerate(spec.fields) if isinstance(pf.transform, (DayTransform, HourTransform))
+        ]
         if not times:
             out[key] = group
             continue
@@ -105,9 +113,16 @@ def _read(table: Table, files: list[DataFile]) -> pa.Table:
     return pa.concat_tables(parts).sort_by([("partition", "ascending"), ("offset", "ascending")])
 
 
-def compact(catalog: Catalog, identifier: str, *, target_file_size_bytes: int | None = None,
-            min_files: int = 2, small_fraction: float = 0.75, orphan_min_age_s: float = 3600.0,
-            retries: int = 5) -> CompactResult:
+def compact(
+    catalog: Catalog,
+    identifier: str,
+    *,
+    target_file_size_bytes: int | None = None,
+    min_files: int = 2,
+    small_fraction: float = 0.75,
+    orphan_min_age_s: float = 3600.0,
+    retries: int = 5,
+) -> CompactResult:
     """Rewrite the small files of the table's closed partitions in one replace snapshot, then
     delete orphan data files older than ``orphan_min_age_s``. ``target_file_size_bytes`` (when
     given) also becomes the table's ``write.target-file-size-bytes``, in the same commit."""
@@ -117,8 +132,7 @@ def compact(catalog: Catalog, identifier: str, *, target_file_size_bytes: int | 
         target = target_file_size_bytes or int(table.properties.get(TARGET_PROPERTY, 512 * 1024 * 1024))
         small = int(target * small_fraction)
         live = [t.file for t in table.scan().plan_files()]
-        todo = {k: [f for f in g if f.file_size_in_bytes < small]
-                for k, g in _closed(table, live).items()}
+        todo = {k: [f for f in g if f.file_size_in_bytes < small] for k, g in _closed(table, live).items()}
         todo = {k: g for k, g in todo.items() if len(g) >= min_files}
         if not todo:
             if target_file_size_bytes and table.properties.get(TARGET_PROPERTY) != str(target):
@@ -133,14 +147,21 @@ def compact(catalog: Catalog, identifier: str, *, target_file_size_bytes: int | 
         for group in todo.values():
             data = _read(table, group)
             if data.num_rows != sum(f.record_count for f in group):
-                raise IcebergTableError(f"{identifier}: the files of a partition hold {data.num_rows} rows, "
-                                        f"their manifests say {sum(f.record_count for f in group)}")
+                raise IcebergTableError(
+                    f"{identifier}: the files of a partition hold {data.num_rows} rows, "
+                    f"their manifests say {sum(f.record_count for f in group)}"
+                )
             rows += data.num_rows
             written += list(_dataframe_to_data_files(tx.table_metadata, data, table.io))
-        props = {COMPACTION_KEY: json.dumps({"rewritten": len(old), "written": len(written),
-                                             "partitions": len(todo)}, separators=(",", ":"))}
-        replace = _ReplaceFiles(operation=Operation.OVERWRITE, transaction=tx, io=table.io,
-                                snapshot_properties=props)
+        props = {
+            COMPACTION_KEY: json.dumps(
+                {"rewritten": len(old), "written": len(written), "partitions": len(todo)},
+                separators=(",", ":"),
+            )
+        }
+        replace = _ReplaceFiles(
+            operation=Operation.OVERWRITE, transaction=tx, io=table.io, snapshot_properties=props
+        )
         with replace as r:
             for f in old:
                 r.delete_data_file(f)
@@ -156,7 +177,11 @@ def compact(catalog: Catalog, identifier: str, *, target_file_size_bytes: int | 
         snap = table.current_snapshot()
         result.snapshot_id = snap.snapshot_id if snap is not None else None
         result.partitions, result.files_rewritten, result.files_written, result.rows = (
-            len(todo), len(old), len(written), rows)
+            len(todo),
+            len(old),
+            len(written),
+            rows,
+        )
         log.info("iceberg_compaction", table=identifier, **result.to_dict())
         break
     else:
@@ -174,8 +199,11 @@ def orphans_with_age(table: Table) -> list[tuple[str, float]]:
         return []
     data = table.location().rstrip("/") + "/data"
     scheme, netloc, _ = PyArrowFileIO.parse_location(data)
-    fs = (table.io.fs_by_scheme(scheme, netloc) if isinstance(table.io, PyArrowFileIO)
-          else pafs.FileSystem.from_uri(data)[0])
+    fs = (
+        table.io.fs_by_scheme(scheme, netloc)
+        if isinstance(table.io, PyArrowFileIO)
+        else pafs.FileSystem.from_uri(data)[0]
+    )
     now = time.time()
     out = []
     for uri in found:
@@ -193,5 +221,9 @@ def _remove_orphans(table: Table, min_age_s: float, result: CompactResult) -> No
         table.io.delete(uri)
         result.orphans_deleted.append(uri)
     if result.orphans_deleted or result.orphans_kept:
-        log.info("iceberg_orphans", table=table.name(), deleted=len(result.orphans_deleted),
-                 kept_too_young=len(result.orphans_kept))
+        log.info(
+            "iceberg_orphans",
+            table=table.name(),
+            deleted=len(result.orphans_deleted),
+            kept_too_young=len(result.orphans_kept),
+        )

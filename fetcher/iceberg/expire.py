@@ -57,8 +57,9 @@ def expired_bounds(table: Table) -> dict[int, int]:
     return out
 
 
-def expire_deleted(fetcher: RemoteFetcher, catalog: Catalog, identifier: str, topic: str,
-                   retries: int = 5) -> ExpireResult:
+def expire_deleted(
+    fetcher: RemoteFetcher, catalog: Catalog, identifier: str, topic: str, retries: int = 5
+) -> ExpireResult:
     """Delete the rows below each partition's log start that are still in the table."""
     for attempt in range(retries + 1):
         table = catalog.load_table(identifier)
@@ -68,18 +69,30 @@ def expire_deleted(fetcher: RemoteFetcher, catalog: Catalog, identifier: str, to
         for tp in fetcher.topics().get(topic, []):
             start = fetcher.log_start(tp).offset
             if start > done.get(tp.partition, 0) and any(
-                    w.partition == tp.partition and w.start < start for w in ledger.segments.values()):
+                w.partition == tp.partition and w.start < start for w in ledger.segments.values()
+            ):
                 result.below[tp.partition] = start
         if not result.below:
             return ExpireResult()
-        result.segments = sorted([w.partition, w.segment_id, w.start, w.end] for w in ledger.segments.values()
-                                 if w.start < result.below.get(w.partition, -1))
-        preds: list[BooleanExpression] = [And(EqualTo(term=Reference("partition"), value=literal(p)),
-                                              LessThan(term=Reference("offset"), value=literal(off)))
-                                          for p, off in sorted(result.below.items())]
+        result.segments = sorted(
+            [w.partition, w.segment_id, w.start, w.end]
+            for w in ledger.segments.values()
+            if w.start < result.below.get(w.partition, -1)
+        )
+        preds: list[BooleanExpression] = [
+            And(
+                EqualTo(term=Reference("partition"), value=literal(p)),
+                LessThan(term=Reference("offset"), value=literal(off)),
+            )
+            for p, off in sorted(result.below.items())
+        ]
         where = preds[0] if len(preds) == 1 else Or(*preds)
-        props = {EXPIRED_KEY: json.dumps({"below": {str(p): o for p, o in result.below.items()},
-                                          "segments": result.segments}, separators=(",", ":"))}
+        props = {
+            EXPIRED_KEY: json.dumps(
+                {"below": {str(p): o for p, o in result.below.items()}, "segments": result.segments},
+                separators=(",", ":"),
+            )
+        }
         before = ledger.rows
         tx = table.transaction()
         tx.delete(where, snapshot_properties=props)
@@ -89,7 +102,12 @@ def expire_deleted(fetcher: RemoteFetcher, catalog: Catalog, identifier: str, to
             log.info("iceberg_expiry_conflict", table=identifier, attempt=attempt, error=str(e))
             continue
         result.rows_removed = before - read_ledger(table).rows
-        log.info("iceberg_expired", table=identifier, below=result.below, segments=len(result.segments),
-                 rows=result.rows_removed)
+        log.info(
+            "iceberg_expired",
+            table=identifier,
+            below=result.below,
+            segments=len(result.segments),
+            rows=result.rows_removed,
+        )
         return result
     raise IcebergTableError(f"{identifier}: expiry kept conflicting with writers ({retries} retries)")

@@ -57,7 +57,11 @@ class TableLag:
         return sum(p.offsets_behind for p in self.partitions)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "segments_behind": self.segments_behind, "offsets_behind": self.offsets_behind}
+        return {
+            **asdict(self),
+            "segments_behind": self.segments_behind,
+            "offsets_behind": self.offsets_behind,
+        }
 
 
 def last_commit_ms(table: Table) -> int:
@@ -68,22 +72,40 @@ def last_commit_ms(table: Table) -> int:
     return -1
 
 
-def measure(fetcher: RemoteFetcher, table: Table, ledger: Ledger, topic: str, identifier: str,
-            waiting: int = 0) -> TableLag:
+def measure(
+    fetcher: RemoteFetcher, table: Table, ledger: Ledger, topic: str, identifier: str, waiting: int = 0
+) -> TableLag:
     """The table's lag behind the remote tier of ``topic`` (``ledger``: read from ``table``)."""
-    out = TableLag(topic, identifier, int(time.time() * 1000), last_commit_ms(table), len(ledger.segments),
-                   ledger.rows, waiting)
+    out = TableLag(
+        topic,
+        identifier,
+        int(time.time() * 1000),
+        last_commit_ms(table),
+        len(ledger.segments),
+        ledger.rows,
+        waiting,
+    )
     for tp in fetcher.topics().get(topic, []):
         plan = fetcher.plan(tp)
         end = ledger.next_offset.get(tp.partition, 0)
         behind = 0
         for link in plan.segments:
-            w = SegmentWork(tp.partition, link.metadata.remote_log_segment_id.id.text,
-                            max(link.first, end), link.last + 1)
+            w = SegmentWork(
+                tp.partition, link.metadata.remote_log_segment_id.id.text, max(link.first, end), link.last + 1
+            )
             if w.start < w.end and not ledger.holds(w):
                 behind += 1
-        out.partitions.append(PartitionLag(tp.partition, plan.log_start, plan.log_end, len(plan.segments), end,
-                                           behind, max(0, plan.log_end - max(end, plan.log_start))))
+        out.partitions.append(
+            PartitionLag(
+                tp.partition,
+                plan.log_start,
+                plan.log_end,
+                len(plan.segments),
+                end,
+                behind,
+                max(0, plan.log_end - max(end, plan.log_start)),
+            )
+        )
     return out
 
 

@@ -19,23 +19,48 @@ class IcebergMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         part = ("table", "topic", "partition")
-        self.segments_behind = Gauge("rlm_iceberg_segments_behind",
-                                     "Lineage remote segments not yet in the Iceberg table", part, registry=r)
-        self.offsets_behind = Gauge("rlm_iceberg_offsets_behind",
-                                    "Remote offsets past the end of the Iceberg table", part, registry=r)
-        self.waiting = Gauge("rlm_iceberg_segments_waiting",
-                             "Segments past the read_committed bound (transactions undecided)", ("table",),
-                             registry=r)
-        self.last_commit = Gauge("rlm_iceberg_last_commit_timestamp_seconds",
-                                 "When the newest snapshot adding segments was committed", ("table",), registry=r)
-        self.rows_per_second = Gauge("rlm_iceberg_rows_per_second",
-                                     "Rows per second of the last pass that added rows", ("table",), registry=r)
-        self.rows = Counter("rlm_iceberg_rows_written", "Rows appended to the Iceberg table", ("table",),
-                            registry=r)
-        self.segments = Counter("rlm_iceberg_segments_written", "Remote segments appended to the Iceberg table",
-                                ("table",), registry=r)
-        self.conflicts = Counter("rlm_iceberg_commit_conflicts",
-                                 "Commits that found another writer's commit first", ("table",), registry=r)
+        self.segments_behind = Gauge(
+            "rlm_iceberg_segments_behind",
+            "Lineage remote segments not yet in the Iceberg table",
+            part,
+            registry=r,
+        )
+        self.offsets_behind = Gauge(
+            "rlm_iceberg_offsets_behind", "Remote offsets past the end of the Iceberg table", part, registry=r
+        )
+        self.waiting = Gauge(
+            "rlm_iceberg_segments_waiting",
+            "Segments past the read_committed bound (transactions undecided)",
+            ("table",),
+            registry=r,
+        )
+        self.last_commit = Gauge(
+            "rlm_iceberg_last_commit_timestamp_seconds",
+            "When the newest snapshot adding segments was committed",
+            ("table",),
+            registry=r,
+        )
+        self.rows_per_second = Gauge(
+            "rlm_iceberg_rows_per_second",
+            "Rows per second of the last pass that added rows",
+            ("table",),
+            registry=r,
+        )
+        self.rows = Counter(
+            "rlm_iceberg_rows_written", "Rows appended to the Iceberg table", ("table",), registry=r
+        )
+        self.segments = Counter(
+            "rlm_iceberg_segments_written",
+            "Remote segments appended to the Iceberg table",
+            ("table",),
+            registry=r,
+        )
+        self.conflicts = Counter(
+            "rlm_iceberg_commit_conflicts",
+            "Commits that found another writer's commit first",
+            ("table",),
+            registry=r,
+        )
 
     def record_pass(self, table: str, segments: int, rows: int, conflicts: int, seconds: float) -> None:
         self.segments.labels(table).inc(segments)

@@ -18,11 +18,19 @@ from rlm.config import DaemonConfig, load_config
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("action", nargs="?", default="sync", choices=["sync", "compact"],
-                   help="sync (default): append what is missing; compact: rewrite small files, delete orphans")
+    p.add_argument(
+        "action",
+        nargs="?",
+        default="sync",
+        choices=["sync", "compact"],
+        help="sync (default): append what is missing; compact: rewrite small files, delete orphans",
+    )
     p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (with --follow)")
-    p.add_argument("--orphan-min-age-ms", type=int,
-                   help="compact: delete orphans this old (default: iceberg.orphan_min_age_ms)")
+    p.add_argument(
+        "--orphan-min-age-ms",
+        type=int,
+        help="compact: delete orphans this old (default: iceberg.orphan_min_age_ms)",
+    )
 
 
 class PassHook:
@@ -45,13 +53,17 @@ class PassHook:
         from fetcher.iceberg.lag import measure, write_lag
 
         if self.config.iceberg.expire_deleted_segments:
-            self.expired_rows += expire_deleted(self.fetcher, self.sync.catalog, self.sync.identifier,
-                                                self.sync.topic).rows_removed
+            self.expired_rows += expire_deleted(
+                self.fetcher, self.sync.catalog, self.sync.identifier, self.sync.topic
+            ).rows_removed
         ledger = self.sync.status()
-        lag = measure(self.fetcher, self.sync.table, ledger, self.sync.topic, self.sync.identifier, result.waiting)
+        lag = measure(
+            self.fetcher, self.sync.table, ledger, self.sync.topic, self.sync.identifier, result.waiting
+        )
         write_lag(self.config.work_dir, lag)
-        self.metrics.record_pass(self.sync.identifier, result.added_segments, result.added_rows,
-                                 result.conflicts, seconds)
+        self.metrics.record_pass(
+            self.sync.identifier, result.added_segments, result.added_rows, result.conflicts, seconds
+        )
         self.metrics.record_lag(lag)
 
 
@@ -66,15 +78,25 @@ def compact_command(args: argparse.Namespace) -> int:
     catalog = open_catalog(config)
     ensure_table(catalog, cfg, args.topic)
     min_age_ms = cfg.orphan_min_age_ms if args.orphan_min_age_ms is None else args.orphan_min_age_ms
-    r = compact(catalog, table_identifier(cfg, args.topic), target_file_size_bytes=cfg.target_file_size_bytes,
-                min_files=cfg.compact_min_files, orphan_min_age_s=min_age_ms / 1000)
+    r = compact(
+        catalog,
+        table_identifier(cfg, args.topic),
+        target_file_size_bytes=cfg.target_file_size_bytes,
+        min_files=cfg.compact_min_files,
+        orphan_min_age_s=min_age_ms / 1000,
+    )
     out = {"table": table_identifier(cfg, args.topic), **r.to_dict()}
     if r.orphans_kept:
-        print(f"rlm iceberg compact: {len(r.orphans_kept)} unreferenced data files are younger than "
-              f"{min_age_ms} ms (a writer may be about to commit them): kept", file=sys.stderr)
+        print(
+            f"rlm iceberg compact: {len(r.orphans_kept)} unreferenced data files are younger than "
+            f"{min_age_ms} ms (a writer may be about to commit them): kept",
+            file=sys.stderr,
+        )
     if args.json:
         print(json.dumps(out, sort_keys=True))
     else:
-        print(f"{out['table']}: {r.files_rewritten} small files of {r.partitions} closed partitions rewritten "
-              f"as {r.files_written} ({r.rows} rows); {len(r.orphans_deleted)} orphan files deleted")
+        print(
+            f"{out['table']}: {r.files_rewritten} small files of {r.partitions} closed partitions rewritten "
+            f"as {r.files_written} ({r.rows} rows); {len(r.orphans_deleted)} orphan files deleted"
+        )
     return 0

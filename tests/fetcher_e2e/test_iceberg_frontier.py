@@ -24,21 +24,32 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 def _rows(table: Any) -> list[tuple[Any, ...]]:
     t = table.scan().to_arrow().sort_by([("offset", "ascending")])
-    return [(r["offset"], r["timestampType"] + 1, int(r["timestamp"].timestamp() * 1000), r["key"], r["value"],
-             tuple((h["key"], h["value"]) for h in (r["headers"] or []))) for r in t.to_pylist()]
+    return [
+        (
+            r["offset"],
+            r["timestampType"] + 1,
+            int(r["timestamp"].timestamp() * 1000),
+            r["key"],
+            r["value"],
+            tuple((h["key"], h["value"]) for h in (r["headers"] or [])),
+        )
+        for r in t.to_pylist()
+    ]
 
 
 @pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
-def test_table_equals_the_brokers_consumer_at_the_frontier(tiered: Tiered, fetcher: Any, tmp_path: Path,
-                                                           isolation: str) -> None:
+def test_table_equals_the_brokers_consumer_at_the_frontier(
+    tiered: Tiered, fetcher: Any, tmp_path: Path, isolation: str
+) -> None:
     from pyiceberg.catalog import load_catalog
 
     from fetcher.iceberg import IcebergSync, read_ledger
     from rlm.config import IcebergConfig
 
     (tmp_path / "wh").mkdir()
-    catalog = load_catalog("rlm", type="sql", uri=f"sqlite:///{tmp_path / 'c.db'}",
-                           warehouse=(tmp_path / "wh").as_uri())
+    catalog = load_catalog(
+        "rlm", type="sql", uri=f"sqlite:///{tmp_path / 'c.db'}", warehouse=(tmp_path / "wh").as_uri()
+    )
     sync = IcebergSync(fetcher, catalog, IcebergConfig(isolation=isolation), tiered.topic)
     r = sync.run_once()
     plan = fetcher.plan(tiered.topic, 0)

@@ -46,7 +46,11 @@ class Up:
     def __init__(self, topic: str, bs: str, sidecar: dict[str, Any], tmp: Path, fetcher: Any) -> None:
         self.topic, self.bs, self.sidecar, self.tmp, self.fetcher = topic, bs, sidecar, tmp, fetcher
         (tmp / "wh").mkdir(exist_ok=True)
-        self.catalog = {"type": "sql", "uri": f"sqlite:///{tmp / 'catalog.db'}", "warehouse": (tmp / "wh").as_uri()}
+        self.catalog = {
+            "type": "sql",
+            "uri": f"sqlite:///{tmp / 'catalog.db'}",
+            "warehouse": (tmp / "wh").as_uri(),
+        }
         self.truth: list[Row] = []
         self.day0 = 0  # the first day's midnight (ms): records on it and the next two days
 
@@ -56,7 +60,11 @@ class Up:
     def config(self, name: str, **extra: Any) -> Path:
         """A reader config on the daemon's work dir (the daemon is stopped between tierings), so
         ``rlm status`` there shows the table too."""
-        reader = {**self.sidecar, "read": {"fetch_max_wait_ms": 30_000}, "iceberg": self.iceberg(name, **extra)}
+        reader = {
+            **self.sidecar,
+            "read": {"fetch_max_wait_ms": 30_000},
+            "iceberg": self.iceberg(name, **extra),
+        }
         del reader["log_dirs"]
         path = self.tmp / f"{name}.yaml"
         path.write_text(yaml.safe_dump(reader))
@@ -103,18 +111,29 @@ def up(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     n = 4200  # three days of 1400 records of ~850 bytes: about two segments a day
     for i in range(n):
         ts = day0 + (i // 1400) * DAY_MS + (i % 1400) * 1000
-        p.produce(topic, key=f"k{i}".encode(), value=hashlib.sha256(str(i).encode()).digest() * 26,
-                  partition=0, timestamp=ts, headers=[("i", str(i).encode())] if i % 5 == 0 else None)
+        p.produce(
+            topic,
+            key=f"k{i}".encode(),
+            value=hashlib.sha256(str(i).encode()).digest() * 26,
+            partition=0,
+            timestamp=ts,
+            headers=[("i", str(i).encode())] if i % 5 == 0 else None,
+        )
         if i % 500 == 0:
             p.poll(0)
     assert p.flush(60) == 0
     work = tmp / "work"
     sidecar: dict[str, Any] = {
-        "log_dirs": [str(kafka.log_dir)], "work_dir": str(work), "bootstrap_servers": bs,
+        "log_dirs": [str(kafka.log_dir)],
+        "work_dir": str(work),
+        "bootstrap_servers": bs,
         "storage": {"plugin": "local", "config": {"root": str(work / "remote"), "fsync": False}},
         "metadata": {"manager": "file", "config": {"dir": str(work / "metadata")}},
-        "topics": [{"pattern": topic, "remote.storage.enable": True, "retention.ms": -1, "retention.bytes": -1}],
-        "task_interval_ms": 200, "http": {"enabled": False},
+        "topics": [
+            {"pattern": topic, "remote.storage.enable": True, "retention.ms": -1, "retention.bytes": -1}
+        ],
+        "task_interval_ms": 200,
+        "http": {"enabled": False},
     }
     u = Up(topic, bs, sidecar, tmp, None)
     u.day0 = day0
@@ -155,8 +174,9 @@ def test_the_writer_honours_the_target_file_size(up: Up) -> None:
     assert table_rows(up.result("sized"))[0] == up.truth
 
 
-def test_compaction_rewrites_closed_days_in_one_commit_and_deletes_orphans(up: Up,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_compaction_rewrites_closed_days_in_one_commit_and_deletes_orphans(
+    up: Up, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """One segment per snapshot: several small files per day. ``rlm iceberg compact`` rewrites the
     two closed days' files as one file each, in one replace snapshot; the newest day is left
     alone; rows, ledger and answers are unchanged; a rerun of the writer adds nothing; the file
@@ -182,8 +202,17 @@ def test_compaction_rewrites_closed_days_in_one_commit_and_deletes_orphans(up: U
     assert all(len(fs) >= 2 for d, fs in before.items() if d != newest)
     ledger_before, digest_before, snaps = read_ledger(table).segments, digest(table), len(table.snapshots())
 
-    out = rlm("iceberg", "compact", "--config", str(up.config("compact")), "--topic", up.topic, "--json",
-              "--orphan-min-age-ms", "0")
+    out = rlm(
+        "iceberg",
+        "compact",
+        "--config",
+        str(up.config("compact")),
+        "--topic",
+        up.topic,
+        "--json",
+        "--orphan-min-age-ms",
+        "0",
+    )
     closed = [d for d in before if d != newest]
     assert out["partitions"] == len(closed)
     assert out["files_rewritten"] == sum(len(before[d]) for d in closed)
@@ -191,7 +220,9 @@ def test_compaction_rewrites_closed_days_in_one_commit_and_deletes_orphans(up: U
     table = up.table("compact")
     assert len(table.snapshots()) == snaps + 1
     snap = table.current_snapshot()
-    assert snap.summary.operation.value == "replace" and "rlm.segments" not in snap.summary.additional_properties
+    assert (
+        snap.summary.operation.value == "replace" and "rlm.segments" not in snap.summary.additional_properties
+    )
     after = files_by_day(table)
     assert all(len(after[d]) == 1 for d in closed)
     assert sorted(f.file_path for f in after[newest]) == sorted(f.file_path for f in before[newest])
@@ -224,7 +255,9 @@ def test_lag_in_status_and_metrics(up: Up) -> None:
     assert f'rlm_iceberg_offsets_behind{{partition="0",table="{ident}",topic="{up.topic}"}} 0.0' in text
     assert f'rlm_iceberg_segments_written_total{{table="{ident}"}} {float(len(links))}' in text
     assert f'rlm_iceberg_rows_per_second{{table="{ident}"}} {len(up.truth) / 2.0}' in text
-    m = re.search(r'rlm_iceberg_last_commit_timestamp_seconds\{table="' + re.escape(ident) + r'"\} (\S+)', text)
+    m = re.search(
+        r'rlm_iceberg_last_commit_timestamp_seconds\{table="' + re.escape(ident) + r'"\} (\S+)', text
+    )
     assert m and abs(float(m.group(1)) - sync.table.current_snapshot().timestamp_ms / 1000) < 0.01
 
     out = rlm("iceberg", "--config", str(up.config("lag2")), "--topic", up.topic, "--json")
@@ -255,8 +288,11 @@ def test_retention_then_expiry(up: Up) -> None:
         up.tier()
     finally:
         up.sidecar["topics"] = topics
-    gone = [link.metadata.remote_log_segment_id.id.text for link in links
-            if link.metadata.max_timestamp_ms < up.day0 + DAY_MS // 2]
+    gone = [
+        link.metadata.remote_log_segment_id.id.text
+        for link in links
+        if link.metadata.max_timestamp_ms < up.day0 + DAY_MS // 2
+    ]
     assert gone and len(gone) < len(links)
     wait_for("the reader sees retention", lambda: len(up.links()) == len(links) - len(gone), timeout=60)
     start = up.fetcher.log_start(up.topic, 0).offset
@@ -275,7 +311,9 @@ def test_retention_then_expiry(up: Up) -> None:
     assert {s[1] for s in r.segments} == set(gone)
     table = up.table("hist")
     assert table_rows(up.result("hist"))[0] == served
-    assert json.loads(table.current_snapshot().summary.additional_properties[EXPIRED_KEY])["below"] == {"0": start}
+    assert json.loads(table.current_snapshot().summary.additional_properties[EXPIRED_KEY])["below"] == {
+        "0": start
+    }
     snaps = len(table.snapshots())
     assert expire_deleted(up.fetcher, load_catalog("rlm", **up.catalog), old.identifier, up.topic).below == {}
     assert len(up.table("hist").snapshots()) == snaps  # idempotent
@@ -283,7 +321,13 @@ def test_retention_then_expiry(up: Up) -> None:
     assert set(read_ledger(up.table("hist")).segments) >= set(gone)
 
     # through the command: the option on, one pass expires
-    out = rlm("iceberg", "--config", str(up.config("hist2", expire_deleted_segments=True)), "--topic",
-              up.topic, "--json")
+    out = rlm(
+        "iceberg",
+        "--config",
+        str(up.config("hist2", expire_deleted_segments=True)),
+        "--topic",
+        up.topic,
+        "--json",
+    )
     assert (out["added_segments"], out["expired_rows"]) == (0, len(up.truth) - len(served))
     assert table_rows(up.result("hist2"))[0] == served
