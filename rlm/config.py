@@ -579,6 +579,20 @@ class IcebergConfig(_Strict):
         "records that do not decode go to a dead-letter table. Off by default. Keys: `format`, `fields`, "
         "`schema_registry`, `keep_value`, `dead_letter_suffix` (docs/iceberg.md, \"Decoding values\").",
     )
+    expire_deleted_segments: bool = Field(
+        False,
+        description="Delete from the table the rows below each partition's log start (segments deleted by "
+        "remote retention, records deleted by `DeleteRecords`), recorded in the snapshot (`rlm.expired`). "
+        "Off: history tables usually outlive Kafka's retention.",
+    )
+    compact_min_files: int = Field(
+        2, ge=2, description="`rlm iceberg compact`: small files a closed partition needs to be rewritten.",
+    )
+    orphan_min_age_ms: int = Field(
+        3_600_000, ge=0,
+        description="`rlm iceberg compact` deletes data files no snapshot references once they are this old "
+        "(a younger one may belong to a writer about to commit).",
+    )
 
     @model_validator(mode="after")
     def _one_time_transform(self) -> IcebergConfig:

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rlm.commands.iceberg_maint import PassHook, add_arguments, compact_command
 from rlm.config import DaemonConfig, load_config
 from rlm.errors import ConfigError
 from rlm.secrets import is_secret_key
@@ -40,6 +41,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--isolation", choices=["read_committed", "read_uncommitted"],
                    help="default: iceberg.isolation (read_committed)")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    add_arguments(p)
     p.set_defaults(func=iceberg)
 
 
@@ -62,6 +64,8 @@ def summary(config: DaemonConfig, sync: Any, added_segments: int, added_rows: in
 
 
 def iceberg(args: argparse.Namespace) -> int:
+    if args.action == "compact":
+        return compact_command(args)
     try:
         from fetcher.iceberg import IcebergSync, open_catalog, orphan_files
     except ImportError as e:
@@ -81,6 +85,7 @@ def iceberg(args: argparse.Namespace) -> int:
     with RemoteFetcher.from_config(config) as f:
         catalog = open_catalog(config)
         sync = IcebergSync(f, catalog, config.iceberg, args.topic, isolation=args.isolation)
+        after_pass = PassHook(config, f, sync, args.metrics_port)
         while True:
             t0 = time.monotonic()
             r = sync.run_once()
@@ -88,6 +93,7 @@ def iceberg(args: argparse.Namespace) -> int:
             added_rows += r.added_rows
             waiting = r.waiting
             conflicts += r.conflicts
+            after_pass(r, time.monotonic() - t0)
             if r.added_segments or not args.follow:
                 print(f"rlm iceberg: {sync.identifier}: +{r.added_segments} segments, +{r.added_rows} rows "
                       f"in {time.monotonic() - t0:.1f}s ({r.conflicts} commit conflicts, {r.waiting} "
@@ -97,6 +103,7 @@ def iceberg(args: argparse.Namespace) -> int:
         orphans = orphan_files(sync.table)
         out = summary(config, sync, added_segments, added_rows, waiting, len(orphans))
         out["commit_conflicts"] = conflicts
+        out["expired_rows"] = after_pass.expired_rows
     if orphans:
         print(f"rlm iceberg: warning: {len(orphans)} data files under {out['location']}/data are in no "
               f"snapshot (a writer stopped before its commit); they are never read and can be deleted",

@@ -11,6 +11,10 @@ LOG START = the partition's log start offset: no reader serves a record below it
 and ``DeleteRecords`` move it; the daemon publishes it to readers);
 LAG = offsets in rolled segments below the LSO not yet copied (the active segment never counts);
 GAP = offsets missing from remote storage because the broker deleted them before they were copied.
+
+Iceberg tables kept by ``rlm iceberg`` with this work dir are listed after the partitions: the
+segments and offsets each is behind the remote tier, as its writer measured them after its last
+pass (``<work_dir>/iceberg/lag/``; the age of that measure is shown), and its last commit.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from rlm.config import load_config
 from rlm.daemon.status import DaemonStatus, PartitionStatus, pid_alive, read_status
@@ -126,6 +131,30 @@ def render_table(st: DaemonStatus, now: int | None = None) -> str:
     return "\n".join(out)
 
 
+def iceberg_lags(work_dir: Path) -> list[dict[str, Any]]:
+    """The lag files ``rlm iceberg`` writes after each pass (plain JSON: no Iceberg extra needed)."""
+    out = []
+    for path in sorted((Path(work_dir) / "iceberg" / "lag").glob("*.json")):
+        try:
+            out.append(dict(json.loads(path.read_text(encoding="utf-8"))))
+        except (OSError, ValueError):
+            continue  # being replaced, or not ours
+    return out
+
+
+def render_iceberg(lags: list[dict[str, Any]], now: int) -> list[str]:
+    if not lags:
+        return []
+    out = ["iceberg tables (behind the remote tier, as their writer last measured):"]
+    for lag in lags:
+        waiting = f", {lag['waiting']} waiting for their transactions" if lag.get("waiting") else ""
+        last, measured = _ago(int(lag["last_commit_ms"]), now), _ago(int(lag["updated_ms"]), now)
+        out.append(f"  {lag['table']} ({lag['topic']}): {lag['segments_behind']} segments / "
+                   f"{lag['offsets_behind']} offsets behind{waiting}; {lag['segments']} segments, "
+                   f"{lag['rows']} rows; last commit {last}, measured {measured}")
+    return out
+
+
 def status(args: argparse.Namespace) -> int:
     if args.work_dir is not None:
         work_dir = args.work_dir
@@ -136,11 +165,13 @@ def status(args: argparse.Namespace) -> int:
     st = read_status(work_dir)
     now = int(time.time() * 1000)
     state, why = liveness(st, now)
+    lags = iceberg_lags(work_dir)
     if args.json:
         doc = asdict(st)
         doc["liveness"] = {"state": state, "alive": why is None and state != "stopped", "reason": why}
+        doc["iceberg"] = lags
         json.dump(doc, sys.stdout, indent=1, sort_keys=True)
         sys.stdout.write("\n")
     else:
-        print(render_table(st, now))
+        print("\n".join([render_table(st, now), *render_iceberg(lags, now)]))
     return 1 if why else 0
