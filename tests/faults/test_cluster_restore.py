@@ -27,6 +27,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import socket
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +54,8 @@ from tests.faults.test_cluster_history import (
     checkpoint,
     create_tiered_topic,
     elect,
-    move_leadership,
     produce_acked,
+    replicas_of,
 )
 from tests.services.kafka import KafkaCluster
 
@@ -67,6 +69,65 @@ def run(*args: str) -> tuple[int, Any]:
     with contextlib.redirect_stdout(out):
         rc = main([*args, "--json"])
     return rc, json.loads(out.getvalue())
+
+
+def _uvarint(n: int) -> bytes:
+    out = b""
+    while n >= 0x80:
+        out, n = out + bytes([n & 0x7F | 0x80]), n >> 7
+    return out + bytes([n])
+
+
+def _read_uvarint(data: bytes, pos: int) -> tuple[int, int]:
+    n = shift = 0
+    while True:
+        b = data[pos]
+        n, pos, shift = n | (b & 0x7F) << shift, pos + 1, shift + 7
+        if b < 0x80:
+            return n, pos
+
+
+def _exchange(port: int, request: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(struct.pack(">i", len(request)) + request)
+        size, data = None, b""
+        while size is None or len(data) < size + 4:
+            chunk = sock.recv(65536)
+            assert chunk, "connection closed"
+            data += chunk
+            if size is None and len(data) >= 4:
+                size = struct.unpack(">i", data[:4])[0]
+    return data[4:]
+
+
+def reassign(port: int, topic: str, replicas: list[int]) -> None:
+    """Partition 0's replicas set to ``replicas`` by a raw AlterPartitionReassignments v0 (the
+    JVM tool, ``kafka-reassign-partitions``, costs seconds of start-up per call; this, one round
+    trip). ``port``: any running broker (it forwards the request to the controller)."""
+    client, name = b"rlm-test", topic.encode()
+    header = struct.pack(">hhih", 45, 0, 1, len(client)) + client + b"\x00"
+    body = (struct.pack(">i", 30_000) + _uvarint(2) + _uvarint(len(name) + 1) + name + _uvarint(2)
+            + struct.pack(">i", 0) + _uvarint(len(replicas) + 1)
+            + b"".join(struct.pack(">i", r) for r in replicas) + b"\x00\x00\x00")
+    data = _exchange(port, header + body)
+    pos = 4 + 1 + 4  # correlation id, no tagged fields, throttle time
+    (error,) = struct.unpack_from(">h", data, pos)
+    assert error == 0, f"AlterPartitionReassignments: error {error}"
+    n, pos = _read_uvarint(data, pos + 2)  # error message (compact nullable string)
+    pos += max(n - 1, 0)
+    _topics, pos = _read_uvarint(data, pos)
+    n, pos = _read_uvarint(data, pos)
+    _parts, pos = _read_uvarint(data, pos + n - 1)
+    _index, error = struct.unpack_from(">ih", data, pos)
+    assert error == 0, f"AlterPartitionReassignments {topic}-0 -> {replicas}: error {error}"
+
+
+def lead(c: KafkaCluster, topic: str, order: list[int]) -> None:
+    """Replicas ``order``, led by ``order[0]`` (a preferred election: deterministic)."""
+    reassign(c.node(B).broker_port, topic, order)
+    wait_for(f"replica order {order}", lambda: replicas_of(c.bootstrap, topic) == order, timeout=60)
+    elect(c.bootstrap, topic, ElectionType.PREFERRED)
+    wait_for(f"{order[0]} leads {topic}", lambda: leader_of(c.bootstrap, topic) == order[0], timeout=60)
 
 
 def isr(bs: str, topic: str) -> list[int]:
@@ -108,12 +169,14 @@ def lost_cluster(c: KafkaCluster, tmp: Path, cars: Sidecars, topic: str) -> dict
     c.start_node(C)
     elect(bs, topic, ElectionType.UNCLEAN)
     wait_for("node 3 leads after the unclean election", lambda: leader_of(bs, topic) == C, timeout=90)
+    c.start_node(A, wait=False)  # it will truncate to node 3's log and follow
     produce_codec(bs, topic, 2200, "zstd")  # other records at the tail's offsets, and beyond
-    c.start_node(A)  # truncates to node 3's log, follows
     last = rolled_end(c.node(C).log_dir / f"{topic}-0")
     wait_for("node 3 tiered its log", lambda: cars.tiered_to(C, last), timeout=120)
     end = last + 1  # every rolled segment is tiered
     cars.wait_passes(C, 2)
+    admin = AdminClient({"bootstrap.servers": bs})
+    wait_for("node 1 back", lambda: A in admin.list_topics(timeout=10).brokers, timeout=120)
     reader = load_config(None, **cars.settings(C, tmp / "reader"))
     with RemoteFetcher.from_config(reader) as orig:
         original = read_path(orig, topic)
@@ -125,7 +188,6 @@ def lost_cluster(c: KafkaCluster, tmp: Path, cars: Sidecars, topic: str) -> dict
     epochs = max(e for e, _ in checkpoint(c, C, topic))
     assert epochs > 0, "the unclean election raised the leader epoch"
     cars.stop_all()
-    admin = AdminClient({"bootstrap.servers": bs})
     for f in admin.delete_topics([topic, cars.meta_topic]).values():
         f.result(30)
     wait_for("the topic is gone", lambda: topic not in admin.list_topics(timeout=10).topics, timeout=60)
@@ -172,10 +234,10 @@ def test_restore_with_replication_factor_3_after_an_unclean_election(
         for _ in range(4):
             if max((e for e, _ in checkpoint(c, A, topic)), default=-1) >= a["epoch"]:
                 break
-            move_leadership(c, topic, [B, A, C], tmp_path)
-            move_leadership(c, topic, [A, B, C], tmp_path)
+            lead(c, topic, [B, A, C])
+            lead(c, topic, [A, B, C])
         # ---- 4. node 1 alone hosts the partition; stopped; the tail restored; started -------------
-        move_leadership(c, topic, [A], tmp_path)
+        lead(c, topic, [A])
         wait_for("nodes 2 and 3 dropped their replicas",
                  lambda: not any((c.node(n).log_dir / f"{topic}-0").exists() for n in (B, C)), timeout=60)
         c.stop_node(A)
@@ -191,7 +253,7 @@ def test_restore_with_replication_factor_3_after_an_unclean_election(
         rc, reserved = run(*restore, "--reserve-producer-ids", bs, "--execute")
         assert rc == 0, reserved
         # ---- 5. back to RF 3: nodes 2 and 3 start empty and catch up from node 1 ------------------
-        move_leadership(c, topic, [A, B, C], tmp_path)
+        lead(c, topic, [A, B, C])
         wait_for("nodes 2 and 3 in sync", lambda: isr(bs, topic) == [A, B, C], timeout=120)
         wait_for("the followers' logs end at the old end offset", lambda: all(
             pdir(c, n, topic).log_end_offset() == nxt for n in (B, C)), timeout=60)
@@ -200,7 +262,7 @@ def test_restore_with_replication_factor_3_after_an_unclean_election(
         assert log_bytes(c, B, topic) == leader_log == log_bytes(c, C, topic)  # same batches, same offsets
         assert watermarks(bs, topic) == (first, nxt)
         assert reads(bs, topic, first, nxt) == cut(served, first)  # node 1 leads
-        move_leadership(c, topic, [B, A, C], tmp_path)
+        lead(c, topic, [B, A, C])
         assert reads(bs, topic, first, nxt) == cut(served, first)  # node 2 leads, from its own copy
         # ---- 6. the whole history through the endpoint in merged mode; verify --------------------
         fetcher = RemoteFetcher.from_config(load_config(cfg_b))
