@@ -38,13 +38,13 @@ from confluent_kafka.admin import AdminClient
 
 from fetcher import RemoteFetcher
 from fetcher.kafka import EndpointThread, ListenerSettings
+from fetcher.spark import register as register_kafka_tiered
 from rlm.cli import main
 from rlm.config import load_config
 from rlm.log.checkpoints import read_partition_metadata
 from rlm.log.partition import PartitionDir
 from rlm.types import TopicIdPartition
 from tests.daemon.helpers import SEGMENT_BYTES, produce_txn, wait_for
-from tests.daemon.rebuild_helpers import read_path
 from tests.daemon.test_restore_broker import cut, produce_aborted, produce_codec, reads, watermarks
 from tests.faults.cluster_helpers import leader_of, listed
 from tests.faults.proc_helpers import rolled_end
@@ -58,6 +58,7 @@ from tests.faults.test_cluster_history import (
     replicas_of,
 )
 from tests.services.kafka import KafkaCluster
+from tests.spark.helpers import spark_ms
 
 pytestmark = [pytest.mark.faults, pytest.mark.kafka, pytest.mark.slow]
 A, B, C = 1, 2, 3
@@ -130,6 +131,23 @@ def lead(c: KafkaCluster, topic: str, order: list[int]) -> None:
     wait_for(f"{order[0]} leads {topic}", lambda: leader_of(c.bootstrap, topic) == order[0], timeout=60)
 
 
+def chosen(f: RemoteFetcher, topic: str) -> Any:
+    """What the metadata makes a reader choose: the segments and ranges, the lineage, gaps, bounds
+    (the records themselves are compared through the consumers)."""
+    plan = f.plan(topic, 0)
+    return ([(s.metadata.remote_log_segment_id, s.first, s.last) for s in plan.segments],
+            plan.lineage, plan.gaps, plan.log_start, plan.log_end)
+
+
+def spark_rows(spark: Any, cfg: Path, topic: str, isolation: str) -> list[Any]:
+    """Every record ``kafka-tiered`` reads, as the consumers' rows (offset, key, value, ms, headers)."""
+    df = (spark.read.format("kafka-tiered").option("rlm.config", str(cfg)).option("subscribe", topic)
+          .option("includeHeaders", "true").option("kafka.isolation.level", isolation).load())
+    rows = [(r.offset, r.key, r.value, spark_ms(r.timestamp),
+             [(h.key, h.value) for h in r.headers or []] or None) for r in df.collect()]
+    return sorted(rows, key=lambda r: r[0])
+
+
 def isr(bs: str, topic: str) -> list[int]:
     md = AdminClient({"bootstrap.servers": bs}).list_topics(topic, timeout=10)
     return sorted(int(r) for r in md.topics[topic].partitions[0].isrs)
@@ -179,7 +197,7 @@ def lost_cluster(c: KafkaCluster, tmp: Path, cars: Sidecars, topic: str) -> dict
     wait_for("node 1 back", lambda: A in admin.list_topics(timeout=10).brokers, timeout=120)
     reader = load_config(None, **cars.settings(C, tmp / "reader"))
     with RemoteFetcher.from_config(reader) as orig:
-        original = read_path(orig, topic)
+        original = chosen(orig, topic)
     segs = listed(c_car, tidp)
     assert tail <= {m.remote_log_segment_id.id.text for m in segs}, "the diverged copies are still listed"
     served = reads(bs, topic, 0, end)
@@ -196,7 +214,7 @@ def lost_cluster(c: KafkaCluster, tmp: Path, cars: Sidecars, topic: str) -> dict
 
 
 def test_restore_with_replication_factor_3_after_an_unclean_election(
-        cluster3: KafkaCluster, tmp_path: Path) -> None:
+        cluster3: KafkaCluster, spark: Any, tmp_path: Path) -> None:
     """Cluster lost after an unclean election left diverged copies in the bucket: rebuilt from the
     bucket and restored into three brokers with RF 3, every replica serves what the cluster served.
 
@@ -204,7 +222,8 @@ def test_restore_with_replication_factor_3_after_an_unclean_election(
     answers from the rebuilt store as from the original; after the RF 3 runbook, followers that
     started empty hold the restored leader's log byte for byte; consumers of the brokers (tail)
     and of the merged endpoint (whole history) read exactly what the lost cluster served, at both
-    isolation levels; ``rlm verify`` is clean.
+    isolation levels, and so does Spark's ``kafka-tiered`` source over the adopted history; ``rlm
+    verify`` is clean.
     """
     c, topic = cluster3, "dr-rf3"
     bs = c.bootstrap
@@ -225,7 +244,7 @@ def test_restore_with_replication_factor_3_after_an_unclean_election(
         assert skipped and skipped <= a["tail"], (skipped, a["tail"])  # only node 1's diverged copies
         assert kept | skipped == a["segments"] and part["written"] == len(kept)
         with RemoteFetcher.from_config(load_config(cfg_r)) as new:
-            assert read_path(new, topic) == a["original"]  # the lineage the original metadata chose
+            assert chosen(new, topic) == a["original"]  # the lineage the original metadata chose
         # ---- 2. the topic in B (RF 3, a new id); the history adopted under it -----------------------
         create_tiered_topic(c, topic, [A, B, C])
         log_dir = c.node(A).log_dir
@@ -279,13 +298,16 @@ def test_restore_with_replication_factor_3_after_an_unclean_election(
         lead(c, topic, [B, A, C])
         assert reads(bs, topic, first, nxt) == cut(served, first)  # node 2 leads, from its own copy
         # ---- 6. the whole history through the endpoint in merged mode; verify --------------------
-        fetcher = RemoteFetcher.from_config(load_config(cfg_b))
-        endpoint = EndpointThread(fetcher, ListenerSettings(port=0, merged=True), tmp_path / "endpoint")
+        reader_b = RemoteFetcher.from_config(load_config(cfg_b))
+        endpoint = EndpointThread(reader_b, ListenerSettings(port=0, merged=True), tmp_path / "endpoint")
         try:
             assert reads(endpoint.bootstrap, topic, 0, nxt) == served
         finally:
             endpoint.close()
-            fetcher.close()
+            reader_b.close()
+        register_kafka_tiered(spark)
+        for iso, rows in served.items():
+            assert spark_rows(spark, cfg_b, topic, iso) == rows, iso
         rc, verified = run("verify", "--config", str(cfg_b), "--topic", topic)
         (tiers,) = [p["tiers"] for p in verified["partitions"]]
         assert rc == 0 and verified["ok"], verified
