@@ -38,7 +38,6 @@ from confluent_kafka.admin import AdminClient
 
 from fetcher import RemoteFetcher
 from fetcher.kafka import EndpointThread, ListenerSettings
-from fetcher.spark import register as register_kafka_tiered
 from rlm.cli import main
 from rlm.config import load_config
 from rlm.log.checkpoints import read_partition_metadata
@@ -58,7 +57,6 @@ from tests.faults.test_cluster_history import (
     replicas_of,
 )
 from tests.services.kafka import KafkaCluster
-from tests.spark.helpers import spark_ms
 
 pytestmark = [pytest.mark.faults, pytest.mark.kafka, pytest.mark.slow]
 A, B, C = 1, 2, 3
@@ -139,15 +137,6 @@ def chosen(f: RemoteFetcher, topic: str) -> Any:
             plan.lineage, plan.gaps, plan.log_start, plan.log_end)
 
 
-def spark_rows(spark: Any, cfg: Path, topic: str, isolation: str) -> list[Any]:
-    """Every record ``kafka-tiered`` reads, as the consumers' rows (offset, key, value, ms, headers)."""
-    df = (spark.read.format("kafka-tiered").option("rlm.config", str(cfg)).option("subscribe", topic)
-          .option("includeHeaders", "true").option("kafka.isolation.level", isolation).load())
-    rows = [(r.offset, r.key, r.value, spark_ms(r.timestamp),
-             [(h.key, h.value) for h in r.headers or []] or None) for r in df.collect()]
-    return sorted(rows, key=lambda r: r[0])
-
-
 def isr(bs: str, topic: str) -> list[int]:
     md = AdminClient({"bootstrap.servers": bs}).list_topics(topic, timeout=10)
     return sorted(int(r) for r in md.topics[topic].partitions[0].isrs)
@@ -214,7 +203,7 @@ def lost_cluster(c: KafkaCluster, tmp: Path, cars: Sidecars, topic: str) -> dict
 
 
 def test_restore_with_replication_factor_3_after_an_unclean_election(
-        cluster3: KafkaCluster, spark: Any, tmp_path: Path) -> None:
+        cluster3: KafkaCluster, tmp_path: Path) -> None:
     """Cluster lost after an unclean election left diverged copies in the bucket: rebuilt from the
     bucket and restored into three brokers with RF 3, every replica serves what the cluster served.
 
@@ -222,8 +211,7 @@ def test_restore_with_replication_factor_3_after_an_unclean_election(
     answers from the rebuilt store as from the original; after the RF 3 runbook, followers that
     started empty hold the restored leader's log byte for byte; consumers of the brokers (tail)
     and of the merged endpoint (whole history) read exactly what the lost cluster served, at both
-    isolation levels, and so does Spark's ``kafka-tiered`` source over the adopted history; ``rlm
-    verify`` is clean.
+    isolation levels; ``rlm verify`` is clean.
     """
     c, topic = cluster3, "dr-rf3"
     bs = c.bootstrap
@@ -305,9 +293,6 @@ def test_restore_with_replication_factor_3_after_an_unclean_election(
         finally:
             endpoint.close()
             reader_b.close()
-        register_kafka_tiered(spark)
-        for iso, rows in served.items():
-            assert spark_rows(spark, cfg_b, topic, iso) == rows, iso
         rc, verified = run("verify", "--config", str(cfg_b), "--topic", topic)
         (tiers,) = [p["tiers"] for p in verified["partitions"]]
         assert rc == 0 and verified["ok"], verified
