@@ -8,9 +8,8 @@ through the local and the fsspec plugin; and the HTTP API's records —
 while no object exists under B; the redirect round-trips and a malformed one is refused; ``rlm
 verify`` on the new store finds every segment whole and the local log meeting the remote range (a
 hole is a ``local_gap``); a rerun writes nothing, a run killed after a STARTED record finishes on
-rerun with every segment once; deleting an adopted segment (what retention does) deletes the
-original objects; and Spark's ``kafka-tiered`` source reads the adopted history as a consumer of
-the Kafka endpoint does.
+rerun with every segment once; and deleting an adopted segment (what retention does) deletes the
+original objects (Spark over adopted history: ``tests/spark/test_source_adopted.py``).
 """
 
 from __future__ import annotations
@@ -28,8 +27,6 @@ import requests
 from fetcher import RemoteFetcher
 from fetcher.http.encoders import NDJSON
 from fetcher.http.server import HttpApiServer
-from fetcher.kafka import EndpointThread, ListenerSettings
-from fetcher.spark import register as register_kafka_tiered
 from rlm.cli import main
 from rlm.config import load_config
 from rlm.errors import RemoteStorageIntegrityError
@@ -38,9 +35,7 @@ from rlm.types import KafkaUuid, RemoteLogSegmentState, TopicIdPartition
 from rsm_plugins import integrity, redirect
 from tests.daemon.rebuild_helpers import read_path
 from tests.daemon.test_restore import new_broker_dir
-from tests.daemon.test_restore_broker import reads
 from tests.fetcher._tiered import Tiered, tier
-from tests.spark.helpers import spark_ms
 
 
 @pytest.fixture(scope="module")
@@ -192,41 +187,3 @@ def test_adopted_history_reads_like_the_original_without_a_copy(
     finally:
         rsm.close()
         rlmm.close()
-
-
-def spark_rows(spark: Any, cfg: Path, topic: str, isolation: str) -> list[Any]:
-    """Every record ``kafka-tiered`` reads, as a consumer's rows (offset, key, value, ms, headers)."""
-    df = (spark.read.format("kafka-tiered").option("rlm.config", str(cfg)).option("subscribe", topic)
-          .option("includeHeaders", "true").option("kafka.isolation.level", isolation).load())
-    rows = [(r.offset, r.key, r.value, spark_ms(r.timestamp),
-             [(h.key, h.value) for h in r.headers or []] or None) for r in df.collect()]
-    return sorted(rows, key=lambda r: r[0])
-
-
-@pytest.mark.slow
-@pytest.mark.spark
-def test_spark_reads_the_adopted_history_like_the_endpoint(
-        tmp_path: Path, spark: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    """Spark's ``kafka-tiered`` source over adopted history (the new topic id and name, objects of
-    the old ones) reads the rows a consumer of the Kafka endpoint reads (``read_committed``: an
-    aborted transaction is left out by both).
-    Its own tiered partition: the module's loses its first segment to the retention check above."""
-    tiered = tier(tmp_path / "src")
-    (tiered.work / "rlm.yaml").write_text(json.dumps({
-        "log_dirs": [str(tiered.logs)], "work_dir": str(tiered.work), "http": {"enabled": False}}))
-    new_cfg, new_id, _ = adopt_target(tmp_path, tiered.work / "remote", "sparked")
-    capsys.readouterr()
-    assert main(["restore", "--config", str(tiered.work / "rlm.yaml"), "--topic", tiered.tip.topic,
-                 "--to-topic", "sparked", "--log-dir", str(tmp_path / "b-logs"), "--adopt-into",
-                 str(new_cfg), "--execute", "--json"]) == 0
-    (done,) = json.loads(capsys.readouterr().out)["adopted"]
-    assert done["topic_id"] == new_id.text
-    with RemoteFetcher.from_config(load_config(new_cfg)) as reader:
-        endpoint = EndpointThread(reader, ListenerSettings(port=0), tmp_path / "endpoint")
-        try:
-            served = reads(endpoint.bootstrap, "sparked", 0, done["next_offset"])  # both isolations
-        finally:
-            endpoint.close()
-    assert len(served["read_uncommitted"]) > len(served["read_committed"]) > 100  # an aborted txn
-    register_kafka_tiered(spark)  # one query (each costs seconds): read_committed, the harder one
-    assert spark_rows(spark, new_cfg, "sparked", "read_committed") == served["read_committed"]
