@@ -9,7 +9,7 @@ while no object exists under B; the redirect round-trips and a malformed one is 
 verify`` on the new store finds every segment whole and the local log meeting the remote range (a
 hole is a ``local_gap``); a rerun writes nothing, a run killed after a STARTED record finishes on
 rerun with every segment once; and deleting an adopted segment (what retention does) deletes the
-original objects.
+original objects (Spark over adopted history: ``tests/spark/test_source_adopted.py``).
 """
 
 from __future__ import annotations
