@@ -1,62 +1,32 @@
-"""``rlm iceberg`` on Iceberg's own REST catalog server, and its tables read back with Spark SQL.
+"""``rlm iceberg`` on Apache Iceberg's own REST catalog server.
 
 The workload is test_iceberg's (a tiered topic with two codecs, a committed and an aborted
 transaction each larger than a segment); the truth is what a read_committed consumer read from
-the broker. The REST catalog is Apache Iceberg's ``RESTCatalogServer`` from Maven Central (one per
-session, warehouse on SeaweedFS); Spark SQL runs in a process of its own with
-iceberg-spark-runtime (the session-wide SparkSession has no Iceberg on its classpath).
+the broker. The REST catalog is Iceberg's ``RESTCatalogServer`` from Maven Central (one per
+session, its warehouse on SeaweedFS); ``rlm iceberg`` reaches it through PyIceberg's ``type: rest``
+catalog, configured like any other catalog.
 """
 
 from __future__ import annotations
 
 import json
-import pickle
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.iceberg.test_iceberg import World, _check_equal, run_iceberg, world  # noqa: F401 (fixture)
+from tests.iceberg import test_iceberg as _base
+from tests.iceberg.test_iceberg import World, _check_equal, run_iceberg
 from tests.services.iceberg_rest import IcebergRestCatalog
-from tests.services.proc import ensure_jars
 
 pytest.importorskip("pyiceberg")
 
+from pyiceberg.catalog import load_catalog
+
 pytestmark = [pytest.mark.kafka, pytest.mark.s3, pytest.mark.slow]
 
-HERE = Path(__file__).parent
-COLUMNS = "`offset`, timestampType, unix_millis(`timestamp`) AS ms, key, value, headers"
-
-
-def spark_catalog_rest(rest: IcebergRestCatalog) -> dict[str, str]:
-    """Spark's Iceberg catalog properties for the REST server (S3FileIO for the warehouse)."""
-    p = rest.properties
-    return {"type": "rest", "uri": rest.uri, "warehouse": rest.warehouse,
-            "io-impl": "org.apache.iceberg.aws.s3.S3FileIO", "s3.endpoint": p["s3.endpoint"],
-            "s3.path-style-access": "true", "s3.access-key-id": p["s3.access-key-id"],
-            "s3.secret-access-key": p["s3.secret-access-key"], "client.region": p["s3.region"],
-            "http-client.type": "urlconnection"}
-
-
-def spark_catalog_sqlite(catalog: dict[str, str]) -> dict[str, str]:
-    """Spark's JdbcCatalog on the SQLite file of PyIceberg's SQL catalog (same tables, same rows:
-    ``iceberg_tables`` keyed by catalog name, so the Spark catalog is named like PyIceberg's)."""
-    return {"type": "jdbc", "uri": "jdbc:" + catalog["uri"].replace(":///", ":/", 1),
-            "warehouse": catalog["warehouse"]}
-
-
-def spark_sql(catalogs: dict[str, dict[str, str]], queries: dict[str, str], tmp: Path) -> dict[str, Any]:
-    out = tmp / f"spark-{len(list(tmp.glob('spark-*.pickle')))}.pickle"
-    cmd = [sys.executable, str(HERE / "spark_read.py"), "--jars", str(ensure_jars("iceberg-spark")),
-           "--out", str(out)]
-    cmd += [f"--catalog={n}={json.dumps(p)}" for n, p in catalogs.items()]
-    cmd += [f"--query={t}={q}" for t, q in queries.items()]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp)
-    assert r.returncode == 0, r.stderr[-4000:]
-    with out.open("rb") as fh:
-        return dict(pickle.load(fh))
+#: test_iceberg's workload fixture (module scope: built once more for this module)
+world = _base.world
 
 
 def _rest_result(world: World, rest: IcebergRestCatalog, name: str) -> dict[str, Any]:
@@ -80,29 +50,65 @@ def test_rest_catalog_backfill_equals_a_read_committed_consumer(world: World,
     assert result["location"].startswith(f"s3://{iceberg_rest.bucket}/")
     assert result["added_segments"] == len(ids) and result["orphan_files"] == 0
     _check_equal(world, {**result, "catalog": iceberg_rest.properties}, ids)
-    again = run_iceberg(cfg, world.topic)
-    assert (again["added_segments"], again["segments"], again["rows"]) == (0, len(ids), result["rows"])
-    # the server holds the commits: its own view of the table names every segment once
-    from pyiceberg.catalog import load_catalog
-
+    # a rerun (the same writer code, in process) adds nothing
+    r = world.sync("rest", catalog=iceberg_rest.properties).run_once()
+    assert (r.added_segments, r.added_rows) == (0, 0)
+    assert _rest_result(world, iceberg_rest, "rest")["segments"] == len(ids)
+    # the server holds the commits: a fresh client's view of the table names every segment once
     table = load_catalog("other", **iceberg_rest.properties).load_table(result["table"])
     named = [s[1] for snap in table.snapshots()
              for s in json.loads(snap.summary.additional_properties["rlm.segments"])]
     assert sorted(named) == sorted(ids)
 
 
-def test_spark_sql_reads_the_sqlite_and_the_rest_catalog_tables(world: World, iceberg_rest: IcebergRestCatalog,
-                                                               tmp_path: Path) -> None:
-    """Spark SQL (iceberg-spark-runtime) reads the table on the embedded SQLite catalog (Spark's
-    JdbcCatalog on PyIceberg's catalog.db) and on the REST catalog: both equal the consumer's read."""
-    lite = world.sync("lite")
-    lite.run_once()
-    rest = world.sync("rest", catalog=iceberg_rest.properties)
-    rest.run_once()  # (a no-op after the REST test; it makes this test standalone)
-    got = spark_sql({"rlm": spark_catalog_sqlite(world.catalog), "restcat": spark_catalog_rest(iceberg_rest)},
-                    {"lite": f"SELECT {COLUMNS} FROM rlm.kafka.`{lite.identifier.split('.', 1)[1]}` ORDER BY 1",
-                     "rest": f"SELECT {COLUMNS} FROM restcat.kafka.`{rest.identifier.split('.', 1)[1]}` "
-                             "ORDER BY 1"}, tmp_path)
-    assert [r[0] for r in got["lite"]] == [t[0] for t in world.truth]
-    assert got["lite"] == world.truth
-    assert got["rest"] == world.truth
+def test_two_writers_at_once_on_the_rest_catalog_add_each_segment_once(
+        world: World, iceberg_rest: IcebergRestCatalog) -> None:
+    """The REST server refuses a commit whose base snapshot is stale (optimistic concurrency): of
+    two writers racing one segment per commit, each segment lands once."""
+    import threading
+
+    syncs = [world.sync("restpair", catalog=iceberg_rest.properties, segments_per_commit=1) for _ in range(2)]
+    results: list[Any] = [None, None]
+
+    def run(i: int) -> None:
+        results[i] = syncs[i].run_once()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(180)
+    ids = world.plan_ids()
+    assert sum(r.added_segments for r in results) == len(ids)
+    _check_equal(world, _rest_result(world, iceberg_rest, "restpair"), ids)
+
+
+def test_rlm_run_keeps_the_table_in_step_taking_turns_with_another_writer(
+        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``iceberg.daemon``: ``rlm run --once`` appends, after its copy pass, what the table lacks.
+    Another writer (``rlm iceberg``'s code) added the first two segments (its read_committed bound
+    held inside the third); the daemon adds the rest, each once; a second run adds nothing."""
+    import argparse
+
+    import yaml
+
+    import rlm.daemon.logging_setup as logging_setup
+    from fetcher import CommittedBound
+    from rlm.commands.run import run
+
+    links = world.fetcher.plan(world.topic, 0).segments
+    with monkeypatch.context() as m:  # the first writer only: the daemon's read core is its own
+        m.setattr(world.fetcher, "committed_bound",
+                  lambda topic, p: CommittedBound(links[2].first + 1, (), True))
+        assert world.sync("turns").run_once().added_segments == 2
+    monkeypatch.setattr(logging_setup, "configure_logging", lambda *a, **k: None)  # the test's logging stays
+    cfg = tmp_path / "daemon.yaml"
+    cfg.write_text(yaml.safe_dump(json.loads(json.dumps(
+        {**world.sidecar, "iceberg": world.iceberg("turns", daemon={"topics": ["ice-*"]})}, default=str))))
+    for _ in range(2):
+        assert run(argparse.Namespace(config=cfg, once=True)) == 0
+        ids = world.plan_ids()
+        result = {**_base._result(world, "turns")}
+        _check_equal(world, result, ids)
+    table = load_catalog("rlm", **world.catalog).load_table(result["table"])
+    assert len(table.snapshots()) == 1 + -(-(len(ids) - 2) // 4)  # the first writer's, then the daemon's
