@@ -112,3 +112,32 @@ def test_rlm_run_keeps_the_table_in_step_taking_turns_with_another_writer(
         _check_equal(world, result, ids)
     table = load_catalog("rlm", **world.catalog).load_table(result["table"])
     assert len(table.snapshots()) == 1 + -(-(len(ids) - 2) // 4)  # the first writer's, then the daemon's
+
+
+@pytest.mark.spark
+def test_spark_sql_reads_the_tables_data_files(world: World, spark: Any) -> None:
+    """Spark SQL over the data files of the table's current snapshot (listed by Iceberg's
+    metadata; the session-wide SparkSession, no Iceberg runtime: see docs/iceberg.md for why):
+    the Iceberg types reach Spark as Spark's Kafka types, and the rows equal the consumer's."""
+    from pyspark.sql.types import ArrayType, BinaryType, TimestampType
+
+    sync = world.sync("lite")
+    sync.run_once()
+    files = [task.file.file_path for task in sync.table.scan().plan_files()]
+    assert files and not any(task.delete_files for task in sync.table.scan().plan_files())
+    df = spark.read.parquet(*files)
+    assert isinstance(df.schema["timestamp"].dataType, TimestampType)  # timestamptz: an instant
+    headers = df.schema["headers"].dataType
+    assert isinstance(headers, ArrayType) and isinstance(headers.elementType["value"].dataType, BinaryType)
+    view = f"lite_{world.topic.replace('-', '_')}"
+    df.createOrReplaceTempView(view)
+    rows = spark.sql("SELECT `offset`, timestampType, unix_millis(`timestamp`) AS ms, key, value, headers "
+                     f"FROM {view} ORDER BY `offset`").collect()
+    got = [(r["offset"], r["timestampType"], r["ms"], _b(r["key"]), _b(r["value"]),
+            tuple((h["key"], _b(h["value"])) for h in (r["headers"] or []))) for r in rows]
+    assert [g[0] for g in got] == [t[0] for t in world.truth]
+    assert got == world.truth
+
+
+def _b(v: Any) -> bytes | None:
+    return None if v is None else bytes(v)
