@@ -121,7 +121,7 @@ def test_spark_sql_reads_the_tables_data_files(world: World, spark: Any) -> None
     the Iceberg types reach Spark as Spark's Kafka types, and the rows equal the consumer's."""
     from pyspark.sql.types import ArrayType, BinaryType, TimestampType
 
-    sync = world.sync("lite")
+    sync = world.sync("turns")  # the daemon test's table (completed here when run alone)
     sync.run_once()
     files = [task.file.file_path for task in sync.table.scan().plan_files()]
     assert files and not any(task.delete_files for task in sync.table.scan().plan_files())
@@ -129,7 +129,7 @@ def test_spark_sql_reads_the_tables_data_files(world: World, spark: Any) -> None
     assert isinstance(df.schema["timestamp"].dataType, TimestampType)  # timestamptz: an instant
     headers = df.schema["headers"].dataType
     assert isinstance(headers, ArrayType) and isinstance(headers.elementType["value"].dataType, BinaryType)
-    view = f"lite_{world.topic.replace('-', '_')}"
+    view = f"turns_{world.topic.replace('-', '_')}"
     df.createOrReplaceTempView(view)
     rows = spark.sql("SELECT `offset`, timestampType, unix_millis(`timestamp`) AS ms, key, value, headers "
                      f"FROM {view} ORDER BY `offset`").collect()
