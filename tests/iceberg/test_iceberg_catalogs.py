@@ -141,3 +141,33 @@ def test_spark_sql_reads_the_tables_data_files(world: World, spark: Any) -> None
 
 def _b(v: Any) -> bytes | None:
     return None if v is None else bytes(v)
+
+
+@pytest.mark.spark
+def test_spark_engine_continues_a_table_the_pyiceberg_engine_started(world: World, spark: Any,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The PyIceberg engine adds the first two segments (its read_committed bound held inside the
+    third); the Spark engine (a Spark job over ``kafka-tiered`` writes the files, the same ledger
+    and commit) adds the rest: each segment once, row for row the consumer's read; then neither
+    engine adds anything."""
+    from fetcher import CommittedBound
+    from fetcher.iceberg.spark_engine import SparkIcebergSync
+    from rlm.config import IcebergConfig
+
+    links = world.fetcher.plan(world.topic, 0).segments
+    with monkeypatch.context() as m:
+        m.setattr(world.fetcher, "committed_bound",
+                  lambda topic, p: CommittedBound(links[2].first + 1, (), True))
+        assert world.sync("engines").run_once().added_segments == 2
+    cfg = IcebergConfig.model_validate(world.iceberg("engines", segments_per_commit=64))  # one Spark job
+    engine = SparkIcebergSync(world.fetcher, load_catalog("rlm", **world.catalog), cfg, world.topic,
+                              spark=spark, rlm_config=str(world.config("plan")))
+    r = engine.run_once()
+    ids = world.plan_ids()
+    assert r.added_segments == len(ids) - 2
+    _check_equal(world, _base._result(world, "engines"), ids)
+    assert engine.run_once().added_segments == 0
+    assert world.sync("engines").run_once().added_segments == 0
+    table = load_catalog("rlm", **world.catalog).load_table(engine.identifier)
+    spark_files = [t.file.file_path for t in table.scan().plan_files() if "/data/spark-" in t.file.file_path]
+    assert spark_files  # the Spark job's files are in the table
