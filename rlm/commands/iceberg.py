@@ -84,6 +84,7 @@ def iceberg(args: argparse.Namespace) -> int:
     with RemoteFetcher.from_config(config) as f:
         catalog = open_catalog(config)
         spark = None
+        sync: IcebergSync
         if args.engine == "spark":
             from pyspark.sql import SparkSession
 
