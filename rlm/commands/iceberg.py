@@ -84,12 +84,14 @@ def iceberg(args: argparse.Namespace) -> int:
     with RemoteFetcher.from_config(config) as f:
         catalog = open_catalog(config)
         spark = None
+        own_spark = False
         sync: IcebergSync
         if args.engine == "spark":
             from pyspark.sql import SparkSession
 
             from fetcher.iceberg.spark_engine import SparkIcebergSync
 
+            own_spark = SparkSession.getActiveSession() is None  # (under spark-submit: the job's session)
             spark = SparkSession.builder.appName(f"rlm-iceberg-{args.topic}").getOrCreate()
             sync = SparkIcebergSync(f, catalog, config.iceberg, args.topic, isolation=args.isolation,
                                     spark=spark, rlm_config=str(Path(args.config).resolve()))
@@ -108,7 +110,7 @@ def iceberg(args: argparse.Namespace) -> int:
                       f"segments waiting for their transactions)", file=sys.stderr, flush=True)
             if not args.follow or stop.wait(config.iceberg.poll_interval_ms / 1000):
                 break
-        if spark is not None:
+        if spark is not None and own_spark:
             spark.stop()
         orphans = orphan_files(sync.table)
         out = summary(config, sync, added_segments, added_rows, waiting, len(orphans))

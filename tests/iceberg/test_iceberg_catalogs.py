@@ -144,30 +144,39 @@ def _b(v: Any) -> bytes | None:
 
 
 @pytest.mark.spark
-def test_spark_engine_continues_a_table_the_pyiceberg_engine_started(world: World, spark: Any,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_spark_engine_continues_a_table_the_pyiceberg_engine_started(
+        world: World, spark: Any, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
     """The PyIceberg engine adds the first two segments (its read_committed bound held inside the
-    third); the Spark engine (a Spark job over ``kafka-tiered`` writes the files, the same ledger
-    and commit) adds the rest: each segment once, row for row the consumer's read; then neither
-    engine adds anything."""
+    third); ``rlm iceberg --engine spark`` (in process: the session's SparkSession, left running)
+    adds the rest: each segment once, row for row the consumer's read; then the PyIceberg engine
+    finds nothing to add."""
+    import argparse
+
+    import rlm.daemon.logging_setup as logging_setup
     from fetcher import CommittedBound
-    from fetcher.iceberg.spark_engine import SparkIcebergSync
-    from rlm.config import IcebergConfig
+    from rlm.commands.iceberg import iceberg
 
     links = world.fetcher.plan(world.topic, 0).segments
     with monkeypatch.context() as m:
         m.setattr(world.fetcher, "committed_bound",
                   lambda topic, p: CommittedBound(links[2].first + 1, (), True))
         assert world.sync("engines").run_once().added_segments == 2
-    cfg = IcebergConfig.model_validate(world.iceberg("engines", segments_per_commit=64))  # one Spark job
-    engine = SparkIcebergSync(world.fetcher, load_catalog("rlm", **world.catalog), cfg, world.topic,
-                              spark=spark, rlm_config=str(world.config("plan")))
-    r = engine.run_once()
+    monkeypatch.setattr(logging_setup, "configure_logging", lambda *a, **k: None)
+    cfg = world.config("engines", segments_per_commit=64)  # one Spark job for the rest
+
+    def cli() -> dict[str, Any]:
+        capsys.readouterr()
+        assert iceberg(argparse.Namespace(config=cfg, topic=world.topic, start="earliest", follow=False,
+                                          isolation=None, engine="spark", json=True)) == 0
+        return dict(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
+
+    result = cli()
     ids = world.plan_ids()
-    assert r.added_segments == len(ids) - 2
-    _check_equal(world, _base._result(world, "engines"), ids)
-    assert engine.run_once().added_segments == 0
-    assert world.sync("engines").run_once().added_segments == 0
-    table = load_catalog("rlm", **world.catalog).load_table(engine.identifier)
+    assert result["added_segments"] == len(ids) - 2 and result["orphan_files"] == 0
+    _check_equal(world, {**result, "catalog": world.catalog}, ids)
+    assert spark.sql("SELECT 1 AS one").collect()[0]["one"] == 1  # the shared session still runs
+    assert world.sync("engines").run_once().added_segments == 0  # the ledger holds the Spark commits
+    table = load_catalog("rlm", **world.catalog).load_table(result["table"])
     spark_files = [t.file.file_path for t in table.scan().plan_files() if "/data/spark-" in t.file.file_path]
     assert spark_files  # the Spark job's files are in the table
