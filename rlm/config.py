@@ -536,6 +536,24 @@ class ValueDecodeConfig(_Strict):
         return self
 
 
+class IcebergDaemonConfig(_Strict):
+    """``rlm run`` keeps these topics' Iceberg tables in step (docs/iceberg.md): after the copy
+    pass of ``--once``, and every ``interval_ms`` in a running daemon, the same writer as
+    ``rlm iceberg`` appends the segments the tables do not hold yet (same ledger, so it can take
+    turns with ``rlm iceberg`` runs on the same table). Off while ``topics`` is empty.
+    """
+
+    topics: list[str] = Field(
+        default_factory=list,
+        description="Tiered topics whose tables `rlm run` keeps in step: names or globs (fnmatch, as "
+        "`topics[].pattern`); `[]` = off.",
+    )
+    interval_ms: int = Field(30_000, gt=0, description="Running daemon: pause between two passes.")
+
+    def selects(self, topic: str) -> bool:
+        return any(fnmatch.fnmatchcase(topic, p) for p in self.topics)
+
+
 class IcebergConfig(_Strict):
     """``rlm iceberg``: the Apache Iceberg table kept per tiered topic (docs/iceberg.md).
 
@@ -549,6 +567,10 @@ class IcebergConfig(_Strict):
         description="PyIceberg catalog properties (`type`, `uri`, `warehouse`, `s3.endpoint`, ...), as "
         "`pyiceberg.catalog.load_catalog` takes them. Empty = the embedded default: a SQL catalog on "
         "SQLite at `<work_dir>/iceberg/catalog.db`, warehouse `<work_dir>/iceberg/warehouse`.",
+    )
+    daemon: IcebergDaemonConfig = Field(
+        default_factory=IcebergDaemonConfig,  # type: ignore[arg-type]
+        description="`rlm run` keeps tables in step too (see `iceberg.daemon`).",
     )
     namespace: str = Field("kafka", min_length=1, description="The tables' namespace.")
     table_name: str = Field(

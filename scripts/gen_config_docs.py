@@ -24,6 +24,7 @@ from rlm.config import (
     DaemonConfig,
     HttpConfig,
     IcebergConfig,
+    IcebergDaemonConfig,
     ListenerSecurity,
     MetadataConfig,
     ReadConfig,
@@ -110,6 +111,8 @@ def render() -> str:
         ("`read` (the read side: reader pool, remote reads, `rlm serve`)", ReadConfig, "read."),
         ("`read.kafka_security` (Kafka endpoint: TLS, SASL, ACLs)", ListenerSecurity, "read.kafka_security."),
         ("`iceberg` (`rlm iceberg`: the Iceberg table per tiered topic)", IcebergConfig, "iceberg."),
+        ("`iceberg.daemon` (`rlm run` keeps the Iceberg tables in step)", IcebergDaemonConfig,
+         "iceberg.daemon."),
         ("`topic_defaults` (per-topic settings for every topic)", TopicSettings, "topic_defaults."),
         ("`topics[]` (per-topic overrides)", TopicOverride, "topics[]."),
     ):

@@ -18,6 +18,7 @@ pytest_plugins = [
     "tests.fixtures.s3",
     "tests.fixtures.hdfs",
     "tests.fixtures.spark",
+    "tests.fixtures.iceberg_rest",
 ]
 
 #: Harness variables (jar and service caches, fuzz budget, JIT switch): they change how tests run,

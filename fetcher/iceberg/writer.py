@@ -154,17 +154,26 @@ class IcebergSync:
             isolation=self.isolation)]
         return pa.concat_tables(batches) if batches else ARROW_SCHEMA.empty_table()
 
-    def _append(self, group: list[SegmentWork], topic_id: str, result: PassResult) -> int | None:
-        """Commit ``group`` as one snapshot: its rows, or ``None`` when another writer added any
-        of its segments first (this writer's files are then deleted)."""
+    def write_files(self, group: list[SegmentWork], topic_id: str,
+                    result: PassResult) -> tuple[list[DataFile], int]:
+        """The group's rows as data files of the table, not committed yet (and their row count):
+        PyIceberg here, a Spark job in :class:`fetcher.iceberg.spark_engine.SparkIcebergSync`.
+        With value decoding, the group's dead letters are committed first (see
+        :mod:`fetcher.iceberg.deadletter`) and only the decoded rows are written here."""
         data = pa.concat_tables([self.rows_of(w) for w in group])
         data = data.sort_by([("partition", "ascending"), ("offset", "ascending")])
-        if self.decoding is not None:  # dead letters committed first (see fetcher.iceberg.deadletter)
+        if self.decoding is not None:
             before = self.decoding.dead_letters
             data = self.decoding.split(group, data, topic_id, self.table)
             result.dead_letters += self.decoding.dead_letters - before
         files: list[DataFile] = (list(_dataframe_to_data_files(self.table.metadata, data, self.table.io))
                                  if data.num_rows else [])
+        return files, int(data.num_rows)
+
+    def _append(self, group: list[SegmentWork], topic_id: str, result: PassResult) -> int | None:
+        """Commit ``group`` as one snapshot: its rows, or ``None`` when another writer added any
+        of its segments first (this writer's files are then deleted)."""
+        files, nrows = self.write_files(group, topic_id, result)
         _hold_before_commit()
         props = summary_properties(group, topic_id)
         for attempt in range(self.config.commit_retries + 1):
@@ -188,10 +197,10 @@ class IcebergSync:
             snap_id = snap.snapshot_id if snap is not None else -1
             result.commits.append(snap_id)
             log.info("iceberg_commit", table=self.identifier, snapshot=snap_id, segments=len(group),
-                     rows=data.num_rows, files=len(files))
+                     rows=nrows, files=len(files))
             if self.on_commit is not None:
-                self.on_commit(group, data.num_rows)
-            return int(data.num_rows)
+                self.on_commit(group, nrows)
+            return nrows
         self._delete(files)
         raise IcebergTableError(f"{self.identifier}: commit of {len(group)} segments kept conflicting "
                                 f"({self.config.commit_retries} retries)")

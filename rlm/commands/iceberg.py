@@ -40,6 +40,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--follow", action="store_true", help="keep appending new segments until stopped")
     p.add_argument("--isolation", choices=["read_committed", "read_uncommitted"],
                    help="default: iceberg.isolation (read_committed)")
+    p.add_argument("--engine", choices=["pyiceberg", "spark"], default="pyiceberg",
+                   help="who writes the data files: pyiceberg (default, in this process) or spark (a Spark "
+                        "job over the kafka-tiered source, in the SparkSession this process starts or "
+                        "spark-submit gives it; same commit and ledger, so the two take turns on a table)")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end")
     add_arguments(p)
     p.set_defaults(func=iceberg)
@@ -84,7 +88,20 @@ def iceberg(args: argparse.Namespace) -> int:
     added_segments = added_rows = waiting = conflicts = 0
     with RemoteFetcher.from_config(config) as f:
         catalog = open_catalog(config)
-        sync = IcebergSync(f, catalog, config.iceberg, args.topic, isolation=args.isolation)
+        spark = None
+        own_spark = False
+        sync: IcebergSync
+        if args.engine == "spark":
+            from pyspark.sql import SparkSession
+
+            from fetcher.iceberg.spark_engine import SparkIcebergSync
+
+            own_spark = SparkSession.getActiveSession() is None  # (under spark-submit: the job's session)
+            spark = SparkSession.builder.appName(f"rlm-iceberg-{args.topic}").getOrCreate()
+            sync = SparkIcebergSync(f, catalog, config.iceberg, args.topic, isolation=args.isolation,
+                                    spark=spark, rlm_config=str(Path(args.config).resolve()))
+        else:
+            sync = IcebergSync(f, catalog, config.iceberg, args.topic, isolation=args.isolation)
         after_pass = PassHook(config, f, sync, args.metrics_port)
         while True:
             t0 = time.monotonic()
@@ -100,6 +117,8 @@ def iceberg(args: argparse.Namespace) -> int:
                       f"segments waiting for their transactions)", file=sys.stderr, flush=True)
             if not args.follow or stop.wait(config.iceberg.poll_interval_ms / 1000):
                 break
+        if spark is not None and own_spark:
+            spark.stop()
         orphans = orphan_files(sync.table)
         out = summary(config, sync, added_segments, added_rows, waiting, len(orphans))
         out["commit_conflicts"] = conflicts

@@ -70,7 +70,7 @@ class PassHook:
 def compact_command(args: argparse.Namespace) -> int:
     from fetcher.iceberg import ensure_table, open_catalog, table_identifier
     from fetcher.iceberg.compact import compact
-    from rlm.daemon.logging_setup import configure_logging
+    from rlm.logging_setup import configure_logging
 
     config = load_config(args.config)
     configure_logging("console", "warning")  # stdout carries the summary

@@ -18,11 +18,15 @@ import os
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 
-from rlm.config import load_config
+from rlm.config import DaemonConfig, load_config
 from rlm.exit_codes import EPILOG, ExitCode, for_signal
+
+if TYPE_CHECKING:
+    from rlm.commands.iceberg_daemon import IcebergFollower
 
 log = structlog.get_logger(__name__)
 
@@ -52,12 +56,18 @@ def run(args: argparse.Namespace) -> int:
     failed = 0
     clean = True
     read_api = None
+    follower = None
     with capture_signals(stop):
         try:
             daemon.start()
+            follower = _iceberg_follower(config)
             if args.once:
                 failed = daemon.run_once(interrupt=stop.requested)
+                if follower is not None and not stop.requested.is_set():
+                    failed += len(follower.run_pass().errors)  # the tables follow the copy pass
             else:
+                if follower is not None:
+                    follower.start()
                 if config.read.serve_http:  # the read HTTP API beside the daemon (as `rlm serve`)
                     from rlm.commands.serve import read_api_server
 
@@ -65,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
                 while not stop.requested.wait(1.0):
                     pass
         finally:
+            if follower is not None:
+                follower.stop()
             if read_api is not None:
                 read_api.stop()
             clean = daemon.stop(force=stop.forced)
@@ -77,6 +89,13 @@ def run(args: argparse.Namespace) -> int:
     if not clean:
         _leave(code, "copies_abandoned_exit")
     return code
+
+
+def _iceberg_follower(config: DaemonConfig) -> IcebergFollower | None:
+    """``iceberg.daemon``: the follower of the configured topics' tables, or None when off."""
+    from rlm.commands.iceberg_daemon import IcebergFollower
+
+    return IcebergFollower(config) if IcebergFollower.enabled(config) else None
 
 
 def _leave(code: int, event: str) -> None:

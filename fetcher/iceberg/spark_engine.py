@@ -1,0 +1,133 @@
+"""``rlm iceberg --engine spark``: the data files written by a Spark job, the commit unchanged.
+
+For big backfills the rows should not pass through one Python process: here Spark reads each
+group of segments through the ``kafka-tiered`` source (``startingOffsets``/``endingOffsets`` =
+the segments' offsets, ``kafka.isolation.level`` as configured), shapes them to the table's
+schema and writes Parquet under the table's ``data/`` directory, one directory per table
+partition (so each file lies in one partition, as Iceberg requires). The driver then turns those
+files into Iceberg data files (PyIceberg reads their footers: statistics, partition values) and
+commits them exactly like the PyIceberg engine: the same fast append, the same ``rlm.segments``
+ledger in the snapshot summary, the same conflict handling. So the two engines take turns on one
+table and neither adds a segment the other added.
+
+Why not ``iceberg-spark-runtime`` for the write: no runtime on Maven Central is built for Spark
+4.3, the installed pyspark (docs/iceberg.md); the runtime would also commit on its own, without
+the ledger check. Spark-written files carry no Iceberg field ids, so the table gets a name mapping
+(``schema.name-mapping.default``, the standard way readers resolve such files). The warehouse
+must be a filesystem Spark writes to (``file:``, or ``s3a:``/``hdfs:`` with their Hadoop jars).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import pyarrow.fs as pafs
+from pyiceberg.io.pyarrow import PyArrowFileIO, parquet_files_to_data_files
+from pyiceberg.manifest import DataFile
+from pyiceberg.table import Table
+
+from fetcher.iceberg.ledger import SegmentWork
+from fetcher.iceberg.writer import IcebergSync, PassResult
+from rlm.errors import ConfigError
+
+NAME_MAPPING = "schema.name-mapping.default"
+TS_CONF = "spark.sql.parquet.outputTimestampType"
+
+
+def ensure_name_mapping(table: Table) -> Table:
+    """Give the table the name mapping of its schema (readers resolve id-less files by name)."""
+    if NAME_MAPPING in table.properties:
+        return table
+    mapping = table.schema().name_mapping.model_dump_json()
+    return table.transaction().set_properties({NAME_MAPPING: mapping}).commit_transaction()
+
+
+class SparkIcebergSync(IcebergSync):
+    """:class:`IcebergSync` whose data files a Spark job writes (see the module docstring)."""
+
+    def __init__(self, *args: Any, spark: Any, rlm_config: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.decoding is not None:
+            raise ConfigError("iceberg.decode: value decoding runs in the pyiceberg engine only; "
+                              "use --engine pyiceberg for a table with decoded columns")
+        self.spark = spark
+        self.rlm_config = rlm_config
+        from fetcher.spark import register
+
+        register(spark)
+        self.table = ensure_name_mapping(self.table)
+
+    def refresh(self) -> Any:
+        ledger = super().refresh()
+        self.table = ensure_name_mapping(self.table)
+        return ledger
+
+    def _frame(self, group: list[SegmentWork]) -> Any:
+        from pyspark.sql import functions as F
+
+        frames = []
+        for w in group:
+            offsets = {self.topic: {str(w.partition): w.start}}
+            ending = {self.topic: {str(w.partition): w.end}}
+            df = (self.spark.read.format("kafka-tiered").option("rlm.config", self.rlm_config)
+                  .option("subscribe", self.topic).option("includeHeaders", "true")
+                  .option("startingOffsets", json.dumps(offsets)).option("endingOffsets", json.dumps(ending))
+                  .option("kafka.isolation.level", self.isolation.name.lower()).load())
+            frames.append(df.withColumn("segment_id", F.lit(w.segment_id)))
+        df = frames[0]
+        for more in frames[1:]:
+            df = df.unionByName(more)
+        # coalesce() with a non-null literal makes a column non-nullable: the table's required fields
+        cols = [
+            F.col("key"), F.col("value"),
+            F.coalesce(F.col("topic"), F.lit("")).alias("topic"),
+            F.coalesce(F.col("partition"), F.lit(-1)).alias("partition"),
+            F.coalesce(F.col("offset"), F.lit(-1).cast("long")).alias("offset"),
+            F.coalesce(F.col("timestamp"), F.lit(0).cast("timestamp")).alias("timestamp"),
+            F.coalesce(F.col("timestampType"), F.lit(0)).alias("timestampType"),
+            F.transform("headers", lambda h: F.struct(F.coalesce(h["key"], F.lit("")).alias("key"),
+                                                      h["value"].alias("value"))).alias("headers"),
+            F.coalesce(F.col("segment_id"), F.lit("")).alias("segment_id"),
+        ]
+        keys = []
+        for field in self.table.spec().fields:
+            name = field.name
+            if name == "timestamp_day":
+                keys.append(F.date_format(F.col("timestamp"), "yyyy-MM-dd"))
+            elif name == "timestamp_hour":
+                keys.append(F.date_format(F.col("timestamp"), "yyyy-MM-dd-HH"))
+            else:
+                keys.append(F.col("partition").cast("string"))
+        key = F.concat_ws("_", *keys) if keys else F.lit("all")
+        return df.select(*cols, key.alias("_rlm_part"))
+
+    def write_files(self, group: list[SegmentWork], topic_id: str,
+                    result: PassResult) -> tuple[list[DataFile], int]:
+        out = f"{self.table.location().rstrip('/')}/data/spark-{uuid.uuid4().hex}"
+        df = self._frame(group)
+        old = self.spark.conf.get(TS_CONF, None)
+        self.spark.conf.set(TS_CONF, "TIMESTAMP_MICROS")  # Iceberg's timestamptz (not INT96)
+        try:
+            (df.repartition("_rlm_part").sortWithinPartitions("partition", "offset")
+             .write.partitionBy("_rlm_part").mode("errorifexists").parquet(out))
+        finally:
+            if old is None:
+                self.spark.conf.unset(TS_CONF)
+            else:
+                self.spark.conf.set(TS_CONF, old)
+        paths = _parquet_under(self.table, out)
+        files = list(parquet_files_to_data_files(self.table.io, self.table.metadata, iter(paths)))
+        return files, sum(int(f.record_count) for f in files)
+
+
+def _parquet_under(table: Table, location: str) -> list[str]:
+    """The Parquet files Spark wrote under ``location``, as URIs of the table's FileIO."""
+    scheme, netloc, path = PyArrowFileIO.parse_location(location)
+    fs = (table.io.fs_by_scheme(scheme, netloc) if isinstance(table.io, PyArrowFileIO)
+          else pafs.FileSystem.from_uri(location)[0])
+    infos = fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
+    prefix = location[: len(location) - len(path)] if location.endswith(path) else f"{scheme}://"
+    return sorted(prefix + i.path for i in infos
+                  if i.type == pafs.FileType.File and i.path.endswith(".parquet"))

@@ -1,0 +1,182 @@
+"""``rlm iceberg`` on Apache Iceberg's own REST catalog server.
+
+The workload is test_iceberg's (a tiered topic with two codecs, a committed and an aborted
+transaction each larger than a segment); the truth is what a read_committed consumer read from
+the broker. The REST catalog is Iceberg's ``RESTCatalogServer`` from Maven Central (one per
+session, its warehouse on SeaweedFS); ``rlm iceberg`` reaches it through PyIceberg's ``type: rest``
+catalog, configured like any other catalog.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.iceberg import test_iceberg as _base
+from tests.iceberg.test_iceberg import World, _check_equal, run_iceberg
+from tests.services.iceberg_rest import IcebergRestCatalog
+
+pytest.importorskip("pyiceberg")
+
+from pyiceberg.catalog import load_catalog
+
+pytestmark = [pytest.mark.kafka, pytest.mark.s3, pytest.mark.slow]
+
+#: test_iceberg's workload fixture (module scope: built once more for this module)
+world = _base.world
+
+
+def _rest_result(world: World, rest: IcebergRestCatalog, name: str) -> dict[str, Any]:
+    from fetcher.iceberg import read_ledger
+
+    sync = world.sync(name, catalog=rest.properties)
+    ledger = read_ledger(sync.table)
+    return {"catalog": rest.properties, "catalog_name": "rlm", "table": sync.identifier,
+            "segments": len(ledger.segments), "rows": ledger.rows}
+
+
+def test_rest_catalog_backfill_equals_a_read_committed_consumer(world: World,
+                                                                 iceberg_rest: IcebergRestCatalog) -> None:
+    """``rlm iceberg`` configured with ``type: rest`` (Iceberg's REST server, warehouse on S3):
+    every lineage segment once, row for row what the consumer read; a rerun adds nothing."""
+    cfg = world.config("rest", catalog=iceberg_rest.properties)
+    result = run_iceberg(cfg, world.topic, "--from", "earliest")
+    ids = world.plan_ids()
+    assert result["catalog"]["type"] == "rest" and result["catalog"]["uri"] == iceberg_rest.uri
+    assert "s3.secret-access-key" not in result["catalog"]
+    assert result["location"].startswith(f"s3://{iceberg_rest.bucket}/")
+    assert result["added_segments"] == len(ids) and result["orphan_files"] == 0
+    _check_equal(world, {**result, "catalog": iceberg_rest.properties}, ids)
+    # a rerun (the same writer code, in process) adds nothing
+    r = world.sync("rest", catalog=iceberg_rest.properties).run_once()
+    assert (r.added_segments, r.added_rows) == (0, 0)
+    assert _rest_result(world, iceberg_rest, "rest")["segments"] == len(ids)
+    # the server holds the commits: a fresh client's view of the table names every segment once
+    table = load_catalog("other", **iceberg_rest.properties).load_table(result["table"])
+    named = [s[1] for snap in table.snapshots()
+             for s in json.loads(snap.summary.additional_properties["rlm.segments"])]
+    assert sorted(named) == sorted(ids)
+
+
+def test_two_writers_at_once_on_the_rest_catalog_add_each_segment_once(
+        world: World, iceberg_rest: IcebergRestCatalog) -> None:
+    """The REST server refuses a commit whose base snapshot is stale (optimistic concurrency): of
+    two writers racing one segment per commit, each segment lands once."""
+    import threading
+
+    syncs = [world.sync("restpair", catalog=iceberg_rest.properties, segments_per_commit=1) for _ in range(2)]
+    results: list[Any] = [None, None]
+
+    def run(i: int) -> None:
+        results[i] = syncs[i].run_once()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(180)
+    ids = world.plan_ids()
+    assert sum(r.added_segments for r in results) == len(ids)
+    _check_equal(world, _rest_result(world, iceberg_rest, "restpair"), ids)
+
+
+def test_rlm_run_keeps_the_table_in_step_taking_turns_with_another_writer(
+        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``iceberg.daemon``: ``rlm run --once`` appends, after its copy pass, what the table lacks.
+    Another writer (``rlm iceberg``'s code) added the first two segments (its read_committed bound
+    held inside the third); the daemon adds the rest, each once; a second run adds nothing."""
+    import argparse
+
+    import yaml
+
+    import rlm.logging_setup as logging_setup
+    from fetcher import CommittedBound
+    from rlm.commands.run import run
+
+    links = world.fetcher.plan(world.topic, 0).segments
+    with monkeypatch.context() as m:  # the first writer only: the daemon's read core is its own
+        m.setattr(world.fetcher, "committed_bound",
+                  lambda topic, p: CommittedBound(links[2].first + 1, (), True))
+        assert world.sync("turns").run_once().added_segments == 2
+    monkeypatch.setattr(logging_setup, "configure_logging", lambda *a, **k: None)  # the test's logging stays
+    cfg = tmp_path / "daemon.yaml"
+    cfg.write_text(yaml.safe_dump(json.loads(json.dumps(
+        {**world.sidecar, "iceberg": world.iceberg("turns", daemon={"topics": ["ice-*"]})}, default=str))))
+    for _ in range(2):
+        assert run(argparse.Namespace(config=cfg, once=True)) == 0
+        ids = world.plan_ids()
+        result = {**_base._result(world, "turns")}
+        _check_equal(world, result, ids)
+    table = load_catalog("rlm", **world.catalog).load_table(result["table"])
+    assert len(table.snapshots()) == 1 + -(-(len(ids) - 2) // 4)  # the first writer's, then the daemon's
+
+
+@pytest.mark.spark
+def test_spark_sql_reads_the_tables_data_files(world: World, spark: Any) -> None:
+    """Spark SQL over the data files of the table's current snapshot (listed by Iceberg's
+    metadata; the session-wide SparkSession, no Iceberg runtime: see docs/iceberg.md for why):
+    the Iceberg types reach Spark as Spark's Kafka types, and the rows equal the consumer's."""
+    from pyspark.sql.types import ArrayType, BinaryType, TimestampType
+
+    sync = world.sync("turns")  # the daemon test's table (completed here when run alone)
+    sync.run_once()
+    files = [task.file.file_path for task in sync.table.scan().plan_files()]
+    assert files and not any(task.delete_files for task in sync.table.scan().plan_files())
+    df = spark.read.parquet(*files)
+    assert isinstance(df.schema["timestamp"].dataType, TimestampType)  # timestamptz: an instant
+    headers = df.schema["headers"].dataType
+    assert isinstance(headers, ArrayType) and isinstance(headers.elementType["value"].dataType, BinaryType)
+    view = f"turns_{world.topic.replace('-', '_')}"
+    df.createOrReplaceTempView(view)
+    rows = spark.sql("SELECT `offset`, timestampType, unix_millis(`timestamp`) AS ms, key, value, headers "
+                     f"FROM {view} ORDER BY `offset`").collect()
+    got = [(r["offset"], r["timestampType"], r["ms"], _b(r["key"]), _b(r["value"]),
+            tuple((h["key"], _b(h["value"])) for h in (r["headers"] or []))) for r in rows]
+    assert [g[0] for g in got] == [t[0] for t in world.truth]
+    assert got == world.truth
+
+
+def _b(v: Any) -> bytes | None:
+    return None if v is None else bytes(v)
+
+
+@pytest.mark.spark
+def test_spark_engine_continues_a_table_the_pyiceberg_engine_started(
+        world: World, spark: Any, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The PyIceberg engine adds the first two segments (its read_committed bound held inside the
+    third); ``rlm iceberg --engine spark`` (in process: the session's SparkSession, left running)
+    adds the rest: each segment once, row for row the consumer's read; then the PyIceberg engine
+    finds nothing to add."""
+    import argparse
+
+    import rlm.logging_setup as logging_setup
+    from fetcher import CommittedBound
+    from rlm.commands.iceberg import iceberg
+
+    links = world.fetcher.plan(world.topic, 0).segments
+    with monkeypatch.context() as m:
+        m.setattr(world.fetcher, "committed_bound",
+                  lambda topic, p: CommittedBound(links[2].first + 1, (), True))
+        assert world.sync("engines").run_once().added_segments == 2
+    monkeypatch.setattr(logging_setup, "configure_logging", lambda *a, **k: None)
+    cfg = world.config("engines", segments_per_commit=64)  # one Spark job for the rest
+
+    def cli() -> dict[str, Any]:
+        capsys.readouterr()
+        assert iceberg(argparse.Namespace(config=cfg, topic=world.topic, start="earliest", follow=False,
+                                          isolation=None, engine="spark", json=True)) == 0
+        return dict(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
+
+    result = cli()
+    ids = world.plan_ids()
+    assert result["added_segments"] == len(ids) - 2 and result["orphan_files"] == 0
+    _check_equal(world, {**result, "catalog": world.catalog}, ids)
+    assert spark.sql("SELECT 1 AS one").collect()[0]["one"] == 1  # the shared session still runs
+    assert world.sync("engines").run_once().added_segments == 0  # the ledger holds the Spark commits
+    table = load_catalog("rlm", **world.catalog).load_table(result["table"])
+    spark_files = [t.file.file_path for t in table.scan().plan_files() if "/data/spark-" in t.file.file_path]
+    assert spark_files  # the Spark job's files are in the table
