@@ -104,7 +104,7 @@ def test_rlm_run_keeps_the_table_in_step_taking_turns_with_another_writer(
     monkeypatch.setattr(logging_setup, "configure_logging", lambda *a, **k: None)  # the test's logging stays
     cfg = tmp_path / "daemon.yaml"
     cfg.write_text(yaml.safe_dump(json.loads(json.dumps(
-        {**world.sidecar, "iceberg": world.iceberg("turns", daemon={"topics": ["ice-*"]})}, default=str))))
+        {**world.sidecar, "iceberg": world.iceberg("turns", daemon={"topics": [world.topic]})}, default=str))))
     for _ in range(2):
         assert run(argparse.Namespace(config=cfg, once=True)) == 0
         ids = world.plan_ids()
@@ -168,7 +168,8 @@ def test_spark_engine_continues_a_table_the_pyiceberg_engine_started(
     def cli() -> dict[str, Any]:
         capsys.readouterr()
         assert iceberg(argparse.Namespace(config=cfg, topic=world.topic, start="earliest", follow=False,
-                                          isolation=None, engine="spark", json=True)) == 0
+                                          isolation=None, engine="spark", json=True, action="sync",
+                                          metrics_port=None, orphan_min_age_ms=None)) == 0
         return dict(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
 
     result = cli()
