@@ -29,7 +29,7 @@ from rlm.config import IcebergConfig, load_config
 from rlm.daemon.service import Daemon
 from tests.daemon.helpers import create_topic, topic_rlmm
 from tests.iceberg.test_decode import confluent_avro, register
-from tests.iceberg.test_iceberg import consumed, run_iceberg
+from tests.iceberg.test_iceberg import consumed, run_at_once, run_iceberg
 from tests.services.kafka import KafkaCluster
 from tests.services.schema_registry import SchemaRegistryServer, schema_registry
 
@@ -307,23 +307,13 @@ def test_json_values_decode_to_typed_columns_and_bad_ones_reach_the_dead_letter_
 def test_two_writers_at_once_put_each_record_once_in_one_table(avro_world: AvroWorld) -> None:
     """Two in-process writers of the same tables at once, a snapshot per segment: whichever wins
     each commit, every record is once in the table or once in the dead-letter table."""
-    import threading
 
     from fetcher.iceberg import IcebergSync
 
     w = avro_world
     cfg = IcebergConfig.model_validate({**w.iceberg("pair"), "segments_per_commit": 1})
     syncs = [IcebergSync(w.fetcher, load_catalog("rlm", **w.catalog), cfg, w.topic) for _ in range(2)]
-    results: list[Any] = [None, None]
-
-    def run(i: int) -> None:
-        results[i] = syncs[i].run_once()
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    results = run_at_once(syncs)
     assert sum(r.added_segments for r in results) == len(w.fetcher.plan(w.topic, 0).segments)
     good, dead = _expected(w)
     assert syncs[0].decoding is not None

@@ -324,18 +324,23 @@ def test_a_writer_that_loses_the_commit_race_adds_nothing(world: World,
     assert not orphan_files(table)  # the loser deleted its own files
 
 
-def test_two_writers_at_once_add_each_segment_once(world: World) -> None:
-    syncs = [world.sync("pair", segments_per_commit=1) for _ in range(2)]
-    results: list[Any] = [None, None]
+def run_at_once(syncs: list[Any], timeout: float = 180) -> list[Any]:
+    """Each writer's ``run_once()`` on its own thread, started together: their pass results."""
+    results: list[Any] = [None] * len(syncs)
 
     def run(i: int) -> None:
         results[i] = syncs[i].run_once()
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(syncs))]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(120)
+        t.join(timeout)
+    return results
+
+
+def test_two_writers_at_once_add_each_segment_once(world: World) -> None:
+    results = run_at_once([world.sync("pair", segments_per_commit=1) for _ in range(2)])
     ids = world.plan_ids()
     assert sum(r.added_segments for r in results) == len(ids)
     _check_equal(world, _result(world, "pair"), ids)

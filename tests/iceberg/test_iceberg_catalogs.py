@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.iceberg import test_iceberg as _base
-from tests.iceberg.test_iceberg import World, _check_equal, run_iceberg
+from tests.iceberg.test_iceberg import World, _check_equal, run_at_once, run_iceberg
 from tests.services.iceberg_rest import IcebergRestCatalog
 
 pytest.importorskip("pyiceberg")
@@ -65,19 +65,8 @@ def test_two_writers_at_once_on_the_rest_catalog_add_each_segment_once(
         world: World, iceberg_rest: IcebergRestCatalog) -> None:
     """The REST server refuses a commit whose base snapshot is stale (optimistic concurrency): of
     two writers racing one segment per commit, each segment lands once."""
-    import threading
-
-    syncs = [world.sync("restpair", catalog=iceberg_rest.properties, segments_per_commit=1) for _ in range(2)]
-    results: list[Any] = [None, None]
-
-    def run(i: int) -> None:
-        results[i] = syncs[i].run_once()
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(180)
+    results = run_at_once(
+        [world.sync("restpair", catalog=iceberg_rest.properties, segments_per_commit=1) for _ in range(2)])
     ids = world.plan_ids()
     assert sum(r.added_segments for r in results) == len(ids)
     _check_equal(world, _rest_result(world, iceberg_rest, "restpair"), ids)
@@ -104,7 +93,8 @@ def test_rlm_run_keeps_the_table_in_step_taking_turns_with_another_writer(
     monkeypatch.setattr(logging_setup, "configure_logging", lambda *a, **k: None)  # the test's logging stays
     cfg = tmp_path / "daemon.yaml"
     cfg.write_text(yaml.safe_dump(json.loads(json.dumps(
-        {**world.sidecar, "iceberg": world.iceberg("turns", daemon={"topics": [world.topic]})}, default=str))))
+        {**world.sidecar, "iceberg": world.iceberg("turns", daemon={"topics": [world.topic]})},
+        default=str))))
     for _ in range(2):
         assert run(argparse.Namespace(config=cfg, once=True)) == 0
         ids = world.plan_ids()
