@@ -32,7 +32,9 @@ from tests.services.kafka import KafkaCluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
-CONFIG = {"segment.bytes": "1048576", "index.interval.bytes": "1024"}
+# retention.ms=-1: the written partition holds 2023 timestamps, and test brokers run retention 1 s
+# after a start (log.initial.task.delay.ms), which would delete it before it is consumed
+CONFIG = {"segment.bytes": "1048576", "index.interval.bytes": "1024", "retention.ms": "-1"}
 FIRST, SECOND = 400, 300
 
 
