@@ -17,8 +17,6 @@ import pytest
 
 from tests.fetcher_e2e.conftest import Tiered
 
-pytest.importorskip("pyiceberg")
-
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 

@@ -11,14 +11,10 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
+import fastavro
 import pyarrow as pa
 import pytest
 import yaml
-
-pytest.importorskip("pyiceberg")
-pytest.importorskip("fastavro")
-
-import fastavro
 
 from fetcher.iceberg.decode import DecodeConfigError, decoded_schema, make_decoder
 from fetcher.iceberg.registry import SchemaRegistryError

@@ -21,9 +21,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import fastavro
 import pytest
 import yaml
 from confluent_kafka import Producer
+from pyiceberg.catalog import load_catalog
 
 from rlm.config import IcebergConfig, load_config
 from rlm.daemon.service import Daemon
@@ -32,12 +34,6 @@ from tests.iceberg.test_decode import confluent_avro, register
 from tests.iceberg.test_iceberg import consumed, run_at_once, run_iceberg
 from tests.services.kafka import KafkaCluster
 from tests.services.schema_registry import SchemaRegistryServer, schema_registry
-
-pytest.importorskip("pyiceberg")
-pytest.importorskip("fastavro")
-
-import fastavro
-from pyiceberg.catalog import load_catalog
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

@@ -27,18 +27,14 @@ import pyarrow.compute as pc
 import pytest
 import yaml
 from confluent_kafka import Consumer, Producer, TopicPartition
+from pyiceberg.catalog import load_catalog
 
+from fetcher.iceberg import HOLD_BEFORE_COMMIT_ENV
 from rlm.config import load_config
 from rlm.daemon.service import Daemon
 from tests.daemon.helpers import create_topic, s3_storage, topic_rlmm, transactional_producer, wait_for
 from tests.services.kafka import KafkaCluster
 from tests.services.s3 import ACCESS_KEY, REGION, SECRET_KEY, SeaweedFS
-
-pytest.importorskip("pyiceberg")
-
-from pyiceberg.catalog import load_catalog
-
-from fetcher.iceberg import HOLD_BEFORE_COMMIT_ENV
 
 pytestmark = [pytest.mark.kafka, pytest.mark.s3, pytest.mark.slow]
 

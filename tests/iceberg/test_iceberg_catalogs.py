@@ -14,14 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyiceberg.catalog import load_catalog
 
 from tests.iceberg import test_iceberg as _base
 from tests.iceberg.test_iceberg import World, _check_equal, run_at_once, run_iceberg
 from tests.services.iceberg_rest import IcebergRestCatalog
-
-pytest.importorskip("pyiceberg")
-
-from pyiceberg.catalog import load_catalog
 
 pytestmark = [pytest.mark.kafka, pytest.mark.s3, pytest.mark.slow]
 

@@ -13,10 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pytest
-
-pytest.importorskip("pyiceberg")
-
 from pyiceberg.catalog import load_catalog
 
 from fetcher.planning import plan_partition

@@ -26,16 +26,13 @@ from typing import Any
 import pytest
 import yaml
 from confluent_kafka import Producer
+from pyiceberg.catalog import load_catalog
 
 from rlm.config import load_config
 from rlm.daemon.service import Daemon
 from tests.daemon.helpers import create_topic, wait_for
 from tests.iceberg.test_iceberg import Row, consumed, table_rows
 from tests.services.kafka import KafkaCluster
-
-pytest.importorskip("pyiceberg")
-
-from pyiceberg.catalog import load_catalog
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
