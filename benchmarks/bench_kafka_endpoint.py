@@ -12,9 +12,10 @@ partitions) and once with 4 consumers (one partition each, at once). Timing stop
 record is in; then the records (partition, offset, key, value) are digested and must equal the
 broker's digest of that round, or the benchmark fails. A warm-up round is not counted.
 
-Printed: every round's MB/s, and per target the median of the per-round ratios to the broker of
-the same round. Raw results go to ``docs/data/bench-kafka-endpoint.json`` (commit, date, machine,
-every round) unless ``--no-save``.
+Printed: every round's MB/s and the CPU seconds the serving side spent (the broker's JVM, the
+endpoint process, SeaweedFS: their whole process trees, from ``/proc``), and per target the
+median of the per-round ratios to the broker of the same round. Raw results go to
+``docs/data/bench-kafka-endpoint.json`` (commit, date, machine, every round) unless ``--no-save``.
 
 With ``--security sasl_ssl`` the broker's only listener is SASL_SSL with ACLs (the security
 suite's broker), the endpoints serve TLS and relay each consumer's SCRAM login to it, and every
@@ -22,6 +23,9 @@ consumer of every target logs in as the same reader: the cost of TLS + SASL on b
 
     .venv/bin/python benchmarks/bench_kafka_endpoint.py --size-mb 256 --rounds 3
     .venv/bin/python benchmarks/bench_kafka_endpoint.py --size-mb 256 --rounds 3 --security sasl_ssl
+
+``--py-spy DIR`` also records a py-spy profile (speedscope JSON) of each endpoint process over all
+rounds, to see where the endpoint's CPU goes.
 """
 
 from __future__ import annotations
@@ -111,6 +115,29 @@ def consume(conf: dict[str, str], topic: str, partitions: list[int], ends: dict[
     if todo:
         raise RuntimeError(f"{bs}: partitions {sorted(todo)} did not reach their end in 600 s")
     return got, size, seconds
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and every live descendant (a service's wrapper and its
+    JVM), from ``/proc``: what the serving side of a case cost, beside the rate it reached."""
+    tick = os.sysconf("SC_CLK_TCK")
+    children: dict[int, list[int]] = {}
+    cpu: dict[int, float] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(d.name))
+        cpu[int(d.name)] = (int(fields[11]) + int(fields[12])) / tick
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        total += cpu.get(p, 0.0)
+        todo.extend(children.get(p, ()))
+    return total
 
 
 def digest(messages: dict[int, list[Any]]) -> str:
@@ -232,6 +259,8 @@ def main() -> None:
                     help="sasl_ssl: the broker's only listener is SASL_SSL with ACLs, the endpoint relays "
                     "SCRAM logins to it and serves TLS; every consumer logs in as a reader with READ ACLs")
     ap.add_argument("--no-save", action="store_true", help="write no docs/data/bench-kafka-endpoint*.json")
+    ap.add_argument("--py-spy", type=Path, default=None, metavar="DIR",
+                    help="record a py-spy profile of each endpoint process into DIR")
     args = ap.parse_args()
 
     from rlm.config import load_config
@@ -246,6 +275,7 @@ def main() -> None:
                else KafkaCluster(nodes=1, name="bench-endpoint", heap="1g").start())
     weed = SeaweedFS(name="bench-endpoint").start() if args.storage in ("s3", "both") else None
     procs: list[subprocess.Popen[str]] = []
+    spies: list[subprocess.Popen[bytes]] = []
     try:
         bs = cluster.bootstrap
         topic = "bench"
@@ -267,6 +297,7 @@ def main() -> None:
             storages["s3"] = s3_storage(weed, weed.create_bucket("bench"))
         reader = reader_conf(cluster) if secure else {}
         targets: dict[str, dict[str, str]] = {"broker": {"bootstrap.servers": bs, **reader}}
+        server_pids: dict[str, list[int]] = {"broker": [n.proc.pid for n in cluster._nodes if n.proc]}
         ends: dict[int, int] | None = None
         for name, storage in storages.items():
             conf: dict[str, Any] = {
@@ -290,6 +321,8 @@ def main() -> None:
             proc, address = serve(tmp, f"serve-{name}", serving)
             procs.append(proc)
             targets[f"endpoint-{name}"] = {"bootstrap.servers": address, **reader}
+            server_pids[f"endpoint-{name}"] = [proc.pid] + (
+                [weed.proc.pid] if name == "s3" and weed is not None and weed.proc else [])
             from fetcher import RemoteFetcher
 
             with RemoteFetcher.from_config(load_config(None, **serving)) as f:
@@ -297,6 +330,14 @@ def main() -> None:
             ends = got if ends is None else {p: min(ends[p], got[p]) for p in got}
         assert ends is not None and all(e > 0 for e in ends.values()), ends
         print(f"tiered range per partition: {ends}", flush=True)
+        if args.py_spy is not None:
+            args.py_spy.mkdir(parents=True, exist_ok=True)
+            for name, pids in server_pids.items():
+                if name != "broker":
+                    spies.append(subprocess.Popen(
+                        [str(Path(sys.executable).parent / "py-spy"), "record", "--nonblocking", "-r", "50",
+                         "-f", "speedscope", "-o", str(args.py_spy / f"{name}.json"), "-p", str(pids[0])],
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
 
         rounds: list[dict[str, Any]] = []
         for r in range(args.rounds + 1):
@@ -304,9 +345,11 @@ def main() -> None:
                 row: dict[str, Any] = {"round": r, "warmup": r == 0, "consumers": consumers,
                                        "load_avg": os.getloadavg()[0], "targets": {}}
                 for name, client in targets.items():  # interleaved: broker, endpoint-local, endpoint-s3
+                    cpu0 = sum(tree_cpu_seconds(pid) for pid in server_pids[name])
                     n, size, seconds, dig = one_round(client, topic, ends, consumers)
+                    cpu = sum(tree_cpu_seconds(pid) for pid in server_pids[name]) - cpu0
                     row["targets"][name] = {"records": n, "bytes": size, "seconds": seconds, "digest": dig,
-                                            "mb_per_s": size / MB / seconds}
+                                            "mb_per_s": size / MB / seconds, "server_cpu_s": round(cpu, 3)}
                 want = row["targets"]["broker"]["digest"]
                 bad = {k: v["digest"] for k, v in row["targets"].items() if v["digest"] != want}
                 if bad:
@@ -314,7 +357,8 @@ def main() -> None:
                                      f"{want}: {bad}")
                 rounds.append(row)
                 print(f"round {r}{' (warm-up)' if r == 0 else ''} {consumers} consumer(s): " + "  ".join(
-                    f"{k} {v['mb_per_s']:.1f} MB/s" for k, v in row["targets"].items()), flush=True)
+                    f"{k} {v['mb_per_s']:.1f} MB/s (server CPU {v['server_cpu_s']:.2f} s)"
+                    for k, v in row["targets"].items()), flush=True)
 
         summary: dict[str, dict[str, float]] = {}
         headlines: list[dict[str, Any]] = []
@@ -348,6 +392,9 @@ def main() -> None:
             }, indent=1) + "\n")
             print(f"raw results: {out.relative_to(ROOT)}")
     finally:
+        for spy in spies:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(60)
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
             try:
