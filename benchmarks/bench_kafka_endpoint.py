@@ -176,12 +176,13 @@ def one_round(conf: dict[str, str], topic: str, ends: dict[int, int], consumers:
     return sum(len(v) for v in msgs.values()), sum(r[1] for r in results.values()), wall, digest(msgs)
 
 
-def serve(tmp: Path, name: str, conf: dict[str, Any]) -> tuple[subprocess.Popen[str], str]:
+def serve(tmp: Path, name: str, conf: dict[str, Any],
+          env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], str]:
     (tmp / f"{name}.yaml").write_text(yaml.safe_dump(conf))
     proc = subprocess.Popen(
         [sys.executable, "-m", "rlm.cli", "kafka-serve", "--config", str(tmp / f"{name}.yaml"),
          "--listener", "127.0.0.1:0"],
-        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
     assert proc.stdout is not None
     line = next(ln for ln in proc.stdout if ln.startswith("kafka endpoint listening on "))
     return proc, line.split()[-1]
@@ -259,6 +260,9 @@ def main() -> None:
                     help="sasl_ssl: the broker's only listener is SASL_SSL with ACLs, the endpoint relays "
                     "SCRAM logins to it and serves TLS; every consumer logs in as a reader with READ ACLs")
     ap.add_argument("--no-save", action="store_true", help="write no docs/data/bench-kafka-endpoint*.json")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME:VAR=VALUE[,VAR=VALUE]",
+                    help="also serve each storage from an endpoint with these environment overrides "
+                    "(e.g. noseq:RLM_READ__KAFKA_SEQUENTIAL_READS=false): an A/B of a setting in one run")
     ap.add_argument("--py-spy", type=Path, default=None, metavar="DIR",
                     help="record a py-spy profile of each endpoint process into DIR")
     args = ap.parse_args()
@@ -318,11 +322,18 @@ def main() -> None:
             if secure:
                 serving["read"]["kafka_security"] = {
                     "security.protocol": "SASL_SSL", "ssl.keystore.location": str(cluster.endpoint_keystore)}
-            proc, address = serve(tmp, f"serve-{name}", serving)
-            procs.append(proc)
-            targets[f"endpoint-{name}"] = {"bootstrap.servers": address, **reader}
-            server_pids[f"endpoint-{name}"] = [proc.pid] + (
-                [weed.proc.pid] if name == "s3" and weed is not None and weed.proc else [])
+            variants: list[tuple[str, dict[str, str]]] = [("", {})]
+            for v in args.variant:
+                suffix_v, _, assignments = v.partition(":")
+                variants.append((suffix_v, dict(kv.split("=", 1) for kv in assignments.split(","))))
+            for suffix, env in variants:
+                label = f"endpoint-{name}" + (f"-{suffix}" if suffix else "")
+                serving_v = {**serving, "work_dir": str(tmp / f"serve-{name}{suffix}")}
+                proc, address = serve(tmp, label, serving_v, env)
+                procs.append(proc)
+                targets[label] = {"bootstrap.servers": address, **reader}
+                server_pids[label] = [proc.pid] + (
+                    [weed.proc.pid] if name == "s3" and weed is not None and weed.proc else [])
             from fetcher import RemoteFetcher
 
             with RemoteFetcher.from_config(load_config(None, **serving)) as f:

@@ -25,7 +25,8 @@ class Located:
     """A batch header (absolute ``position`` in the segment) and its bytes."""
 
     header: BatchHeader
-    data: bytes
+    #: a view into the window read (no copy per batch; a consumer of many batches copies once)
+    data: memoryview
 
 
 def describe(md: RemoteLogSegmentMetadata) -> str:
@@ -45,11 +46,12 @@ def walk(reader: SegmentReader, md: RemoteLogSegmentMetadata, start_position: in
     last: BatchHeader | None = None
     while pos < size:
         data = reader.read(md, pos, min(size, pos + want), sequential=sequential, next_md=next_md)
+        view = memoryview(data)
         consumed = 0
         try:
             for h in iter_batches(data, verify_crc=verify_crc, path=describe(md)):
                 abs_h = replace(h, position=h.position + pos)
-                yield Located(abs_h, data[h.position:h.end_position])
+                yield Located(abs_h, view[h.position:h.end_position])
                 consumed = h.end_position
                 last = abs_h
         except LogFormatError as e:

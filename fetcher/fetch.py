@@ -122,7 +122,7 @@ def _read_link(plan: PartitionPlan, link: PlannedSegment, target: int, req: Fetc
     taken: list[Located] = []
     size = 0
     first: BatchHeader | None = None
-    raw_tail = b""
+    raw_tail: memoryview | bytes = b""
     for b in walk(reader, md, start_pos, window=window, sequential=req.sequential,
                   next_md=nxt.metadata if nxt else None):
         h = b.header
@@ -158,7 +158,8 @@ def _read_link(plan: PartitionPlan, link: PlannedSegment, target: int, req: Fetc
     if req.drop_aborted:
         taken = [b for b in taken if not _is_aborted_or_control(b.header, aborted_full)]
         raw_tail = b""
-    records = b"".join(b.data for b in taken) + raw_tail
+    # one copy: the batches are views into the window read (fetcher.batches.walk)
+    records = b"".join([*(b.data for b in taken), raw_tail])
     return FetchResult(plan.tp, req.offset, records, next_offset, plan.log_start, plan.log_end, aborted,
                        first.base_offset, str(md.remote_log_segment_id.id), len(taken), req.stable_offset,
                        req.stable_limited)

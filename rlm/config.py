@@ -435,6 +435,18 @@ class ReadConfig(_Strict):
         description="Kafka-protocol endpoint: a Fetch's partition_max_bytes is capped at this, so one "
         "request cannot read a whole segment from remote storage; the first batch is still returned whole.",
     )
+    kafka_event_loop: Literal["auto", "asyncio", "uvloop"] = Field(
+        "auto",
+        description="Kafka-protocol endpoint: the event loop that frames, encrypts and sends responses. "
+        "`uvloop` (libuv; its TLS transport is compiled) when installed (the `kafka` extra installs it), "
+        "else the standard library's; `auto` picks uvloop when it can be imported.",
+    )
+    kafka_sequential_reads: bool = Field(
+        True,
+        description="Kafka-protocol endpoint: Fetch reads go through the chunk cache with read-ahead "
+        "(`chunk_bytes`, `read_ahead_chunks`, `parallel_gets`), since consumers read forward; off: each "
+        "Fetch GETs exactly its own range (for readers that mostly seek).",
+    )
     kafka_group_initial_rebalance_delay_ms: int = Field(
         3000, ge=0, le=300_000, json_schema_extra=_kafka("group.initial.rebalance.delay.ms"),
         description="Kafka-protocol endpoint: how long a new (empty) consumer group waits for more "

@@ -122,10 +122,12 @@ def _read_one(
                      error=str(e))
     if r is None or (not min_one and len(r.records) > size):
         r = ctx.fetcher.fetch(
-            p.topic, p.partition, p.offset, max_bytes=size, isolation=isolation, min_one_message=min_one
+            p.topic, p.partition, p.offset, max_bytes=size, isolation=isolation, min_one_message=min_one,
+            sequential=ctx.settings.sequential_reads,
         )
     if r.records and r.next_offset < r.log_end:
-        ctx.prefetch.start((p.topic, p.partition, r.next_offset, size, int(isolation)))
+        ctx.prefetch.start((p.topic, p.partition, r.next_offset, size, int(isolation)),
+                           ctx.settings.sequential_reads)
     return r
 
 

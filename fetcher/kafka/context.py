@@ -50,6 +50,10 @@ class ListenerSettings:
     #: limit so one request cannot make the reader GET a whole segment)
     fetch_max_bytes: int = 57_671_680
     max_partition_fetch_bytes: int = 16 * 1024 * 1024
+    #: Fetch reads through the chunk cache with read-ahead (consumers read forward)
+    sequential_reads: bool = True
+    #: "auto" (uvloop when importable), "asyncio" or "uvloop"
+    event_loop: str = "auto"
     merged: bool | None = (
         None  # forward reads at/above the broker's local log start; None: when one is configured
     )
@@ -75,6 +79,8 @@ class ListenerSettings:
             idle_timeout_ms=rc.kafka_idle_timeout_ms,
             fetch_max_bytes=rc.kafka_fetch_max_bytes,
             max_partition_fetch_bytes=rc.kafka_max_partition_fetch_bytes,
+            sequential_reads=rc.kafka_sequential_reads,
+            event_loop=rc.kafka_event_loop,
             merged=None if rc.kafka_merged else False,
             group_initial_rebalance_delay_ms=rc.kafka_group_initial_rebalance_delay_ms,
             consumer_session_timeout_ms=rc.kafka_consumer_session_timeout_ms,

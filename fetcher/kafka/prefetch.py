@@ -43,7 +43,7 @@ class Prefetcher:
             self.hits += 1
             return got[1]
 
-    def start(self, key: Key) -> None:
+    def start(self, key: Key, sequential: bool = True) -> None:
         topic, partition, offset, max_bytes, isolation = key
         with self._lock:
             if key in self._entries or max_bytes > self._budget:
@@ -52,12 +52,14 @@ class Prefetcher:
                 _, (_, old) = self._entries.popitem(last=False)
                 old.cancel()
             try:
-                fut = self._executor.submit(self._read, topic, partition, offset, max_bytes, isolation)
+                fut = self._executor.submit(self._read, topic, partition, offset, max_bytes, isolation,
+                                             sequential)
             except RuntimeError:  # executor shut down
                 return
             self._entries[key] = (time.monotonic(), fut)
 
-    def _read(self, topic: str, partition: int, offset: int, max_bytes: int, isolation: int) -> Any:
+    def _read(self, topic: str, partition: int, offset: int, max_bytes: int, isolation: int,
+              sequential: bool) -> Any:
         return self._fetcher.fetch(
             topic,
             partition,
@@ -65,4 +67,5 @@ class Prefetcher:
             max_bytes=max_bytes,
             isolation=IsolationLevel(isolation),
             min_one_message=True,
+            sequential=sequential,
         )
