@@ -236,8 +236,8 @@ def avro_world(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) ->
 
 def _expected(world: AvroWorld) -> tuple[list[dict[str, Any]], list[tuple[int, bytes | None, bytes | None]]]:
     """What the table and the dead-letter table must hold: the consumer's records, decoded here."""
-    schemas = {sid: fastavro.parse_schema(json.loads(world.registry.registry.schemas[sid][0]))
-               for sid in world.registry.registry.schemas}
+    schemas = {sid: fastavro.parse_schema(json.loads(text))
+               for sid, (text, kind) in world.registry.registry.schemas.items() if kind == "AVRO"}
     good: list[dict[str, Any]] = []
     dead: list[tuple[int, bytes | None, bytes | None]] = []
     for offset, key, value in world.truth:
