@@ -526,12 +526,21 @@ class ValueDecodeConfig(_Strict):
     """``rlm iceberg``: decode record values into typed columns; what does not decode goes to the
     dead-letter table ``<table>_dead_letter`` with the reason."""
 
-    format: Literal["json", "avro"] = Field(
+    format: Literal["json", "avro", "json_schema"] = Field(
         description="`json`: one JSON object per value; `avro`: Confluent wire format (magic byte 0, "
-        "4-byte big-endian schema id, Avro binary) with the writer schema from `schema_registry`.")
+        "4-byte big-endian schema id, Avro binary) with the writer schema from `schema_registry`; "
+        "`json_schema`: Confluent wire format with JSON text, the schema id naming a JSON Schema "
+        "in `schema_registry`.")
     fields: list[DecodedField] = Field(
-        min_length=1, description="The decoded columns, added after the Kafka columns.")
-    schema_registry: SchemaRegistryConfig | None = Field(None, description="`avro`: the registry.")
+        default_factory=list,
+        description="The decoded columns, added after the Kafka columns. `json_schema` may leave it "
+        "empty and give `subject`: the columns then come from that subject's latest JSON Schema.")
+    schema_registry: SchemaRegistryConfig | None = Field(
+        None, description="`avro`, `json_schema`: the registry.")
+    subject: str | None = Field(
+        None, min_length=1,
+        description="`json_schema` without `fields`: the registry subject (e.g. `orders-value`) whose "
+        "latest JSON Schema's properties give the columns (read when the writer starts).")
     keep_value: bool = Field(
         True, description="Keep the raw `value` bytes of decoded rows (false: null there; the "
         "dead-letter table always keeps them).")
@@ -540,8 +549,10 @@ class ValueDecodeConfig(_Strict):
 
     @model_validator(mode="after")
     def _registry_for_avro(self) -> ValueDecodeConfig:
-        if self.format == "avro" and self.schema_registry is None:
-            raise ValueError("decode: format avro needs schema_registry")
+        if self.format in ("avro", "json_schema") and self.schema_registry is None:
+            raise ValueError(f"decode: format {self.format} needs schema_registry")
+        if not self.fields and (self.format != "json_schema" or self.subject is None):
+            raise ValueError("decode: list the `fields` (or, for format json_schema, give `subject`)")
         names = [f.name for f in self.fields]
         if len(set(names)) != len(names):
             raise ValueError("decode: a field name is listed twice")
@@ -609,9 +620,10 @@ class IcebergConfig(_Strict):
         20, ge=0, description="Commit conflicts (another writer committed first) retried before giving up.",
     )
     decode: ValueDecodeConfig | None = Field(
-        None, description="Decode values into typed columns (JSON, or Avro through a Schema Registry); "
-        "records that do not decode go to a dead-letter table. Off by default. Keys: `format`, `fields`, "
-        "`schema_registry`, `keep_value`, `dead_letter_suffix` (docs/iceberg.md, \"Decoding values\").",
+        None, description="Decode values into typed columns (JSON, or Avro or JSON Schema through a Schema "
+        "Registry); records that do not decode go to a dead-letter table. Off by default. Keys: `format`, "
+        "`fields`, `schema_registry`, `subject`, `keep_value`, `dead_letter_suffix` (docs/iceberg.md, "
+        "\"Decoding values\").",
     )
     expire_deleted_segments: bool = Field(
         False,

@@ -63,11 +63,11 @@ class Decoding:
 
     def __init__(self, catalog: Catalog, config: IcebergConfig, topic: str) -> None:
         assert config.decode is not None
-        self.cfg = config.decode
         self.catalog = catalog
         self.config = config
-        self.schema = decoded_schema(self.cfg)  # DecodeConfigError before anything is read
-        self.decoder: Decoder = make_decoder(self.cfg)
+        self.decoder: Decoder = make_decoder(config.decode)  # DecodeConfigError before anything is read
+        self.cfg = self.decoder.cfg  # the columns (``json_schema``: perhaps from the registry)
+        self.schema = decoded_schema(self.cfg)
         self.arrow_schema: pa.Schema = self.schema.as_arrow()
         self.identifier = table_identifier(config, topic) + self.cfg.dead_letter_suffix
         self.dead_letter = self._ensure(topic)

@@ -1,4 +1,5 @@
-"""Record values to typed columns (``iceberg.decode``): JSON objects, or Confluent-framed Avro.
+"""Record values to typed columns (``iceberg.decode``): JSON objects, Confluent-framed Avro, or
+Confluent-framed JSON under a registry's JSON Schema.
 
 A decoder takes a batch of values (an Arrow binary array) and answers, for the whole batch, the
 decoded columns (one Arrow array per configured field, null where a row did not decode) and, per
@@ -16,6 +17,10 @@ null columns, not to a dead letter.
   (:mod:`fetcher.iceberg.registry`), fastavro reads the record, and the configured fields are
   taken from it by name (the columns are the reader's view; fields the writer schema lacks are
   null). Arrow then builds the columns from the batch of records in one call.
+* **JSON Schema** values are Confluent-framed JSON text: the frame is checked with Arrow kernels
+  for the batch, each schema id looked up once, and the texts parsed as JSON above
+  (:class:`JsonSchemaDecoder`); the columns may come from a subject's JSON Schema
+  (:mod:`fetcher.iceberg.json_schema`).
 
 ``required`` fields are checked after decoding: a decoded record where one is null is a dead
 letter. Fields of the table are always optional in Iceberg (tombstones have no fields).
@@ -33,6 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
+import structlog
 from pyiceberg.schema import Schema
 from pyiceberg.types import (
     BinaryType,
@@ -51,6 +57,7 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
+from fetcher.iceberg.json_schema import columns_from_json_schema
 from fetcher.iceberg.registry import SchemaRegistry
 from fetcher.iceberg.table import SCHEMA
 from rlm.config import DecodedField, ValueDecodeConfig
@@ -62,6 +69,8 @@ _PRIMITIVES: dict[str, IcebergType] = {
     "timestamp": TimestampType(), "timestamptz": TimestamptzType(),
 }
 
+
+log = structlog.get_logger(__name__)
 
 _ROW = re.compile(r" in row (\d+)$")
 
@@ -80,6 +89,7 @@ class Decoded:
 
 
 class Decoder(Protocol):
+    cfg: ValueDecodeConfig  # with the columns (``json_schema`` may take them from the registry)
     arrow_schema: pa.Schema
 
     def decode(self, values: pa.Array) -> Decoded: ...
@@ -345,9 +355,118 @@ class AvroDecoder:
         return list(arr.flatten())  # flatten: a null record's fields are null
 
 
+# ---- JSON Schema through a Schema Registry -----------------------------------------------------
+def _framing_error(v: bytes) -> str:
+    if not v:
+        return "not Confluent wire format (empty value)"
+    if v[0] != 0:
+        return f"not Confluent wire format (magic byte {v[0]})"
+    return f"not Confluent wire format ({len(v)} bytes, shorter than the 5-byte header)"
+
+
+def columns_from_subject(cfg: ValueDecodeConfig, registry: SchemaRegistry) -> ValueDecodeConfig:
+    """``cfg`` with its ``fields`` from the latest JSON Schema of ``cfg.subject`` (when it lists none)."""
+    if cfg.fields or cfg.subject is None:
+        return cfg
+    ws = registry.latest(cfg.subject)
+    if ws is None:
+        raise DecodeConfigError(f"iceberg.decode.subject {cfg.subject!r}: the registry has no such subject")
+    if ws.schema_type != "JSON":
+        raise DecodeConfigError(f"iceberg.decode.subject {cfg.subject!r}: its latest schema (id "
+                                f"{ws.schema_id}) is {ws.schema_type}, not JSON")
+    try:
+        doc = json.loads(ws.text)
+    except ValueError as e:
+        raise DecodeConfigError(f"iceberg.decode.subject {cfg.subject!r}: schema id {ws.schema_id} "
+                                f"is not JSON: {e}") from e
+    where = f"iceberg.decode.subject {cfg.subject!r} (schema id {ws.schema_id})"
+    cols = columns_from_json_schema(doc, where=where)
+    taken = {f.name for f in SCHEMA.fields}  # a property named like a Kafka column stays in `value`
+    fields = [f for f in cols.fields if f.name not in taken]
+    left_out = [*cols.skipped, *(f.name for f in cols.fields if f.name in taken)]
+    if left_out:
+        log.warning("json_schema_properties_left_out", subject=cfg.subject, schema_id=ws.schema_id,
+                    properties=left_out)
+    if not fields:
+        raise DecodeConfigError(f"iceberg.decode.subject {cfg.subject!r}: no property of schema id "
+                                f"{ws.schema_id} gives a column (left out: {left_out})")
+    return cfg.model_copy(update={"fields": fields})
+
+
+class JsonSchemaDecoder:
+    """Confluent-framed JSON (magic byte 0, 4-byte schema id, JSON text) whose schema id names a
+    JSON Schema in the registry.
+
+    The frame is checked and the ids read for the whole batch with Arrow kernels; each distinct id
+    is looked up once (the registry client caches it for the process); the JSON texts after the
+    frame are then parsed a batch at a time by :class:`JsonDecoder` against the columns (from
+    ``fields``, or from the subject's latest JSON Schema: :func:`columns_from_subject`). A record
+    under any JSON schema id fills the columns by member name, as Avro's do by field name; a
+    member of the wrong type, a text that is not one JSON object, an unknown id, an id of
+    another schema type, or a missing required property makes a dead letter.
+    """
+
+    def __init__(self, cfg: ValueDecodeConfig, registry: SchemaRegistry | None = None) -> None:
+        assert cfg.schema_registry is not None
+        self.registry = registry or SchemaRegistry(cfg.schema_registry)
+        self.cfg = columns_from_subject(cfg, self.registry)
+        self.json = JsonDecoder(self.cfg)
+        self.arrow_schema = self.json.arrow_schema
+        self._known: set[int] = set()
+
+    def _check(self, schema_id: int) -> str | None:
+        """Why records under ``schema_id`` cannot decode (None: they can)."""
+        if schema_id in self._known:
+            return None
+        ws = self.registry.get(schema_id)  # SchemaRegistryError (no answer) stops the pass
+        if ws is None:
+            return f"unknown schema id {schema_id} (the registry has no such id)"
+        if ws.schema_type != "JSON":
+            return f"schema id {schema_id} is {ws.schema_type}, not JSON"
+        try:
+            json.loads(ws.text)
+        except ValueError as e:
+            return f"schema id {schema_id} is not a JSON Schema document: {e}"
+        self._known.add(schema_id)
+        return None
+
+    def decode(self, values: pa.Array) -> Decoded:
+        n = len(values)
+        values = values.cast(pa.binary())
+        present = pc.is_valid(values).to_numpy(zero_copy_only=False)
+        magic = pc.binary_slice(values, 0, 1)
+        framed = pc.and_(pc.greater_equal(pc.binary_length(values), 5), pc.equal(magic, pa.scalar(b"\0")))
+        framed_np = framed.fill_null(False).to_numpy(zero_copy_only=False)
+        head = pc.if_else(framed_np, pc.binary_slice(values, 1, 5), pa.scalar(b"\0\0\0\0"))
+        fixed = head.cast(pa.binary(4))
+        ids = np.frombuffer(fixed.buffers()[1], dtype=">u4", count=n,
+                            offset=4 * fixed.offset).astype(np.int64)
+        errors: dict[int, str] = {}
+        for i in np.flatnonzero(present & ~framed_np).tolist():
+            errors[i] = _framing_error(values[i].as_py())
+        ok = framed_np.copy()
+        for sid in np.unique(ids[framed_np]).tolist():
+            why = self._check(sid)
+            if why is not None:
+                rows = np.flatnonzero(framed_np & (ids == sid))
+                ok[rows] = False
+                errors.update(dict.fromkeys(rows.tolist(), why))
+        # every value at least a header long before slicing (Arrow 26 fails slicing a shorter one,
+        # and one of exactly 5 without a stop: "Negative buffer resize")
+        framed_values = pc.if_else(ok, values, pa.scalar(b"\0" * 5))
+        texts = pc.if_else(ok, pc.binary_slice(framed_values, 5, (1 << 31) - 1), pa.nulls(n, pa.binary()))
+        inner = self.json.decode(texts)
+        errors.update(inner.errors)
+        schema_ids = {i: int(ids[i]) for i in errors if framed_np[i]}
+        return Decoded(_null_failed(inner.columns, set(inner.errors), n), errors, schema_ids)
+
+
 def make_decoder(cfg: ValueDecodeConfig) -> Decoder:
     """The decoder ``cfg`` asks for; a config it cannot serve raises :class:`DecodeConfigError`
-    here, before anything is read."""
+    here, before anything is read (``json_schema`` with a ``subject`` reads the subject's schema
+    now: the decoder's ``cfg`` then lists the columns)."""
     if cfg.format == "json":
         return JsonDecoder(cfg)
+    if cfg.format == "json_schema":
+        return JsonSchemaDecoder(cfg)
     return AvroDecoder(cfg)

@@ -1,7 +1,9 @@
 """Writer schemas by id from a Confluent-compatible Schema Registry, cached for the process.
 
-Only ``GET {url}/schemas/ids/{id}`` is used: the one call every Confluent-compatible registry
-answers (Confluent's own, Apicurio's ``/apis/ccompat/v7``, Karapace, Redpanda). A schema id
+Two calls every Confluent-compatible registry answers (Confluent's own, Apicurio's
+``/apis/ccompat/v7``, Karapace, Redpanda) are used: ``GET {url}/schemas/ids/{id}`` for a
+record's writer schema, and ``GET {url}/subjects/{subject}/versions/latest`` once at start when
+the columns come from a subject's JSON Schema (``iceberg.decode.subject``). A schema id
 names one schema forever, so a schema once fetched is kept; an id the registry does not know
 (HTTP 404) is a property of the record (it goes to the dead-letter table), while a registry that
 does not answer is a property of the moment: :class:`SchemaRegistryError` stops the pass, and the
@@ -13,6 +15,7 @@ from __future__ import annotations
 import base64
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
@@ -64,8 +67,18 @@ class SchemaRegistry:
         log.info("schema_registry_schema", id=schema_id, type=schema.schema_type)
         return schema
 
-    def _fetch(self, schema_id: int) -> dict[str, Any] | None:
-        url = f"{self.url}/schemas/ids/{schema_id}"
+    def latest(self, subject: str) -> WriterSchema | None:
+        """The latest version of ``subject`` (not cached: read once when the writer starts)."""
+        body = self._fetch(f"subjects/{urllib.parse.quote(subject, safe='')}/versions/latest")
+        if body is None:
+            return None
+        kind = str(body.get("schemaType") or "AVRO").upper()
+        schema = WriterSchema(int(body["id"]), kind, str(body["schema"]))
+        self._cache.setdefault(schema.schema_id, schema)
+        return schema
+
+    def _fetch(self, path: str | int) -> dict[str, Any] | None:
+        url = f"{self.url}/schemas/ids/{path}" if isinstance(path, int) else f"{self.url}/{path}"
         self.requests += 1
         req = urllib.request.Request(url, headers=self._headers)
         try:

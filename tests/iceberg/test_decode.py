@@ -165,3 +165,108 @@ def test_a_field_named_like_a_kafka_column_is_refused() -> None:
     cfg = ValueDecodeConfig.model_validate({"format": "json", "fields": [{"name": "offset", "type": "long"}]})
     with pytest.raises(DecodeConfigError, match="collide with the Kafka columns"):
         decoded_schema(cfg)
+
+
+# ---- JSON Schema through the registry ----------------------------------------------------------
+ORDER_JSON_SCHEMA: dict[str, Any] = {
+    "$schema": "http://json-schema.org/draft-07/schema#", "title": "Order", "type": "object",
+    "required": ["id", "name"],
+    "properties": {
+        "id": {"type": "integer"}, "name": {"type": "string"},
+        "amount": {"oneOf": [{"type": "null", "title": "Not included"}, {"type": "number"}]},
+        "at": {"type": "string", "format": "date-time"},
+        "day": {"type": ["string", "null"], "format": "date"},
+        "ok": {"type": "boolean"}, "who": {"$ref": "#/definitions/Who"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "attrs": {"type": "object", "additionalProperties": {"type": "string"}},  # a map: left out
+        "either": {"type": ["string", "integer"]},  # no single type: left out
+        "offset": {"type": "integer"},  # a Kafka column's name: left out (stays in `value`)
+    },
+    "definitions": {"Who": {"type": "object", "required": ["name"],
+                            "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}}},
+}
+
+
+def register_json_schema(url: str, subject: str, schema: dict[str, Any]) -> int:
+    """Register a JSON Schema (``schemaType: JSON``) as Confluent's JSON Schema serializer does."""
+    body = {"schema": json.dumps(schema), "schemaType": "JSON"}
+    req = urllib.request.Request(f"{url}/subjects/{subject}/versions", method="POST",
+                                 data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/vnd.schemaregistry.v1+json"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return int(json.loads(resp.read())["id"])
+
+
+def confluent_json(schema_id: int, doc: Any) -> bytes:
+    """Confluent's JSON Schema wire format: magic byte 0, schema id (4 bytes, big-endian), JSON text."""
+    return b"\0" + schema_id.to_bytes(4, "big") + json.dumps(doc).encode()
+
+
+def test_json_schema_properties_to_columns() -> None:
+    from fetcher.iceberg.json_schema import JsonSchemaError, columns_from_json_schema
+
+    cols = columns_from_json_schema(ORDER_JSON_SCHEMA)
+    cfg = ValueDecodeConfig.model_validate({"format": "json", "fields": [
+        f.model_dump() for f in cols.fields if f.name != "offset"]})
+    types = {f.name: str(f.field_type) for f in decoded_schema(cfg).fields[-8:]}
+    assert types == {"id": "long", "name": "string", "amount": "double", "at": "timestamptz", "day": "date",
+                     "ok": "boolean", "who": "struct<120: name: optional string, 121: age: optional long>",
+                     "tags": "list<string>"}
+    assert [f.name for f in cols.fields if f.required] == ["id", "name"]
+    assert next(f.required for f in cols.fields if f.name == "who") is False
+    assert cols.fields[6].fields is not None and cols.fields[6].fields[0].required  # who.name
+    assert cols.skipped == ["attrs", "either"]
+    with pytest.raises(JsonSchemaError, match="not an object schema"):
+        columns_from_json_schema({"type": "array", "items": {"type": "string"}})
+
+
+def test_json_schema_values_through_the_registry(registry: SchemaRegistryServer) -> None:
+    subject = "js-orders-value"
+    sid = register_json_schema(registry.url, subject, ORDER_JSON_SCHEMA)
+    avro_id = register(registry.url, "other-value", AVRO_SCHEMA)
+    cfg = ValueDecodeConfig.model_validate({"format": "json_schema", "subject": subject,
+                                            "schema_registry": {"url": registry.url}})
+    dec = make_decoder(cfg)
+    assert [f.name for f in dec.cfg.fields] == ["id", "name", "amount", "at", "day", "ok", "who", "tags"]
+    docs = [{"id": i, "name": f"n{i}", "amount": None if i % 2 else i / 4, "at": "2026-11-20T10:00:00Z",
+             "day": "2026-11-20", "ok": i % 3 == 0, "who": {"name": "w", "age": i}, "tags": ["a"] * (i % 3),
+             "attrs": {"x": "y"}, "offset": 5} for i in range(20)]
+    values: list[bytes | None] = [confluent_json(sid, d) for d in docs]
+    avro_rec = {"id": 1, "name": "a", "amount": None, "tags": [], "at": datetime(2026, 1, 1, tzinfo=UTC)}
+    values += [confluent_json(999_999, docs[0]), b"\0" + sid.to_bytes(4, "big") + b"{not json",
+               confluent_json(sid, {"id": "x", "name": "a"}), confluent_json(sid, {"id": 1}), b'{"id": 1}',
+               b"\0\0", confluent_avro(avro_id, AVRO_SCHEMA, avro_rec),
+               None]
+    before = registry.by_id_requests
+    out = dec.decode(pa.array(values, pa.binary()))
+    # the unknown id and the Avro id, once each (the subject's schema came with the columns)
+    assert registry.by_id_requests - before == 2
+    rows = _table(dec, out)
+    assert rows[:20] == [{**{k: v for k, v in d.items() if k not in ("attrs", "offset")},
+                          "at": datetime(2026, 11, 20, 10, tzinfo=UTC), "day": date(2026, 11, 20)}
+                         for d in docs]
+    assert rows[27] == dict.fromkeys(rows[27]) and 27 not in out.errors  # a tombstone
+    assert out.errors[20] == "unknown schema id 999999 (the registry has no such id)"
+    assert out.errors[21].startswith("JSON does not decode: ")
+    assert "changed from number to string" in out.errors[22] or "string" in out.errors[22]
+    assert out.errors[23] == "required field 'name' is missing or null"
+    assert out.errors[24] == "not Confluent wire format (magic byte 123)"
+    assert out.errors[25] == "not Confluent wire format (2 bytes, shorter than the 5-byte header)"
+    assert out.errors[26] == f"schema id {avro_id} is AVRO, not JSON"
+    assert sorted(out.errors) == list(range(20, 27))
+    assert out.schema_ids == {20: 999_999, 21: sid, 22: sid, 23: sid, 26: avro_id}
+    assert all(rows[i] == dict.fromkeys(rows[i]) for i in out.errors)
+    dec.decode(pa.array(values[:20], pa.binary()))
+    assert registry.by_id_requests - before == 2
+
+
+def test_json_schema_subject_errors_at_start(registry: SchemaRegistryServer) -> None:
+    avro_subject = "js-avro-value"
+    register(registry.url, avro_subject, AVRO_SCHEMA)
+    for subject, match in (("js-nope-value", "no such subject"), (avro_subject, "is AVRO, not JSON")):
+        cfg = ValueDecodeConfig.model_validate({"format": "json_schema", "subject": subject,
+                                                "schema_registry": {"url": registry.url}})
+        with pytest.raises(DecodeConfigError, match=match):
+            make_decoder(cfg)
+    with pytest.raises(ValueError, match="give `subject`"):
+        ValueDecodeConfig.model_validate({"format": "json_schema", "schema_registry": {"url": registry.url}})

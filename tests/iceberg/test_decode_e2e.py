@@ -6,7 +6,8 @@ no real registry starts on this machine).
 One tiered topic (built once for the module) of Confluent-framed Avro values under two
 registered schema versions, with bad values spread over its segments: an unknown schema id, a
 truncated payload, a value without the wire format, plus a tombstone. The truth is what a
-read_committed consumer read from the broker, decoded here with fastavro.
+read_committed consumer read from the broker, decoded here with fastavro. Tiered in the same
+pass: a plain JSON topic, and a topic of Confluent-framed JSON under two JSON Schema versions.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from pyiceberg.catalog import load_catalog
 from rlm.config import IcebergConfig, load_config
 from rlm.daemon.service import Daemon
 from tests.daemon.helpers import create_topic, topic_rlmm
-from tests.iceberg.test_decode import confluent_avro, register
+from tests.iceberg.test_decode import confluent_avro, confluent_json, register, register_json_schema
 from tests.iceberg.test_iceberg import consumed, run_at_once, run_iceberg
 from tests.services.kafka import KafkaCluster
 from tests.services.schema_registry import SchemaRegistryServer, schema_registry
@@ -80,6 +81,59 @@ def _produce_json(bs: str, topic: str) -> None:
     assert p.flush(60) == 0
 
 
+JS_V1: dict[str, Any] = {
+    "$schema": "http://json-schema.org/draft-07/schema#", "title": "Order", "type": "object",
+    "required": ["id", "name"],
+    "properties": {"id": {"type": "integer"}, "name": {"type": "string"},
+                   "amount": {"type": ["number", "null"]}, "at": {"type": "string", "format": "date-time"},
+                   "paid": {"type": "boolean"}, "who": {"$ref": "#/definitions/Who"},
+                   "tags": {"type": "array", "items": {"type": "string"}}, "pad": {"type": "string"}},
+    "definitions": {"Who": {"type": "object", "properties": {"name": {"type": "string"},
+                                                              "age": {"type": "integer"}}}},
+}
+JS_V2: dict[str, Any] = {**JS_V1, "properties": {  # an optional field as Confluent's Java generator writes it
+    **JS_V1["properties"],
+    "note": {"oneOf": [{"type": "null", "title": "Not included"}, {"type": "string"}]}}}
+JS_COLUMNS = ["id", "name", "amount", "at", "paid", "who", "tags", "pad", "note"]  # the latest (V2)'s
+JS_BAD = {150: "unknown", 450: "corrupt", 750: "wrong type", 1050: "plain", 1350: "no name"}  # 1st segment
+JS_TOMBSTONE = 900
+
+
+def _js_doc(i: int) -> dict[str, Any]:
+    doc: dict[str, Any] = {"id": i, "name": f"order-{i}", "amount": None if i % 4 == 0 else i / 8,
+                           "at": f"2026-11-20T{i % 24:02d}:{i % 60:02d}:00.{i % 1000:03d}+02:00",
+                           "paid": i % 3 == 0, "who": {"name": f"c{i}", "age": i % 90},
+                           "tags": [f"t{j}" for j in range(i % 3)], "pad": "p" * 400}
+    if i % 2 == 1:
+        doc["note"] = f"note {i}"  # V2
+    return doc
+
+
+def _produce_json_schema(bs: str, topic: str, ids: tuple[int, int]) -> None:
+    """As Confluent's JSON Schema serializer frames them, with bad values among them."""
+    p = Producer({"bootstrap.servers": bs, "enable.idempotence": True, "linger.ms": 5})  # uncompressed
+    for i in range(3000):
+        doc = _js_doc(i)
+        value: bytes | None = confluent_json(ids[i % 2], doc)
+        kind = JS_BAD.get(i)
+        if kind == "unknown":
+            value = confluent_json(987_654, doc)
+        elif kind == "corrupt":
+            value = confluent_json(ids[0], doc)[:40]
+        elif kind == "wrong type":
+            value = confluent_json(ids[0], {**doc, "id": "seven hundred"})
+        elif kind == "plain":
+            value = json.dumps(doc).encode()
+        elif kind == "no name":
+            value = confluent_json(ids[0], {k: v for k, v in doc.items() if k != "name"})
+        elif i == JS_TOMBSTONE:
+            value = None
+        p.produce(topic, key=f"s{i}".encode(), value=value, partition=0)
+        if i % 500 == 0:
+            p.poll(0)
+    assert p.flush(60) == 0
+
+
 @dataclass
 class AvroWorld:
     topic: str
@@ -90,6 +144,7 @@ class AvroWorld:
     catalog: dict[str, str]
     tmp: Path
     truth: list[tuple[int, bytes | None, bytes | None]]  # (offset, key, value) a consumer read
+    js_topic: str = ""
     fetcher: Any = None
 
     def iceberg(self, name: str, **decode: Any) -> dict[str, Any]:
@@ -144,19 +199,24 @@ def avro_world(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) ->
     topic = f"ice-avro-{uuid.uuid4().hex[:8]}"
     json_topic = f"ice-json-{uuid.uuid4().hex[:8]}"
     create_topic(bs, topic)  # 1 MiB segments: the values span several
+    js_topic = f"ice-jsonschema-{uuid.uuid4().hex[:8]}"
     create_topic(bs, json_topic)
+    create_topic(bs, js_topic)
     _produce_json(bs, json_topic)
     with schema_registry() as registry:
         ids = (register(registry.url, f"{topic}-value", V1), register(registry.url, f"{topic}-value", V2))
         assert ids[0] != ids[1]
         _produce(bs, topic, ids)
+        js_ids = (register_json_schema(registry.url, f"{js_topic}-value", JS_V1),
+                  register_json_schema(registry.url, f"{js_topic}-value", JS_V2))
+        _produce_json_schema(bs, js_topic, js_ids)
         work = tmp / "work"
         sidecar: dict[str, Any] = {
             "log_dirs": [str(kafka.log_dir)], "work_dir": str(work), "bootstrap_servers": bs,
             "storage": {"plugin": "local", "config": {"root": str(tmp / "remote"), "fsync": False}},
             "metadata": topic_rlmm(bs, work),
             "topics": [{"pattern": t, "remote.storage.enable": True, "retention.ms": -1,
-                        "retention.bytes": -1} for t in (topic, json_topic)],
+                        "retention.bytes": -1} for t in (topic, json_topic, js_topic)],
             "task_interval_ms": 200, "http": {"enabled": False},
         }
         d = Daemon(load_config(None, **sidecar), once=True).start()
@@ -165,7 +225,7 @@ def avro_world(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) ->
         (tmp / "wh").mkdir()
         catalog = {"type": "sql", "uri": f"sqlite:///{tmp / 'catalog.db'}",
                    "warehouse": (tmp / "wh").as_uri()}
-        w = AvroWorld(topic, json_topic, bs, registry, sidecar, catalog, tmp, [])
+        w = AvroWorld(topic, json_topic, bs, registry, sidecar, catalog, tmp, [], js_topic)
         with RemoteFetcher.from_config(load_config(w.config("plan"))) as f:
             w.fetcher = f
             plan = f.plan(topic, 0)
@@ -176,8 +236,8 @@ def avro_world(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) ->
 
 def _expected(world: AvroWorld) -> tuple[list[dict[str, Any]], list[tuple[int, bytes | None, bytes | None]]]:
     """What the table and the dead-letter table must hold: the consumer's records, decoded here."""
-    schemas = {sid: fastavro.parse_schema(json.loads(world.registry.registry.schemas[sid][0]))
-               for sid in world.registry.registry.schemas}
+    schemas = {sid: fastavro.parse_schema(json.loads(text))
+               for sid, (text, kind) in world.registry.registry.schemas.items() if kind == "AVRO"}
     good: list[dict[str, Any]] = []
     dead: list[tuple[int, bytes | None, bytes | None]] = []
     for offset, key, value in world.truth:
@@ -316,3 +376,56 @@ def test_two_writers_at_once_put_each_record_once_in_one_table(avro_world: AvroW
     dl = _read(w.catalog, syncs[0].decoding.identifier, ["offset", "key", "value"])
     assert [(x["offset"], x["key"], x["value"]) for x in dl] == dead
     assert _read(w.catalog, syncs[0].identifier, ["offset", "key", "value", *COLUMNS]) == good
+
+
+def test_json_schema_values_decode_to_typed_columns_and_bad_ones_reach_the_dead_letter_table(
+        avro_world: AvroWorld) -> None:
+    """``rlm iceberg`` (the command) on Confluent-framed JSON under two JSON Schema versions, the
+    columns taken from the subject's latest schema: typed columns equal the consumer's records
+    parsed with ``json``; the unknown schema id, the corrupt payload, the wrong member type, the
+    unframed value and the missing required property in the dead-letter table with their reasons."""
+    w = avro_world
+    plan = w.fetcher.plan(w.js_topic, 0)
+    assert len(plan.segments) >= 1 and plan.log_end > max(JS_BAD)
+    truth = [(r[0], r[3], r[4]) for r in consumed(w.bootstrap, w.js_topic, int(plan.log_end))]
+    path = w.config("js")
+    cfg = yaml.safe_load(path.read_text())
+    cfg["iceberg"]["decode"] = {"format": "json_schema", "subject": f"{w.js_topic}-value",
+                                "schema_registry": {"url": w.registry.url}, "keep_value": False}
+    path.write_text(yaml.safe_dump(cfg))
+    result = run_iceberg(path, w.js_topic, "--from", "earliest")
+    want: list[dict[str, Any]] = []
+    dead: list[tuple[int, bytes | None, bytes | None]] = []
+    for offset, key, value in truth:
+        assert key is not None
+        if int(key[1:]) in JS_BAD:
+            dead.append((offset, key, value))
+            continue
+        row: dict[str, Any] = {"offset": offset, "value": None, **dict.fromkeys(JS_COLUMNS)}
+        if value is not None:
+            doc = json.loads(value[5:])
+            doc["at"] = datetime.fromisoformat(doc["at"]).astimezone(UTC)
+            row.update({c: doc.get(c) for c in JS_COLUMNS})
+        want.append(row)
+    assert [r["offset"] for r in want if r["id"] is None] == [
+        o for o, k, _ in truth if k == f"s{JS_TOMBSTONE}".encode()]  # the tombstone: null columns
+    assert (result["rows"], result["dead_letter_rows"]) == (len(want), len(JS_BAD))
+    assert _read(w.catalog, result["table"], ["offset", "value", *JS_COLUMNS]) == want
+    table = load_catalog("rlm", **w.catalog).load_table(result["table"])
+    types = {c: str(table.schema().find_field(c).field_type) for c in JS_COLUMNS}
+    assert types == {"id": "long", "name": "string", "amount": "double", "at": "timestamptz",
+                     "paid": "boolean", "who": types["who"], "tags": "list<string>", "pad": "string",
+                     "note": "string"}
+    assert types["who"].startswith("struct<") and "name: optional string" in types["who"]
+    dl = _read(w.catalog, result["dead_letter_table"], ["offset", "key", "value", "reason", "schema_id"])
+    assert [(d["offset"], d["key"], d["value"]) for d in dl] == dead
+    by_kind = {JS_BAD[int(d["key"][1:])]: d for d in dl}
+    assert by_kind["unknown"]["reason"] == "unknown schema id 987654 (the registry has no such id)"
+    assert by_kind["unknown"]["schema_id"] == 987654
+    assert by_kind["corrupt"]["reason"].startswith("JSON does not decode: ")
+    assert "changed from number to string" in by_kind["wrong type"]["reason"]
+    assert by_kind["plain"]["reason"] == "not Confluent wire format (magic byte 123)"
+    assert by_kind["plain"]["schema_id"] is None
+    assert by_kind["no name"]["reason"] == "required field 'name' is missing or null"
+    v1_id = w.registry.registry.subjects[f"{w.js_topic}-value"][0]
+    assert [by_kind[k]["schema_id"] for k in ("corrupt", "wrong type", "no name")] == [v1_id] * 3

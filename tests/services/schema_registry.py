@@ -10,7 +10,11 @@ codes and error bodies:
 * ``POST /subjects/{subject}/versions`` ``{"schema": "...", "schemaType"?: "AVRO"}`` -> ``{"id": N}``
   (the same schema text under any subject gets the same id, as in Confluent's registry);
 * ``GET /schemas/ids/{id}`` -> ``{"schema": "..."}`` (``schemaType`` when not AVRO), or 404
-  ``{"error_code": 40403, "message": "Schema not found"}``.
+  ``{"error_code": 40403, "message": "Schema not found"}``;
+* ``GET /subjects/{subject}/versions/latest`` -> ``{"subject", "version", "id", "schema"}``
+  (``schemaType`` when not AVRO), or 404 ``{"error_code": 40401, "message": "Subject ... not found."}``.
+
+``schemaType`` is ``AVRO``, ``JSON`` (a JSON Schema document) or ``PROTOBUF``, as in Confluent's.
 
 It counts the by-id requests, so a test can check the client's cache.
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -50,7 +55,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self) -> None:
-        m = re.fullmatch(r"/schemas/ids/(\d+)", self.path.split("?")[0])
+        path = urllib.parse.unquote(self.path.split("?")[0])
+        latest = re.fullmatch(r"/subjects/([^/]+)/versions/latest", path)
+        if latest is not None:
+            self._latest(latest.group(1))
+            return
+        m = re.fullmatch(r"/schemas/ids/(\d+)", path)
         if m is None:
             self._send(404, {"error_code": 404, "message": "HTTP 404 Not Found"})
             return
@@ -64,8 +74,22 @@ class _Handler(BaseHTTPRequestHandler):
         text, kind = found
         self._send(200, {"schema": text} if kind == "AVRO" else {"schema": text, "schemaType": kind})
 
+    def _latest(self, subject: str) -> None:
+        reg = self.registry
+        with reg.lock:
+            versions = reg.subjects.get(subject)
+            if not versions:
+                self._send(404, {"error_code": 40401, "message": f"Subject '{subject}' not found."})
+                return
+            sid = versions[-1]
+            text, kind = reg.schemas[sid]
+        body: dict[str, Any] = {"subject": subject, "version": len(versions), "id": sid, "schema": text}
+        if kind != "AVRO":
+            body["schemaType"] = kind
+        self._send(200, body)
+
     def do_POST(self) -> None:
-        m = re.fullmatch(r"/subjects/([^/]+)/versions", self.path)
+        m = re.fullmatch(r"/subjects/([^/]+)/versions", urllib.parse.unquote(self.path))
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
         if m is None or "schema" not in body:
             self._send(422, {"error_code": 42201, "message": "Invalid schema"})
