@@ -13,7 +13,8 @@ record is in; then the records (partition, offset, key, value) are digested and 
 broker's digest of that round, or the benchmark fails. A warm-up round is not counted.
 
 Printed: every round's MB/s and the CPU seconds the serving side spent (the broker's JVM, the
-endpoint process, SeaweedFS: their whole process trees, from ``/proc``), and per target the
+endpoint process, SeaweedFS: their whole process trees, from ``/proc``) and the consumers' (this
+process: confluent-kafka's threads and the digesting loop), and per target the
 median of the per-round ratios to the broker of the same round. Raw results go to
 ``docs/data/bench-kafka-endpoint.json`` (commit, date, machine, every round) unless ``--no-save``.
 
@@ -357,10 +358,13 @@ def main() -> None:
                                        "load_avg": os.getloadavg()[0], "targets": {}}
                 for name, client in targets.items():  # interleaved: broker, endpoint-local, endpoint-s3
                     cpu0 = sum(tree_cpu_seconds(pid) for pid in server_pids[name])
+                    mine0 = time.process_time()
                     n, size, seconds, dig = one_round(client, topic, ends, consumers)
                     cpu = sum(tree_cpu_seconds(pid) for pid in server_pids[name]) - cpu0
+                    mine = time.process_time() - mine0
                     row["targets"][name] = {"records": n, "bytes": size, "seconds": seconds, "digest": dig,
-                                            "mb_per_s": size / MB / seconds, "server_cpu_s": round(cpu, 3)}
+                                            "mb_per_s": size / MB / seconds, "server_cpu_s": round(cpu, 3),
+                                            "client_cpu_s": round(mine, 3)}
                 want = row["targets"]["broker"]["digest"]
                 bad = {k: v["digest"] for k, v in row["targets"].items() if v["digest"] != want}
                 if bad:
@@ -368,7 +372,8 @@ def main() -> None:
                                      f"{want}: {bad}")
                 rounds.append(row)
                 print(f"round {r}{' (warm-up)' if r == 0 else ''} {consumers} consumer(s): " + "  ".join(
-                    f"{k} {v['mb_per_s']:.1f} MB/s (server CPU {v['server_cpu_s']:.2f} s)"
+                    f"{k} {v['mb_per_s']:.1f} MB/s (CPU s: server {v['server_cpu_s']:.2f}, "
+                    f"consumers {v['client_cpu_s']:.2f})"
                     for k, v in row["targets"].items()), flush=True)
 
         summary: dict[str, dict[str, float]] = {}
