@@ -510,30 +510,31 @@ def _check_shared(world: World, second: tuple[str, list[Row]], result: dict[str,
 
 
 def test_two_topics_in_one_table(world: World, second: tuple[str, list[Row]]) -> None:
-    """``shared_tables`` maps both topics (a name and a glob) to ``kafka.both``: ``rlm iceberg
-    --topic B`` writes B's segments only, then ``--topic A`` A's; the table (partitioned by topic,
-    then day) holds each topic's rows as its consumer read them; ``--json`` names the shared table
-    and breaks it down per topic; reruns add nothing; the lag is per topic (``rlm status``)."""
+    """``shared_tables`` maps both topics (a name and a glob) to ``kafka.both``: A's writer adds
+    A's segments, then ``rlm iceberg --topic B`` B's only; the table (partitioned by topic, then
+    day) holds each topic's rows as its consumer read them; ``--json`` names the shared table and
+    breaks it down per topic; reruns add nothing; the lag is per topic (``rlm status``)."""
+    from rlm.commands.iceberg_maint import PassHook
     from rlm.commands.status import iceberg_lags, render_iceberg
 
     b_topic, b_truth = second
     a_ids, b_ids = world.plan_ids(), world.plan_ids(b_topic)
     a_rows = len([r for r in world.truth if r[0] < world.remote_end()])
-    cfg = world.config("own", shared_tables=[{"name": "both", "topics": [world.topic, "iceshared-*"]}])
+    shared = {"shared_tables": [{"name": "both", "topics": [world.topic, "iceshared-*"]}]}
+    cfg = world.config("own", **shared)
+    a = world.sync("own", world.topic, **shared)  # in process, with the command's pass hook (lag)
+    PassHook(load_config(cfg), world.fetcher, a, None)(r := a.run_once(), 1.0)
+    assert (a.identifier, r.added_segments) == ("kafka.both", len(a_ids))
     rb = run_iceberg(cfg, b_topic)
     assert (rb["table"], rb["topic"], rb["added_segments"]) == ("kafka.both", b_topic, len(b_ids))
-    assert rb["topics"] == {b_topic: {"segments": len(b_ids), "rows": len(b_truth)}}
-    ra = run_iceberg(cfg, world.topic)
-    assert (ra["table"], ra["topic"], ra["added_segments"]) == ("kafka.both", world.topic, len(a_ids))
-    assert (ra["segments"], ra["rows"]) == (len(a_ids) + len(b_ids), a_rows + len(b_truth))
-    assert ra["topics"] == {world.topic: {"segments": len(a_ids), "rows": a_rows},
+    assert (rb["segments"], rb["rows"]) == (len(a_ids) + len(b_ids), a_rows + len(b_truth))
+    assert rb["topics"] == {world.topic: {"segments": len(a_ids), "rows": a_rows},
                             b_topic: {"segments": len(b_ids), "rows": len(b_truth)}}
-    _check_shared(world, second, ra)
+    _check_shared(world, second, rb)
     table = load_catalog("rlm", **world.catalog).load_table("kafka.both")
     assert [f.name for f in table.spec().fields] == ["topic", "timestamp_day"]
     assert [f.source_id for f in table.sort_order().fields] == [3, 4, 5]  # topic, partition, offset
     snaps = len(table.snapshots())
-    shared = {"shared_tables": [{"name": "both", "topics": [world.topic, b_topic]}]}
     for topic in (world.topic, b_topic):
         assert world.sync("own", topic, **shared).run_once().added_segments == 0
     assert len(load_catalog("rlm", **world.catalog).load_table("kafka.both").snapshots()) == snaps
