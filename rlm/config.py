@@ -577,6 +577,28 @@ class IcebergDaemonConfig(_Strict):
         return any(fnmatch.fnmatchcase(topic, p) for p in self.topics)
 
 
+class IcebergSharedTable(_Strict):
+    """One Iceberg table for several tiered topics (docs/iceberg.md, "Several topics in one
+    table"): every topic the names or globs select goes to table ``name`` instead of a table of
+    its own. The table gets an identity partition on ``topic`` (before ``partition_by``), each
+    snapshot says which topic it added, and the ledger of segment ids is kept per (topic,
+    partition), so the topics' writers take turns on the table without ever confusing their
+    segments. A topic selected by several entries goes to the first.
+    """
+
+    name: str = Field(
+        min_length=1, pattern=r"^[^{}]+$",
+        description="The table's name in `iceberg.namespace` (dots become underscores).",
+    )
+    topics: list[str] = Field(
+        min_length=1,
+        description="Tiered topics written to this table: names or globs (fnmatch, as `topics[].pattern`).",
+    )
+
+    def selects(self, topic: str) -> bool:
+        return any(fnmatch.fnmatchcase(topic, p) for p in self.topics)
+
+
 class IcebergConfig(_Strict):
     """``rlm iceberg``: the Apache Iceberg table kept per tiered topic (docs/iceberg.md).
 
@@ -600,10 +622,17 @@ class IcebergConfig(_Strict):
         "{topic}", min_length=1,
         description="Table name template; `{topic}` is the topic (dots become underscores).",
     )
-    partition_by: list[Literal["day", "hour", "partition"]] = Field(
+    shared_tables: list[IcebergSharedTable] = Field(
+        default_factory=list,
+        description="Tables shared by several topics: entries of `name` and `topics` (names or globs); "
+        "the first entry selecting a topic wins. A topic no entry selects gets a table of its own "
+        "(`table_name`). `[]` (default) = one table per topic.",
+    )
+    partition_by: list[Literal["day", "hour", "partition", "topic"]] = Field(
         default_factory=lambda: ["day"],  # type: ignore[arg-type]
         description="Partition spec of a new table: `day` or `hour` of the record timestamp, and/or "
-        "`partition` (identity on the Kafka partition); `[]` = unpartitioned.",
+        "`partition` (identity on the Kafka partition), `topic` (identity on the topic; a shared "
+        "table always has it, first unless listed here); `[]` = unpartitioned.",
     )
     isolation: Literal["read_committed", "read_uncommitted"] = Field(
         "read_committed", description="Default isolation: read_committed leaves aborted records out.",
@@ -646,7 +675,23 @@ class IcebergConfig(_Strict):
             raise ValueError("partition_by: choose one of day and hour")
         if len(set(self.partition_by)) != len(self.partition_by):
             raise ValueError("partition_by: a transform is listed twice")
+        names = [t.name for t in self.shared_tables]
+        if len(set(names)) != len(names):
+            raise ValueError("shared_tables: a table name is listed twice")
         return self
+
+    def shared_table(self, topic: str) -> IcebergSharedTable | None:
+        """The shared table ``topic`` goes to (the first entry selecting it), or ``None``: a table
+        of its own."""
+        return next((t for t in self.shared_tables if t.selects(topic)), None)
+
+    def table_partition_by(self, topic: str) -> list[str]:
+        """The partition spec of ``topic``'s table when it is created: a shared table has an
+        identity partition on ``topic`` (first, unless ``partition_by`` places it)."""
+        by: list[str] = list(self.partition_by)
+        if self.shared_table(topic) is not None and "topic" not in by:
+            by.insert(0, "topic")
+        return by
 
 
 class DaemonConfig(BaseSettings):

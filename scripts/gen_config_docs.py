@@ -25,6 +25,7 @@ from rlm.config import (
     HttpConfig,
     IcebergConfig,
     IcebergDaemonConfig,
+    IcebergSharedTable,
     ListenerSecurity,
     MetadataConfig,
     ReadConfig,
@@ -113,6 +114,8 @@ def render() -> str:
         ("`iceberg` (`rlm iceberg`: the Iceberg table per tiered topic)", IcebergConfig, "iceberg."),
         ("`iceberg.daemon` (`rlm run` keeps the Iceberg tables in step)", IcebergDaemonConfig,
          "iceberg.daemon."),
+        ("`iceberg.shared_tables[]` (several topics in one Iceberg table)", IcebergSharedTable,
+         "iceberg.shared_tables[]."),
         ("`topic_defaults` (per-topic settings for every topic)", TopicSettings, "topic_defaults."),
         ("`topics[]` (per-topic overrides)", TopicOverride, "topics[]."),
     ):

@@ -1,13 +1,14 @@
 """Tiered history as an Apache Iceberg table (``rlm iceberg``): a face of the read core.
 
-A derived, lagging copy of a topic's remote tier, one table per topic, appended exactly once per
-remote segment: :mod:`fetcher.iceberg.table` (schema, partitioning, catalog),
-:mod:`fetcher.iceberg.ledger` (which segments a table holds, from its snapshots) and
+A derived, lagging copy of a topic's remote tier, one table per topic (or one for several,
+``iceberg.shared_tables``), appended exactly once per remote segment:
+:mod:`fetcher.iceberg.table` (schema, partitioning, catalog), :mod:`fetcher.iceberg.ledger`
+(which segments a table holds, from its snapshots) and
 :mod:`fetcher.iceberg.writer` (the pass that appends what is missing). Needs the ``iceberg``
 extra (PyIceberg with SQLAlchemy for the embedded SQL catalog).
 """
 
-from fetcher.iceberg.ledger import Ledger, SegmentWork, read_ledger
+from fetcher.iceberg.ledger import Ledger, SegmentWork, read_ledger, read_ledgers
 from fetcher.iceberg.table import (
     ARROW_SCHEMA,
     SCHEMA,
@@ -33,5 +34,6 @@ __all__ = [
     "orphan_files",
     "partition_spec",
     "read_ledger",
+    "read_ledgers",
     "table_identifier",
 ]

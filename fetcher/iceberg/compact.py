@@ -6,7 +6,9 @@ small files per day. :func:`compact` rewrites, for every *closed* partition (a `
 partition older than the newest one of the table: no later append adds rows to it; every
 partition when the spec has no time transform) that has at least ``min_files`` files smaller
 than the target, those files as target-size files sorted by (partition, offset), and commits
-the whole rewrite as **one** snapshot that deletes the old files and adds the new ones.
+the whole rewrite as **one** snapshot that deletes the old files and adds the new ones. In a
+table of several topics partitioned by ``topic`` (``iceberg.shared_tables``), "older than the
+newest" is per topic: a quiet topic's last day stays open while another topic moves on.
 
 The snapshot carries no ``rlm.segments``: the ledger is the union of the appends' summaries
 over the snapshot ancestry, and the appends stay in the ancestry, so the recorded segment ids
@@ -41,7 +43,7 @@ from pyiceberg.table.snapshots import Operation, Summary
 from pyiceberg.table.update.snapshot import _OverwriteFiles
 from pyiceberg.transforms import DayTransform, HourTransform
 
-from fetcher.iceberg.table import ARROW_SCHEMA
+from fetcher.iceberg.table import ARROW_SCHEMA, ROW_ORDER, SCHEMA
 from rlm.errors import IcebergTableError
 
 log = structlog.get_logger(__name__)
@@ -99,7 +101,14 @@ def _closed(table: Table, files: list[DataFile]) -> dict[tuple[int, tuple[Any, .
             out[key] = group
             continue
         i = times[0]
-        newest = max(k[1][i] for k in by_part if k[0] == key[0] and k[1][i] is not None)
+        # the newest time partition of the same topic (of the table, when not partitioned by topic)
+        tj = [j for j, pf in enumerate(spec.fields) if pf.source_id == SCHEMA.find_field("topic").field_id]
+        topic = tuple(key[1][j] for j in tj)
+        newest = max(
+            k[1][i]
+            for k in by_part
+            if k[0] == key[0] and k[1][i] is not None and tuple(k[1][j] for j in tj) == topic
+        )
         if key[1][i] is not None and key[1][i] < newest:
             out[key] = group
     return out
@@ -110,7 +119,7 @@ def _read(table: Table, files: list[DataFile]) -> pa.Table:
     for f in files:
         with table.io.new_input(f.file_path).open() as stream:
             parts.append(pq.read_table(stream).select(ARROW_SCHEMA.names).cast(ARROW_SCHEMA))
-    return pa.concat_tables(parts).sort_by([("partition", "ascending"), ("offset", "ascending")])
+    return pa.concat_tables(parts).sort_by(ROW_ORDER)
 
 
 def compact(

@@ -42,7 +42,7 @@ from pyiceberg.types import IntegerType, NestedField, StringType
 
 from fetcher.iceberg.decode import Decoder, decoded_schema, make_decoder
 from fetcher.iceberg.ledger import SegmentWork, read_ledger, summary_properties
-from fetcher.iceberg.table import NO_COMMIT_RETRY, SCHEMA, SORT_ORDER, table_identifier
+from fetcher.iceberg.table import NO_COMMIT_RETRY, SCHEMA, SORT_ORDER, table_identifier, topic_property
 from rlm.config import IcebergConfig
 from rlm.errors import IcebergTableError
 
@@ -69,6 +69,7 @@ class Decoding:
         self.cfg = self.decoder.cfg  # the columns (``json_schema``: perhaps from the registry)
         self.schema = decoded_schema(self.cfg)
         self.arrow_schema: pa.Schema = self.schema.as_arrow()
+        self.topic = topic
         self.identifier = table_identifier(config, topic) + self.cfg.dead_letter_suffix
         self.dead_letter = self._ensure(topic)
         self.dead_letters = 0
@@ -94,7 +95,8 @@ class Decoding:
         try:
             return self.catalog.create_table(
                 self.identifier, DEAD_LETTER_SCHEMA, sort_order=SORT_ORDER,
-                properties={"rlm.topic": topic, "rlm.dead-letter-of": table_identifier(self.config, topic),
+                properties={**topic_property(self.config, topic),
+                            "rlm.dead-letter-of": table_identifier(self.config, topic),
                             **NO_COMMIT_RETRY})
         except TableAlreadyExistsError:
             return self.catalog.load_table(self.identifier)
@@ -136,7 +138,7 @@ class Decoding:
         dead = _conform(dead, self.dead_letter.schema().as_arrow())
         for attempt in range(self.config.commit_retries + 1):
             self.dead_letter = self.catalog.load_table(self.identifier)
-            held = read_ledger(self.dead_letter).segments
+            held = read_ledger(self.dead_letter, self.topic).segments
             segs = {w.segment_id for w in group} & set(dead.column("segment_id").to_pylist())
             todo = [w for w in group if w.segment_id in segs and w.segment_id not in held]
             if not todo:
@@ -144,7 +146,7 @@ class Decoding:
             rows = dead.filter(pc.is_in(dead.column("segment_id"), pa.array([w.segment_id for w in todo])))
             try:
                 tx = self.dead_letter.transaction()
-                tx.append(rows, snapshot_properties=summary_properties(todo, topic_id))
+                tx.append(rows, snapshot_properties=summary_properties(todo, topic_id, self.topic))
                 self.dead_letter = tx.commit_transaction()
             except CommitFailedException as e:
                 log.info("iceberg_dead_letter_conflict", table=self.identifier, attempt=attempt, error=str(e))

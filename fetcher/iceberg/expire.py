@@ -11,7 +11,9 @@ Its snapshots carry ``rlm.expired``: ``{"below": {partition: offset}, "segments"
 segment id, first, end], ...]}`` (the recorded segments whose rows went, wholly or in part).
 The bound per partition is read back from the ancestry, so a rerun with the same log start does
 nothing (idempotent), and the append snapshots keep naming the expired segments, so the writer
-never adds them back.
+never adds them back. In a table of several topics (``iceberg.shared_tables``) the delete is
+``topic = t AND (...)``, the snapshot names its topic (``rlm.topic``) and the bounds read back
+are that topic's: one topic's expiry never touches another's rows.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import ancestors_of
 
 from fetcher import RemoteFetcher
-from fetcher.iceberg.ledger import read_ledger
+from fetcher.iceberg.ledger import TOPIC_KEY, read_ledger, snapshot_topic
 from rlm.errors import IcebergTableError
 
 log = structlog.get_logger(__name__)
@@ -46,12 +48,13 @@ class ExpireResult:
     rows_removed: int = 0
 
 
-def expired_bounds(table: Table) -> dict[int, int]:
-    """Per partition, the offset below which the table's rows were expired (from its snapshots)."""
+def expired_bounds(table: Table, topic: str) -> dict[int, int]:
+    """Per partition, the offset below which ``topic``'s rows were expired (from the snapshots)."""
     out: dict[int, int] = {}
     for snap in ancestors_of(table.current_snapshot(), table.metadata):
-        raw = snap.summary.additional_properties.get(EXPIRED_KEY) if snap.summary is not None else None
-        if raw:
+        props = snap.summary.additional_properties if snap.summary is not None else {}
+        raw = props.get(EXPIRED_KEY)
+        if raw and snapshot_topic(props, table) == topic:
             for p, off in json.loads(raw)["below"].items():
                 out[int(p)] = max(out.get(int(p), 0), int(off))
     return out
@@ -63,8 +66,8 @@ def expire_deleted(
     """Delete the rows below each partition's log start that are still in the table."""
     for attempt in range(retries + 1):
         table = catalog.load_table(identifier)
-        ledger = read_ledger(table)
-        done = expired_bounds(table)
+        ledger = read_ledger(table, topic)
+        done = expired_bounds(table, topic)
         result = ExpireResult()
         for tp in fetcher.topics().get(topic, []):
             start = fetcher.log_start(tp).offset
@@ -86,14 +89,16 @@ def expire_deleted(
             )
             for p, off in sorted(result.below.items())
         ]
-        where = preds[0] if len(preds) == 1 else Or(*preds)
+        where = And(EqualTo(term=Reference("topic"), value=literal(topic)),
+                    preds[0] if len(preds) == 1 else Or(*preds))
         props = {
             EXPIRED_KEY: json.dumps(
                 {"below": {str(p): o for p, o in result.below.items()}, "segments": result.segments},
                 separators=(",", ":"),
-            )
+            ),
+            TOPIC_KEY: topic,
         }
-        before = ledger.rows
+        before = read_ledger(table).rows
         tx = table.transaction()
         tx.delete(where, snapshot_properties=props)
         try:

@@ -3,7 +3,8 @@
 The lag is measured against the read core's plan (the lineage segments a reader can serve):
 per partition, the lineage segments the table's ledger does not hold yet and the offsets from
 the table's end to the remote end. ``rlm iceberg`` measures it after every pass and writes it
-to ``<work_dir>/iceberg/lag/<namespace.table>.json`` (atomically); ``rlm status`` shows those
+to ``<work_dir>/iceberg/lag/<namespace.table>+<topic>.json`` (atomically; a table shared by
+several topics has a lag per topic, from that topic's ledger); ``rlm status`` shows those
 files (with their age: a writer that stopped stops updating them) and
 :mod:`fetcher.iceberg.metrics` exports the same numbers.
 """
@@ -21,7 +22,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import ancestors_of
 
 from fetcher import RemoteFetcher
-from fetcher.iceberg.ledger import SUMMARY_KEY, Ledger, SegmentWork
+from fetcher.iceberg.ledger import SUMMARY_KEY, Ledger, SegmentWork, snapshot_topic
 
 LAG_DIR = ("iceberg", "lag")
 
@@ -64,10 +65,11 @@ class TableLag:
         }
 
 
-def last_commit_ms(table: Table) -> int:
-    """When the newest snapshot that added segments was committed (-1: none)."""
+def last_commit_ms(table: Table, topic: str) -> int:
+    """When the newest snapshot that added segments of ``topic`` was committed (-1: none)."""
     for snap in ancestors_of(table.current_snapshot(), table.metadata):
-        if snap.summary is not None and snap.summary.additional_properties.get(SUMMARY_KEY):
+        props = snap.summary.additional_properties if snap.summary is not None else {}
+        if props.get(SUMMARY_KEY) and snapshot_topic(props, table) == topic:
             return int(snap.timestamp_ms)
     return -1
 
@@ -75,12 +77,13 @@ def last_commit_ms(table: Table) -> int:
 def measure(
     fetcher: RemoteFetcher, table: Table, ledger: Ledger, topic: str, identifier: str, waiting: int = 0
 ) -> TableLag:
-    """The table's lag behind the remote tier of ``topic`` (``ledger``: read from ``table``)."""
+    """The table's lag behind the remote tier of ``topic`` (``ledger``: the topic's, read from
+    ``table``)."""
     out = TableLag(
         topic,
         identifier,
         int(time.time() * 1000),
-        last_commit_ms(table),
+        last_commit_ms(table, topic),
         len(ledger.segments),
         ledger.rows,
         waiting,
@@ -109,13 +112,13 @@ def measure(
     return out
 
 
-def lag_path(work_dir: Path, identifier: str) -> Path:
-    return Path(work_dir).joinpath(*LAG_DIR, f"{identifier}.json")
+def lag_path(work_dir: Path, identifier: str, topic: str) -> Path:
+    return Path(work_dir).joinpath(*LAG_DIR, f"{identifier}+{topic}.json")
 
 
 def write_lag(work_dir: Path, lag: TableLag) -> Path:
     """Replace the table's lag file at once (readers see the old file or the new one)."""
-    path = lag_path(work_dir, lag.table)
+    path = lag_path(work_dir, lag.table, lag.topic)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(lag.to_dict(), sort_keys=True), encoding="utf-8")

@@ -98,6 +98,8 @@ class SparkIcebergSync(IcebergSync):
                 keys.append(F.date_format(F.col("timestamp"), "yyyy-MM-dd"))
             elif name == "timestamp_hour":
                 keys.append(F.date_format(F.col("timestamp"), "yyyy-MM-dd-HH"))
+            elif name == "topic":
+                keys.append(F.col("topic"))
             else:
                 keys.append(F.col("partition").cast("string"))
         key = F.concat_ws("_", *keys) if keys else F.lit("all")

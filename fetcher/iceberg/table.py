@@ -62,7 +62,8 @@ ARROW_SCHEMA: pa.Schema = SCHEMA.as_arrow()
 
 
 def partition_spec(partition_by: list[str]) -> PartitionSpec:
-    """``day``/``hour`` of ``timestamp`` and/or identity on ``partition``, in the order given."""
+    """``day``/``hour`` of ``timestamp`` and/or identity on ``partition`` or ``topic``, in the
+    order given."""
     fields = []
     for i, name in enumerate(partition_by):
         fid = 1000 + i
@@ -70,6 +71,8 @@ def partition_spec(partition_by: list[str]) -> PartitionSpec:
             fields.append(PartitionField(6, fid, DayTransform(), "timestamp_day"))
         elif name == "hour":
             fields.append(PartitionField(6, fid, HourTransform(), "timestamp_hour"))
+        elif name == "topic":
+            fields.append(PartitionField(3, fid, IdentityTransform(), "topic"))
         else:
             fields.append(PartitionField(4, fid, IdentityTransform(), "partition"))
     return PartitionSpec(*fields)
@@ -77,6 +80,11 @@ def partition_spec(partition_by: list[str]) -> PartitionSpec:
 
 SORT_ORDER = SortOrder(SortField(source_id=4, transform=IdentityTransform()),
                        SortField(source_id=5, transform=IdentityTransform()))
+#: a table of several topics: (topic, partition, offset)
+SHARED_SORT_ORDER = SortOrder(SortField(source_id=3, transform=IdentityTransform()),
+                              *SORT_ORDER.fields)
+#: how rows are ordered in every data file (a writer's file holds one topic's rows)
+ROW_ORDER = [("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")]
 
 
 def catalog_properties(config: DaemonConfig) -> dict[str, str]:
@@ -107,8 +115,10 @@ def open_catalog(config: DaemonConfig) -> Catalog:
 
 
 def table_identifier(cfg: IcebergConfig, topic: str) -> str:
-    """``namespace.name`` for ``topic`` (dots in the name would read as namespace levels)."""
-    name = cfg.table_name.format(topic=topic)
+    """``namespace.name`` of ``topic``'s table: its shared table (``shared_tables``) or one of its
+    own (``table_name``); dots in the name would read as namespace levels."""
+    shared = cfg.shared_table(topic)
+    name = shared.name if shared is not None else cfg.table_name.format(topic=topic)
     return f"{cfg.namespace}.{re.sub(r'[.]', '_', name)}"
 
 
@@ -141,11 +151,18 @@ def _create(catalog: Catalog, cfg: IcebergConfig, topic: str, ident: str) -> Tab
         catalog.create_namespace(cfg.namespace)
     try:
         return catalog.create_table(
-            ident, SCHEMA, partition_spec=partition_spec(list(cfg.partition_by)), sort_order=SORT_ORDER,
+            ident, SCHEMA, partition_spec=partition_spec(cfg.table_partition_by(topic)),
+            sort_order=SORT_ORDER if cfg.shared_table(topic) is None else SHARED_SORT_ORDER,
             properties={"write.target-file-size-bytes": str(cfg.target_file_size_bytes),
-                        "rlm.topic": topic, **NO_COMMIT_RETRY})
+                        **topic_property(cfg, topic), **NO_COMMIT_RETRY})
     except TableAlreadyExistsError:
         return catalog.load_table(ident)
+
+
+def topic_property(cfg: IcebergConfig, topic: str) -> dict[str, str]:
+    """``rlm.topic`` for a table of one topic (snapshots that do not name their topic are its);
+    nothing for a shared table (every snapshot names its topic)."""
+    return {} if cfg.shared_table(topic) is not None else {"rlm.topic": topic}
 
 
 def to_rows(batch: pa.RecordBatch | pa.Table, segment_id: str) -> pa.Table:

@@ -42,6 +42,7 @@ from fetcher.iceberg.deadletter import Decoding
 from fetcher.iceberg.ledger import Ledger, SegmentWork, read_ledger, summary_properties
 from fetcher.iceberg.table import (
     ARROW_SCHEMA,
+    ROW_ORDER,
     ensure_table,
     s3_checksums_when_required,
     table_identifier,
@@ -71,7 +72,9 @@ class PassResult:
 
 
 class IcebergSync:
-    """The writer of one topic's table. Not thread-safe; one per process and topic."""
+    """The writer of one topic's rows into its table (its own, or one shared with other topics:
+    the ledger is the topic's, see :mod:`fetcher.iceberg.ledger`). Not thread-safe; one per
+    process and topic."""
 
     def __init__(self, fetcher: RemoteFetcher, catalog: Catalog, config: IcebergConfig, topic: str, *,
                  isolation: str | IsolationLevel | None = None,
@@ -92,7 +95,7 @@ class IcebergSync:
     # ---- planning --------------------------------------------------------------------------
     def refresh(self) -> Ledger:
         self.table = self.catalog.load_table(self.identifier)
-        return read_ledger(self.table)
+        return read_ledger(self.table, self.topic)  # this topic's (the table may hold several)
 
     def pending(self, ledger: Ledger) -> tuple[str, list[SegmentWork], int]:
         """(topic id, links not in the table in (partition, offset) order, links waiting)."""
@@ -161,7 +164,7 @@ class IcebergSync:
         With value decoding, the group's dead letters are committed first (see
         :mod:`fetcher.iceberg.deadletter`) and only the decoded rows are written here."""
         data = pa.concat_tables([self.rows_of(w) for w in group])
-        data = data.sort_by([("partition", "ascending"), ("offset", "ascending")])
+        data = data.sort_by(ROW_ORDER)
         if self.decoding is not None:
             before = self.decoding.dead_letters
             data = self.decoding.split(group, data, topic_id, self.table)
@@ -175,7 +178,7 @@ class IcebergSync:
         of its segments first (this writer's files are then deleted)."""
         files, nrows = self.write_files(group, topic_id, result)
         _hold_before_commit()
-        props = summary_properties(group, topic_id)
+        props = summary_properties(group, topic_id, self.topic)
         for attempt in range(self.config.commit_retries + 1):
             tx = self.table.transaction()
             with tx.update_snapshot(snapshot_properties=props).fast_append() as append:

@@ -56,14 +56,20 @@ def public_properties(props: dict[str, str]) -> dict[str, str]:
 
 def summary(config: DaemonConfig, sync: Any, added_segments: int, added_rows: int,
             waiting: int, orphans: int) -> dict[str, Any]:
-    from fetcher.iceberg import catalog_properties
+    """``segments``/``rows``: the whole table's; ``topics``: per topic it holds (several when the
+    table is shared, ``iceberg.shared_tables``); ``topic``: the one this run wrote."""
+    from fetcher.iceberg import catalog_properties, read_ledgers
 
-    ledger = sync.status()
+    sync.status()  # (reloads the table)
+    ledgers, rows, snapshots = read_ledgers(sync.table)
     decoding = {} if getattr(sync, "decoding", None) is None else sync.decoding.summary()
     return {**decoding, "catalog": public_properties(catalog_properties(config)),
             "catalog_name": config.iceberg.catalog_name, "table": sync.identifier,
-            "location": sync.table.location(), "segments": len(ledger.segments), "rows": ledger.rows,
-            "snapshots": ledger.snapshots, "added_segments": added_segments, "added_rows": added_rows,
+            "location": sync.table.location(), "topic": sync.topic,
+            "segments": sum(len(ledger.segments) for ledger in ledgers.values()), "rows": rows,
+            "topics": {t: {"segments": len(ledger.segments), "rows": ledger.rows}
+                       for t, ledger in sorted(ledgers.items())},
+            "snapshots": snapshots, "added_segments": added_segments, "added_rows": added_rows,
             "waiting_segments": waiting, "orphan_files": orphans}
 
 

@@ -4,7 +4,8 @@ One tiered topic (built once for the module): two codecs, a committed and an abo
 each larger than a segment (so each crosses a segment roll). What a read_committed
 confluent-kafka consumer reads from the broker is the truth the table is compared with, row for
 row. The tests run in file order on the same topic: backfill, rerun, crash, two writers, then
-more data tiered and followed.
+more data tiered and followed; last, a second tiered topic shares a table with it
+(``iceberg.shared_tables``).
 """
 
 from __future__ import annotations
@@ -69,27 +70,27 @@ class World:
             self.configs[key] = path
         return self.configs[key]
 
-    def sync(self, name: str, **iceberg: Any) -> Any:
+    def sync(self, name: str, topic: str | None = None, **iceberg: Any) -> Any:
         """An in-process writer of table ``name`` (the same code the command runs)."""
         from fetcher.iceberg import IcebergSync
         from rlm.config import IcebergConfig
 
         cfg = IcebergConfig.model_validate(self.iceberg(name, **iceberg))
         catalog = load_catalog("rlm", **iceberg.get("catalog", self.catalog))
-        return IcebergSync(self.fetcher, catalog, cfg, self.topic)
+        return IcebergSync(self.fetcher, catalog, cfg, topic or self.topic)
 
     def tier(self) -> None:
         d = Daemon(load_config(None, **self.sidecar), once=True).start()
         assert d.run_once() == 0
         assert d.stop()
 
-    def plan_ids(self) -> list[str]:
+    def plan_ids(self, topic: str | None = None) -> list[str]:
         """The remote segments on the lineage, as the read core plans them (kept about a second)."""
-        links = self.fetcher.plan(self.topic, 0).segments
+        links = self.fetcher.plan(topic or self.topic, 0).segments
         return [link.metadata.remote_log_segment_id.id.text for link in links]
 
-    def remote_end(self) -> int:
-        return int(self.fetcher.plan(self.topic, 0).log_end)
+    def remote_end(self, topic: str | None = None) -> int:
+        return int(self.fetcher.plan(topic or self.topic, 0).log_end)
 
 
 def _rlm(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
@@ -157,10 +158,14 @@ def consumed(bs: str, topic: str, until: int, isolation: str = "read_committed",
         c.close()
 
 
-def table_rows(result: dict[str, Any]) -> tuple[list[Row], list[str]]:
-    """The table read back with PyIceberg: rows in offset order, and each row's segment id."""
+def table_rows(result: dict[str, Any], topic: str | None = None) -> tuple[list[Row], list[str]]:
+    """The table (``topic``'s rows of it) read back with PyIceberg: rows in offset order, and each
+    row's segment id."""
+    from pyiceberg.expressions import AlwaysTrue, EqualTo
+
     table = load_catalog(result["catalog_name"], **result["catalog"]).load_table(result["table"])
-    t = table.scan().to_arrow().sort_by([("offset", "ascending")])
+    where = AlwaysTrue() if topic is None else EqualTo("topic", topic)
+    t = table.scan(row_filter=where).to_arrow().sort_by([("offset", "ascending")])
     rows: list[Row] = []
     for r in t.to_pylist():
         hdrs = tuple((h["key"], h["value"]) for h in (r["headers"] or []))
@@ -459,3 +464,154 @@ def test_more_segments_tiered_then_follow_adds_exactly_those(world: World) -> No
     assert result["added_segments"] == len(new)
     assert result["segments"] == len(old) + len(new)
     _check_equal(world, result, [*old, *new])
+
+
+# ---- several topics in one table (iceberg.shared_tables) -------------------------------------
+
+@pytest.fixture(scope="module")
+def second(world: World) -> tuple[str, list[Row]]:
+    """A second tiered topic (no transactions, lz4) and what its read_committed consumer read.
+    Its partition 0 has offsets the first topic's partition 0 has too: a ledger that did not keep
+    topics apart would take its segments as already in the table."""
+    topic = f"iceshared-{uuid.uuid4().hex[:8]}"
+    create_topic(world.bootstrap, topic)
+    _produce(world.bootstrap, topic, 3600, random.Random(5), "b", "lz4")
+    world.sidecar["topics"].append({"pattern": topic, "remote.storage.enable": True,
+                                    "retention.ms": -1, "retention.bytes": -1})
+    world.tier()
+    wait_for("the second topic tiered", lambda: len(world.fetcher.topics().get(topic, [])) == 1, timeout=60)
+    assert len(world.plan_ids(topic)) >= 2
+    return topic, consumed(world.bootstrap, topic, world.remote_end(topic))
+
+
+def _named(table: Any) -> dict[str, list[str]]:
+    """Per topic, the segment ids its snapshots recorded (each snapshot names one topic)."""
+    out: dict[str, list[str]] = {}
+    for snap in table.snapshots():
+        props = snap.summary.additional_properties
+        if "rlm.segments" in props:
+            out.setdefault(props["rlm.topic"], []).extend(s[1] for s in json.loads(props["rlm.segments"]))
+    return out
+
+
+def _check_shared(world: World, second: tuple[str, list[Row]], result: dict[str, Any]) -> None:
+    """Each topic's rows in the table are, row for row, what its consumer read; each lineage
+    segment is recorded once, by a snapshot of its own topic."""
+    b_topic, b_truth = second
+    a_truth = [r for r in world.truth if r[0] < world.remote_end()]
+    table = load_catalog(result["catalog_name"], **result["catalog"]).load_table(result["table"])
+    named = _named(table)
+    for topic, truth in ((world.topic, a_truth), (b_topic, b_truth)):
+        rows, seg_of_row = table_rows(result, topic)
+        assert rows == truth, topic
+        assert sorted(named[topic]) == sorted(world.plan_ids(topic)) and set(seg_of_row) <= set(named[topic])
+    assert set(named) == {world.topic, b_topic}
+    assert table.scan().to_arrow().num_rows == len(a_truth) + len(b_truth)
+
+
+def test_two_topics_in_one_table(world: World, second: tuple[str, list[Row]]) -> None:
+    """``shared_tables`` maps both topics (a name and a glob) to ``kafka.both``: A's writer adds
+    A's segments, then ``rlm iceberg --topic B`` B's only; the table (partitioned by topic, then
+    day) holds each topic's rows as its consumer read them; ``--json`` names the shared table and
+    breaks it down per topic; reruns add nothing; the lag is per topic (``rlm status``)."""
+    from rlm.commands.iceberg_maint import PassHook
+    from rlm.commands.status import iceberg_lags, render_iceberg
+
+    b_topic, b_truth = second
+    a_ids, b_ids = world.plan_ids(), world.plan_ids(b_topic)
+    a_rows = len([r for r in world.truth if r[0] < world.remote_end()])
+    shared = {"shared_tables": [{"name": "both", "topics": [world.topic, "iceshared-*"]}]}
+    cfg = world.config("own", **shared)
+    a = world.sync("own", world.topic, **shared)  # in process, with the command's pass hook (lag)
+    PassHook(load_config(cfg), world.fetcher, a, None)(r := a.run_once(), 1.0)
+    assert (a.identifier, r.added_segments) == ("kafka.both", len(a_ids))
+    rb = run_iceberg(cfg, b_topic)
+    assert (rb["table"], rb["topic"], rb["added_segments"]) == ("kafka.both", b_topic, len(b_ids))
+    assert (rb["segments"], rb["rows"]) == (len(a_ids) + len(b_ids), a_rows + len(b_truth))
+    assert rb["topics"] == {world.topic: {"segments": len(a_ids), "rows": a_rows},
+                            b_topic: {"segments": len(b_ids), "rows": len(b_truth)}}
+    _check_shared(world, second, rb)
+    table = load_catalog("rlm", **world.catalog).load_table("kafka.both")
+    assert [f.name for f in table.spec().fields] == ["topic", "timestamp_day"]
+    assert [f.source_id for f in table.sort_order().fields] == [3, 4, 5]  # topic, partition, offset
+    snaps = len(table.snapshots())
+    for topic in (world.topic, b_topic):
+        assert world.sync("own", topic, **shared).run_once().added_segments == 0
+    assert len(load_catalog("rlm", **world.catalog).load_table("kafka.both").snapshots()) == snaps
+    work = load_config(cfg).work_dir  # what `rlm status` reads: a lag per topic of the table
+    lags = {lag["topic"]: lag for lag in iceberg_lags(work) if lag["table"] == "kafka.both"}
+    assert {t: (lag["segments"], lag["rows"], lag["segments_behind"]) for t, lag in lags.items()} == {
+        world.topic: (len(a_ids), a_rows, 0), b_topic: (len(b_ids), len(b_truth), 0)}
+    text = "\n".join(render_iceberg(list(lags.values()), int(time.time() * 1000)))
+    assert f"kafka.both ({b_topic}): 0 segments / 0 offsets behind" in text
+
+
+def test_two_topics_synced_at_once_into_one_table(world: World, second: tuple[str, list[Row]]) -> None:
+    """A writer of A and two of B at once, a snapshot per segment, into one unpartitioned shared
+    table (so its spec is identity on topic): their commits conflict (optimistic commit) and are
+    retried on the new version; each segment of each topic lands once."""
+    b_topic, _ = second
+    shared = {"shared_tables": [{"name": "pair2", "topics": [world.topic, b_topic]}],
+              "segments_per_commit": 1, "partition_by": []}
+    results = run_at_once([world.sync("own", t, **shared) for t in (world.topic, b_topic, b_topic)])
+    a_ids, b_ids = world.plan_ids(), world.plan_ids(b_topic)
+    assert results[0].added_segments == len(a_ids)
+    assert results[1].added_segments + results[2].added_segments == len(b_ids)
+    result = {"catalog": world.catalog, "catalog_name": "rlm", "table": "kafka.pair2"}
+    _check_shared(world, second, result)
+    table = load_catalog("rlm", **world.catalog).load_table("kafka.pair2")
+    assert len(table.snapshots()) == len(a_ids) + len(b_ids)  # one per segment, none twice
+    assert [f.name for f in table.spec().fields] == ["topic"]
+
+
+def test_expiry_and_compaction_of_a_shared_table(world: World, second: tuple[str, list[Row]],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """In the shared table: A's log start moved past its first segment expires A's rows below it
+    and none of B's (B has those offsets too); compaction rewrites each topic's small files as one
+    file of that topic; rows, per-topic ledgers and answers unchanged; reruns add nothing."""
+    from types import SimpleNamespace
+
+    from fetcher.iceberg import read_ledger
+    from fetcher.iceberg.compact import compact
+    from fetcher.iceberg.expire import expire_deleted
+
+    b_topic, b_truth = second
+    shared = {"shared_tables": [{"name": "pair2", "topics": [world.topic, b_topic]}],
+              "segments_per_commit": 1, "partition_by": []}
+    for t in (world.topic, b_topic):  # (no-ops after the previous test; this one stands alone)
+        world.sync("own", t, **shared).run_once()
+    catalog = load_catalog("rlm", **world.catalog)
+    bound = world.fetcher.plan(world.topic, 0).segments[1].first
+    assert any(r[0] < bound for r in b_truth)
+    real = world.fetcher.log_start
+    monkeypatch.setattr(world.fetcher, "log_start", lambda tp, *a: (
+        SimpleNamespace(offset=bound) if tp.topic == world.topic else real(tp, *a)))
+    a_truth = [r for r in world.truth if r[0] < world.remote_end()]
+    r = expire_deleted(world.fetcher, catalog, "kafka.pair2", world.topic)
+    assert r.below == {0: bound} and r.rows_removed == len([x for x in a_truth if x[0] < bound])
+    assert expire_deleted(world.fetcher, catalog, "kafka.pair2", b_topic).below == {}
+    assert expire_deleted(world.fetcher, catalog, "kafka.pair2", world.topic).below == {}  # idempotent
+    monkeypatch.undo()
+    result = {"catalog": world.catalog, "catalog_name": "rlm", "table": "kafka.pair2"}
+    assert table_rows(result, world.topic)[0] == [x for x in a_truth if x[0] >= bound]
+    assert table_rows(result, b_topic)[0] == b_truth
+
+    table = catalog.load_table("kafka.pair2")
+    ledgers = {t: read_ledger(table, t).segments for t in (world.topic, b_topic)}
+    assert len({f.file.partition[0] for f in table.scan().plan_files()}) == 2
+    c = compact(catalog, "kafka.pair2", orphan_min_age_s=3600)
+    assert (c.partitions, c.files_written) == (2, 2)  # no time transform: every partition is closed
+    table = catalog.load_table("kafka.pair2")
+    files = [task.file for task in table.scan().plan_files()]
+    assert sorted(f.partition[0] for f in files) == sorted([world.topic, b_topic])
+    for f in files:  # one topic per file, sorted by (partition, offset)
+        import pyarrow.parquet as pq
+
+        t = pq.read_table(f.file_path.removeprefix("file://"), columns=["topic", "offset"])
+        assert set(t.column("topic").to_pylist()) == {f.partition[0]}
+        assert t.column("offset").to_pylist() == sorted(t.column("offset").to_pylist())
+    assert {t: read_ledger(table, t).segments for t in ledgers} == ledgers
+    assert table_rows(result, world.topic)[0] == [x for x in a_truth if x[0] >= bound]
+    assert table_rows(result, b_topic)[0] == b_truth
+    for t in (world.topic, b_topic):
+        assert world.sync("own", t, **shared).run_once().added_segments == 0
