@@ -55,6 +55,7 @@ from fetcher.kafka.codec import (
     API_VERSIONS_KEY,
     SUPPORTED,
     FrameError,
+    ResponseFrame,
     decode_request,
     encode_response,
     error_response,
@@ -204,7 +205,7 @@ class Connection:
         s = ctx.settings
         self.idle_s = s.idle_timeout_ms / 1000
         self.slots = asyncio.Semaphore(s.max_in_flight)
-        self.pending: asyncio.Queue[asyncio.Task[bytes] | None] = asyncio.Queue()
+        self.pending: asyncio.Queue[asyncio.Task[ResponseFrame] | None] = asyncio.Queue()
         self._draining = asyncio.Event()
         self.guard: ConnectionGuard | None = None
         self.tls = writer.get_extra_info("sslcontext") is not None
@@ -301,20 +302,21 @@ class Connection:
                 return
             self.slots.release()
 
-    async def _send(self, data: bytes) -> None:
-        """Write one response frame. Over TLS in slices of :data:`_TLS_SLICE`: asyncio's SSL
-        transport encrypts a whole write into memory before the first byte leaves, then copies
-        what the socket did not take at once; sliced, encryption of the next slice overlaps with
-        the client reading the previous one and nothing is copied twice (the per-slice drain is
+    async def _send(self, data: ResponseFrame) -> None:
+        """Write one response frame, part by part (large values are the handler's own buffers,
+        see :class:`ResponseFrame`). Over TLS in slices of :data:`_TLS_SLICE`: the SSL transport
+        encrypts a whole write into memory before the first byte leaves; sliced, encryption of
+        the next slice overlaps with the client reading the previous one (the per-slice drain is
         also where other connections get the event loop)."""
-        if not self.tls or len(data) <= _TLS_SLICE:
-            self.writer.write(data)
-            await asyncio.wait_for(self.writer.drain(), self.idle_s)
-            return
-        view = memoryview(data)
-        for at in range(0, len(data), _TLS_SLICE):
-            self.writer.write(view[at : at + _TLS_SLICE])
-            await asyncio.wait_for(self.writer.drain(), self.idle_s)
+        for part in data.parts:
+            if not self.tls or len(part) <= _TLS_SLICE:
+                self.writer.write(part)
+                continue
+            view = memoryview(part)
+            for at in range(0, len(view), _TLS_SLICE):
+                self.writer.write(view[at : at + _TLS_SLICE])
+                await asyncio.wait_for(self.writer.drain(), self.idle_s)
+        await asyncio.wait_for(self.writer.drain(), self.idle_s)
 
     def _drain_pending(self) -> None:
         while not self.pending.empty():
@@ -323,7 +325,7 @@ class Connection:
                 t.cancel()
         self.reader.feed_eof()
 
-    async def _answer(self, frame: bytes) -> bytes:
+    async def _answer(self, frame: bytes) -> ResponseFrame:
         """The response frame for one request; raises :class:`_Close` when Kafka would close."""
         try:
             key, version, corr = peek_header(frame)
