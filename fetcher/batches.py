@@ -43,10 +43,21 @@ def walk(reader: SegmentReader, md: RemoteLogSegmentMetadata, start_position: in
     size = md.segment_size_in_bytes
     pos = start_position
     want = max(window, _MIN_WINDOW)
+    straddle = _MIN_WINDOW
     last: BatchHeader | None = None
     while pos < size:
-        data = reader.read(md, pos, min(size, pos + want), sequential=sequential, next_md=next_md)
-        view = memoryview(data)
+        end = min(size, pos + want)
+        if sequential:
+            # stop at the end of the cached chunk: the window is then a view of the chunk itself
+            # (no copy); only a window across a chunk boundary is copied, kept small (the batches
+            # that straddle it), so a consumer's records are copied once, into its answer
+            chunk_end = (pos // reader.chunk_bytes + 1) * reader.chunk_bytes
+            end = min(end, max(chunk_end, pos + straddle))
+            view = reader.read_view(md, pos, end, next_md=next_md)
+            data: bytes | memoryview = view
+        else:
+            data = reader.read(md, pos, end, sequential=False)
+            view = memoryview(data)
         consumed = 0
         try:
             for h in iter_batches(data, verify_crc=verify_crc, path=describe(md)):
@@ -61,10 +72,12 @@ def walk(reader: SegmentReader, md: RemoteLogSegmentMetadata, start_position: in
             if pos + len(data) >= size:
                 raise RemoteSegmentIncompleteError(
                     f"{describe(md)}: a batch at position {pos} runs past the segment's {size} bytes")
-            want *= 4  # one batch larger than the window
+            want *= 4  # one batch larger than the window (or across a chunk's end)
+            straddle *= 4
             continue
         pos += consumed
         want = max(window, _MIN_WINDOW)
+        straddle = _MIN_WINDOW
     if start_position < size and (last is None or last.last_offset < md.end_offset):
         got = last.last_offset if last is not None else "nothing"
         raise RemoteSegmentIncompleteError(

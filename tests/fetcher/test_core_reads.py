@@ -207,6 +207,28 @@ def test_scan_with_small_chunks_cuts_batches_and_reads_them_whole(
     assert stats["get_bytes"] == sum(sizes)  # every chunk fetched once, cut batches from the cache
 
 
+@pytest.mark.parametrize("max_bytes", [1, 3000, 9000, 70_000])
+def test_sequential_fetches_across_small_chunks_equal_exact_range_fetches(
+        tmp_path_factory: pytest.TempPathFactory, max_bytes: int) -> None:
+    """A sequential Fetch walks views of cached chunks and reads only the batches cut by a chunk's
+    end across it: with 4 KiB chunks (most batches cut) every answer — records, next offset,
+    aborted transactions — equals the exact-range read's, and together they are the segments."""
+    small = tier(tmp_path_factory.mktemp(f"seq-{max_bytes}"), chunk_bytes=4096, chunk_cache_bytes=1 << 20)
+    with RemoteFetcher.from_config(small.config) as f:
+        plan = f.plan("mixed", 0)
+        for isolation in ("read_uncommitted", "read_committed"):
+            off, data = plan.log_start, b""
+            while off < plan.log_end:
+                seq = f.fetch("mixed", 0, off, max_bytes=max_bytes, isolation=isolation, sequential=True)
+                exact = f.fetch("mixed", 0, off, max_bytes=max_bytes, isolation=isolation)
+                assert (seq.records, seq.next_offset, seq.aborted_transactions) == (
+                    exact.records, exact.next_offset, exact.aborted_transactions), (isolation, off)
+                assert seq.records, off
+                data += seq.records
+                off = seq.next_offset
+            assert data == small.local_bytes()
+
+
 def test_reads_of_cached_chunks_return_exactly_the_range(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Random reads answered from the chunk cache, and sequential views, within and across chunks."""
     small = tier(tmp_path_factory.mktemp("cached-ranges"), chunk_bytes=4096, chunk_cache_bytes=1 << 20)
