@@ -31,11 +31,11 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from kio.schema.errors import ErrorCode
 
 from fetcher import RemoteFetcher
-from fetcher.kafka import EndpointThread, ListenerSettings
 from rlm.log.partition import PartitionDir
 from rlm.log.records import Record, iter_records
 from rlm.types import KafkaUuid
 from tests.daemon.test_standalone import cfg_for, run_once, write_partition
+from tests.kafka_endpoint._endpoint_process import EndpointProcess
 from tests.kafka_endpoint.test_bad_input import _connect
 from tests.kafka_endpoint.test_groups import _join
 from tests.services.kafka import run_tool
@@ -54,11 +54,13 @@ class History:
     fetcher: RemoteFetcher
     expected: set[Key]
     work: Path
-    endpoints: list[EndpointThread] = field(default_factory=list)
+    endpoints: list[EndpointProcess] = field(default_factory=list)
 
-    def endpoint(self, **settings: Any) -> EndpointThread:
-        ep = EndpointThread(self.fetcher, ListenerSettings(**{"port": 0, "merged": False, **settings}),
-                            self.work / f"endpoint-{uuid.uuid4().hex[:6]}")
+    def endpoint(self, **settings: Any) -> EndpointProcess:
+        """An endpoint process over the tiered topic (never a thread of this process: see
+        :mod:`tests.kafka_endpoint._endpoint_process`)."""
+        ep = EndpointProcess(self.work / "logs", self.work / "work",
+                             self.work / f"endpoint-{uuid.uuid4().hex[:6]}", settings)
         self.endpoints.append(ep)
         return ep
 
@@ -360,10 +362,10 @@ def test_three_endpoints_behind_one_address_list(history: History) -> None:
         for m in members:
             m.join(30)
     assert set(seen) == history.expected and max(seen.values()) == 1
-    owner = eps[0].endpoint.ctx.coordinator_for("spread")[0]
-    assert eps[owner].endpoint.ctx.groups.describe("spread") is not None
+    owner = eps[0].coordinator_for("spread")
+    assert eps[owner].has_classic_group("spread")
     for i, ep in enumerate(eps):
         if i != owner:
-            assert ep.endpoint.ctx.groups.describe("spread") is None
+            assert not ep.has_classic_group("spread")
             with _connect(ep.port) as s:
                 assert _join(s, 1, "spread").error_code == ErrorCode.not_coordinator
