@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
+from tests.kafka_endpoint._endpoint_process import EndpointProcess
 from tests.kafka_endpoint.conftest import PARTITIONS, TOPIC, Served
 from tests.services.kafka import run_tool
 
@@ -71,22 +72,28 @@ def test_confluent_assign_seek(served: Served, isolation: str) -> None:
 
 @pytest.mark.parametrize("isolation", ["read_uncommitted", "read_committed"])
 def test_confluent_subscribe_group_commits(served: Served, isolation: str) -> None:
+    """A subscribing member (rebalance callbacks) — so against an endpoint process, never a thread
+    of this interpreter (see tests/kafka_endpoint/_endpoint_process.py)."""
     want = _expected(served, isolation)
     group = f"sub-{isolation}-{uuid.uuid4().hex[:6]}"
-    c = Consumer(_conf(served, isolation, group))
+    ep = EndpointProcess(served.work / "logs", served.work / "work", served.work / f"sub-{group}", {})
     try:
-        c.subscribe([TOPIC])
-        got = _consume(c, want)
-        c.commit(asynchronous=False)
+        c = Consumer({**_conf(served, isolation, group), "bootstrap.servers": ep.bootstrap})
+        try:
+            c.subscribe([TOPIC])
+            got = _consume(c, want)
+            c.commit(asynchronous=False)
+        finally:
+            c.close()
+        # A new member of the same group starts from the committed positions.
+        c2 = Consumer({**_conf(served, isolation, group), "bootstrap.servers": ep.bootstrap})
+        try:
+            committed = c2.committed([TopicPartition(TOPIC, p) for p in range(PARTITIONS)], timeout=10)
+        finally:
+            c2.close()
     finally:
-        c.close()
+        ep.close()
     assert got == want
-    # A new member of the same group starts from the committed positions.
-    c2 = Consumer(_conf(served, isolation, group))
-    try:
-        committed = c2.committed([TopicPartition(TOPIC, p) for p in range(PARTITIONS)], timeout=10)
-    finally:
-        c2.close()
     assert {tp.partition: tp.offset for tp in committed} == {p: rows[-1][0] + 1 for p, rows in want.items()}
 
 
