@@ -321,7 +321,12 @@ class Connection:
     def _drain_pending(self) -> None:
         while not self.pending.empty():
             t = self.pending.get_nowait()
-            if t is not None:
+            if t is None:
+                continue
+            if t.done():  # answered or failed (a _Close) already: nothing to cancel, nothing to report
+                if not t.cancelled():
+                    t.exception()
+            else:
                 t.cancel()
         self.reader.feed_eof()
 

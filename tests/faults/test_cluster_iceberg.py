@@ -40,7 +40,7 @@ from tests.faults.test_cluster_history import (
 from tests.iceberg.test_iceberg import consumed, table_rows
 from tests.services.kafka import KafkaCluster
 
-pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+pytestmark = [pytest.mark.faults, pytest.mark.kafka, pytest.mark.slow]
 A, C = 1, 3
 FIN = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 
