@@ -237,6 +237,7 @@ class Connection:
                 with contextlib.suppress(Exception):
                     await writer_task  # the answers of requests already read (drain)
             finally:
+                self._drain_pending()  # requests read after the writer stopped (it closed): dropped
                 self.writer.close()  # also when stop() cancels a drain that took too long
             with contextlib.suppress(Exception):
                 await self.writer.wait_closed()
