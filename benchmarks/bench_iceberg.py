@@ -24,7 +24,7 @@ One self-contained run:
 
 Printed: every round and the median of the per-round ratios. Raw: ``docs/data/bench-iceberg.json``.
 
-    .venv/bin/python benchmarks/bench_iceberg.py --size-mb 64 --days 4
+    .venv/bin/python benchmarks/bench_iceberg.py --size-mb 384 --days 14   # the recorded run
 """
 
 from __future__ import annotations
@@ -160,7 +160,8 @@ def main() -> int:
     spark = None
     try:
         bs = kafka.bootstrap
-        create_topic(bs, TOPIC, **{"segment.bytes": str(args.segment_mb * MB)})
+        create_topic(bs, TOPIC, **{"segment.bytes": str(args.segment_mb * MB),
+                                   "retention.ms": "-1"})  # CreateTime stamps reach --days back
         n = args.size_mb * MB // args.record_bytes
         day0 = (int(time.time() * 1000) // DAY_MS - args.days - 1) * DAY_MS
         produce(bs, n, args.record_bytes, day0, args.days)
