@@ -25,6 +25,12 @@ consumer of every target logs in as the same reader: the cost of TLS + SASL on b
     .venv/bin/python benchmarks/bench_kafka_endpoint.py --size-mb 256 --rounds 3
     .venv/bin/python benchmarks/bench_kafka_endpoint.py --size-mb 256 --rounds 3 --security sasl_ssl
 
+``--pin`` runs the serving side (the broker's JVM, each endpoint and SeaweedFS: every thread of
+their process trees) on CPU 0 and the consumers (this process) on CPU 1, as when the clients run on
+other machines: on a 2-core machine the unpinned rounds make the consumers and the server share
+both cores, so their rate follows the total CPU per byte (where the broker's sendfile wins) rather
+than what each server delivers to a client. Pinned results go to ``bench-kafka-endpoint-pinned*.json``.
+
 ``--py-spy DIR`` also records a py-spy profile (speedscope JSON) of each endpoint process over all
 rounds, to see where the endpoint's CPU goes.
 """
@@ -58,7 +64,7 @@ from benchlib import git_commit, machine  # noqa: E402
 MB = 1 << 20
 PARTITIONS = 4
 VALUE = 1000
-Read = tuple[int, int, float, str]  # records, bytes, seconds, digest
+Read = tuple[int, int, float, str, float]  # records, bytes, seconds, digest, first record's seconds
 
 
 def produce(bs: str, topic: str, total_bytes: int, client: dict[str, str]) -> None:
@@ -81,8 +87,9 @@ def produce(bs: str, topic: str, total_bytes: int, client: dict[str, str]) -> No
 
 
 def consume(conf: dict[str, str], topic: str, partitions: list[int], ends: dict[int, int]) -> tuple[
-        dict[int, list[Any]], int, float]:
-    """Every record of ``partitions`` from 0 below ``ends``: (messages by partition, bytes, seconds)."""
+        dict[int, list[Any]], int, float, float]:
+    """Every record of ``partitions`` from 0 below ``ends``: (messages by partition, bytes, seconds,
+    seconds until the first record: the cold start of a read, included in the total)."""
     from confluent_kafka import Consumer, TopicPartition
 
     bs = conf["bootstrap.servers"]
@@ -97,6 +104,7 @@ def consume(conf: dict[str, str], topic: str, partitions: list[int], ends: dict[
     deadline = time.monotonic() + 600
     wanted = sum(ends[p] for p in partitions)
     count = 0
+    first = 0.0
     while todo and time.monotonic() < deadline:
         # ask for no more than what is still missing: consume() waits its whole timeout for a
         # batch it cannot fill, which at the end of the tiered range (the endpoint's log end;
@@ -107,6 +115,8 @@ def consume(conf: dict[str, str], topic: str, partitions: list[int], ends: dict[
             if m.offset() >= ends[m.partition()]:
                 continue
             got[m.partition()].append(m)
+            if not count:
+                first = time.perf_counter() - t0
             count += 1
             size += len(m.value() or b"") + len(m.key() or b"")
             if m.offset() == ends[m.partition()] - 1:
@@ -115,7 +125,19 @@ def consume(conf: dict[str, str], topic: str, partitions: list[int], ends: dict[
     c.close()
     if todo:
         raise RuntimeError(f"{bs}: partitions {sorted(todo)} did not reach their end in 600 s")
-    return got, size, seconds
+    return got, size, seconds, first
+
+
+def bytes_read(pid: int) -> int:
+    """Bytes ``pid`` has read through read syscalls (``rchar``: files and sockets): for an endpoint,
+    what it took from remote storage, so a round that reads a segment twice shows."""
+    try:
+        for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+            if line.startswith("rchar:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
 
 
 def tree_cpu_seconds(pid: int) -> float:
@@ -141,6 +163,35 @@ def tree_cpu_seconds(pid: int) -> float:
     return total
 
 
+def pin_tree(pid: int, cpus: set[int], descendants: bool = True) -> int:
+    """Pin every thread of ``pid`` (and of its live descendants) to ``cpus``; threads they start
+    later inherit it. Returns how many threads were pinned."""
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            children.setdefault(ppid, []).append(int(d.name))
+    pinned, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        if descendants:
+            todo.extend(children.get(p, ()))
+        try:
+            tids = [int(t.name) for t in Path(f"/proc/{p}/task").iterdir()]
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                os.sched_setaffinity(tid, cpus)
+                pinned += 1
+            except OSError:  # the thread ended meanwhile
+                pass
+    return pinned
+
+
 def digest(messages: dict[int, list[Any]]) -> str:
     h = hashlib.blake2b(digest_size=16)
     for p in sorted(messages):
@@ -153,8 +204,8 @@ def digest(messages: dict[int, list[Any]]) -> str:
 
 def one_round(conf: dict[str, str], topic: str, ends: dict[int, int], consumers: int) -> Read:
     if consumers == 1:
-        msgs, size, seconds = consume(conf, topic, list(range(PARTITIONS)), ends)
-        return sum(len(v) for v in msgs.values()), size, seconds, digest(msgs)
+        msgs, size, seconds, first = consume(conf, topic, list(range(PARTITIONS)), ends)
+        return sum(len(v) for v in msgs.values()), size, seconds, digest(msgs), first
     results: dict[int, Any] = {}
     errors: list[BaseException] = []
 
@@ -174,7 +225,8 @@ def one_round(conf: dict[str, str], topic: str, ends: dict[int, int], consumers:
     if errors:
         raise errors[0]
     msgs = {p: r[0][p] for p, r in results.items()}
-    return sum(len(v) for v in msgs.values()), sum(r[1] for r in results.values()), wall, digest(msgs)
+    return (sum(len(v) for v in msgs.values()), sum(r[1] for r in results.values()), wall, digest(msgs),
+            max(r[3] for r in results.values()))
 
 
 def serve(tmp: Path, name: str, conf: dict[str, Any],
@@ -242,6 +294,17 @@ def reader_conf(cluster: Any) -> dict[str, str]:
     return client_conf("bob", cluster)
 
 
+def _case_line(name: str, v: dict[str, Any]) -> str:
+    """One target's rate and CPU in a round; the serving side split per process (endpoint +
+    SeaweedFS) when it has several; the bytes an endpoint read from its storage."""
+    parts = v["server_cpu_parts_s"]
+    split = f" = {' + '.join(f'{x:.2f}' for x in parts)}" if len(parts) > 1 else ""
+    read = f", read {v['server_read_mb']:.0f} MB" if name != "broker" else ""
+    return (f"{name} {v['mb_per_s']:.1f} MB/s (first record {1000 * v['first_record_s']:.0f} ms; "
+            f"CPU s: server {v['server_cpu_s']:.2f}{split}, "
+            f"consumers {v['client_cpu_s']:.2f}{read})")
+
+
 def _sections(rounds: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """benchlib's layout of the raw rounds: one list per consumer count, ``cases`` per target."""
     out: dict[str, list[dict[str, Any]]] = {}
@@ -264,6 +327,8 @@ def main() -> None:
     ap.add_argument("--variant", action="append", default=[], metavar="NAME:VAR=VALUE[,VAR=VALUE]",
                     help="also serve each storage from an endpoint with these environment overrides "
                     "(e.g. noseq:RLM_READ__KAFKA_SEQUENTIAL_READS=false): an A/B of a setting in one run")
+    ap.add_argument("--pin", action="store_true",
+                    help="serving side on CPU 0, consumers on CPU 1 (clients on other machines)")
     ap.add_argument("--py-spy", type=Path, default=None, metavar="DIR",
                     help="record a py-spy profile of each endpoint process into DIR")
     args = ap.parse_args()
@@ -351,19 +416,32 @@ def main() -> None:
                          "-f", "speedscope", "-o", str(args.py_spy / f"{name}.json"), "-p", str(pids[0])],
                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
 
+        if args.pin:
+            if len(os.sched_getaffinity(0)) < 2:
+                raise SystemExit("--pin needs 2 CPUs")
+            served = sum(pin_tree(pid, {0}) for pids in server_pids.values() for pid in pids)
+            own = pin_tree(os.getpid(), {1}, descendants=False)  # the servers are its children
+            print(f"pinned: {served} serving threads to CPU 0, {own} of this process to CPU 1", flush=True)
         rounds: list[dict[str, Any]] = []
         for r in range(args.rounds + 1):
             for consumers in (1, 4):
                 row: dict[str, Any] = {"round": r, "warmup": r == 0, "consumers": consumers,
                                        "load_avg": os.getloadavg()[0], "targets": {}}
                 for name, client in targets.items():  # interleaved: broker, endpoint-local, endpoint-s3
-                    cpu0 = sum(tree_cpu_seconds(pid) for pid in server_pids[name])
+                    cpu0 = [tree_cpu_seconds(pid) for pid in server_pids[name]]
+                    read0 = bytes_read(server_pids[name][0])
                     mine0 = time.process_time()
-                    n, size, seconds, dig = one_round(client, topic, ends, consumers)
-                    cpu = sum(tree_cpu_seconds(pid) for pid in server_pids[name]) - cpu0
+                    n, size, seconds, dig, first = one_round(client, topic, ends, consumers)
+                    parts = [tree_cpu_seconds(pid) - c0
+                             for pid, c0 in zip(server_pids[name], cpu0, strict=True)]
                     mine = time.process_time() - mine0
                     row["targets"][name] = {"records": n, "bytes": size, "seconds": seconds, "digest": dig,
-                                            "mb_per_s": size / MB / seconds, "server_cpu_s": round(cpu, 3),
+                                            "mb_per_s": size / MB / seconds,
+                                            "first_record_s": round(first, 3),
+                                            "server_cpu_s": round(sum(parts), 3),
+                                            "server_cpu_parts_s": [round(x, 3) for x in parts],
+                                            "server_read_mb": round(
+                                                (bytes_read(server_pids[name][0]) - read0) / MB, 1),
                                             "client_cpu_s": round(mine, 3)}
                 want = row["targets"]["broker"]["digest"]
                 bad = {k: v["digest"] for k, v in row["targets"].items() if v["digest"] != want}
@@ -371,10 +449,8 @@ def main() -> None:
                     raise SystemExit(f"round {r}, {consumers} consumer(s): answers differ from the broker's "
                                      f"{want}: {bad}")
                 rounds.append(row)
-                print(f"round {r}{' (warm-up)' if r == 0 else ''} {consumers} consumer(s): " + "  ".join(
-                    f"{k} {v['mb_per_s']:.1f} MB/s (CPU s: server {v['server_cpu_s']:.2f}, "
-                    f"consumers {v['client_cpu_s']:.2f})"
-                    for k, v in row["targets"].items()), flush=True)
+                print(f"round {r}{' (warm-up)' if r == 0 else ''} {consumers} consumer(s): "
+                      + "  ".join(_case_line(k, v) for k, v in row["targets"].items()), flush=True)
 
         summary: dict[str, dict[str, float]] = {}
         headlines: list[dict[str, Any]] = []
@@ -388,21 +464,23 @@ def main() -> None:
                           for r in counted]
                 med = statistics.median(ratios)
                 summary.setdefault(name, {})[f"{consumers} consumer(s)"] = med
-                headlines.append({"what": f"Kafka endpoint, {consumers} consumer(s), {args.security}",
+                headlines.append({"what": f"Kafka endpoint, {consumers} consumer(s), {args.security}"
+                                  + (", pinned (server CPU 0, consumers CPU 1)" if args.pin else ""),
                                   "ours": name, "alternative": "broker", "ratio": round(med, 3),
                                   "ratio_rounds": [round(x, 3) for x in ratios], "goal": 1.0,
                                   "goal_text": ">= 1x", "met": med >= 1.0})
                 print(f"  {name:15s} {consumers} consumer(s): {med:.2f}x  (rounds: "
                       f"{', '.join(f'{x:.2f}' for x in ratios)})  {'met' if med >= 1.0 else 'NOT met'}")
         if not args.no_save:
-            out = ROOT / "docs" / "data" / ("bench-kafka-endpoint-sasl-ssl.json" if secure
-                                             else "bench-kafka-endpoint.json")
+            out = ROOT / "docs" / "data" / ("bench-kafka-endpoint" + ("-pinned" if args.pin else "")
+                                             + ("-sasl-ssl" if secure else "") + ".json")
             out.write_text(json.dumps({
                 "benchmark": "bench_kafka_endpoint", "commit": git_commit(),
                 "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
                 "machine": {**machine(), "load_avg_rounds": [min(r["load_avg"] for r in rounds),
                                                              max(r["load_avg"] for r in rounds)]},
                 "size_mb": args.size_mb, "partitions": PARTITIONS, "ends": ends, "security": args.security,
+                "pinned": args.pin,
                 "median_ratio_to_broker": summary, "headlines": headlines,
                 "rounds": _sections(rounds),
             }, indent=1) + "\n")
