@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import uuid
 from typing import Any
+from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 from pyiceberg.io.pyarrow import PyArrowFileIO, parquet_files_to_data_files
@@ -58,6 +59,7 @@ class SparkIcebergSync(IcebergSync):
         from fetcher.spark import register
 
         register(spark)
+        check_writable(spark, self.table.location())
         self.table = ensure_name_mapping(self.table)
 
     def refresh(self) -> Any:
@@ -111,6 +113,25 @@ class SparkIcebergSync(IcebergSync):
         paths = _parquet_under(self.table, out)
         files = list(parquet_files_to_data_files(self.table.io, self.table.metadata, iter(paths)))
         return files, sum(int(f.record_count) for f in files)
+
+
+def check_writable(spark: Any, location: str) -> None:
+    """Refuse at start a table whose location Spark's Hadoop has no filesystem for (``s3://`` of
+    a REST catalog's warehouse without ``hadoop-aws``, say), instead of failing in the first job
+    after the plan. Under Spark Connect (no JVM in this process) the job's own error says it."""
+    scheme = urlparse(location).scheme or "file"
+    try:
+        jvm, conf = spark.sparkContext._jvm, spark.sparkContext._jsc.hadoopConfiguration()
+    except Exception:  # Spark Connect: no SparkContext here
+        return
+    try:
+        jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass(scheme, conf)
+    except Exception as e:  # py4j's Py4JJavaError of Hadoop's UnsupportedFileSystemException
+        raise ConfigError(
+            f"rlm iceberg --engine spark: the table's location {location} is not a filesystem this Spark "
+            f"writes to (no Hadoop FileSystem for scheme {scheme!r}: add its jars and `spark.hadoop.fs."
+            f"{scheme}.impl`, e.g. hadoop-aws' S3AFileSystem for s3), or use --engine pyiceberg "
+            f"({str(e).splitlines()[0][:200]})") from None
 
 
 def partition_key(spec: PartitionSpec) -> Any:

@@ -312,3 +312,20 @@ def test_spark_engine_on_a_shared_table(world: World, second: tuple[str, list[Ro
         with fs.open_input_file(f.file_path.removeprefix("file://")) as fh:
             topics = set(pq.read_table(fh, columns=["topic"]).column("topic").to_pylist())
         assert topics == {f.partition[0]}, f.file_path
+
+
+@pytest.mark.spark
+def test_spark_engine_refuses_a_warehouse_its_hadoop_cannot_write(
+        world: World, second: tuple[str, list[Row]], spark: Any, iceberg_rest: IcebergRestCatalog) -> None:
+    """The REST catalog's warehouse is ``s3://``, a scheme the session's Hadoop has no filesystem
+    for (no hadoop-aws): ``--engine spark`` is refused at start with a typed configuration error
+    naming the location, before any job (the PyIceberg engine writes there: see above)."""
+    from fetcher.iceberg.spark_engine import SparkIcebergSync
+    from rlm.config import IcebergConfig
+    from rlm.errors import ConfigError
+
+    cfg = IcebergConfig.model_validate(world.iceberg("sparkrest", catalog=iceberg_rest.properties,
+                                                     **_shared("spark_rest", world, second)))
+    with pytest.raises(ConfigError, match=r"location s3://.* is not a filesystem this Spark .*'s3'"):
+        SparkIcebergSync(world.fetcher, load_catalog("rlm", **iceberg_rest.properties), cfg, second[0],
+                         spark=spark, rlm_config=str(world.config("plan")))
