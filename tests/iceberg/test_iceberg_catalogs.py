@@ -18,7 +18,15 @@ import pytest
 from pyiceberg.catalog import load_catalog
 
 from tests.iceberg import test_iceberg as _base
-from tests.iceberg.test_iceberg import Row, World, _check_equal, _check_shared, run_at_once, run_iceberg
+from tests.iceberg.test_iceberg import (
+    Row,
+    World,
+    _check_equal,
+    _check_shared,
+    run_at_once,
+    run_iceberg,
+    table_rows,
+)
 from tests.services.iceberg_rest import IcebergRestCatalog
 
 pytestmark = [pytest.mark.kafka, pytest.mark.s3, pytest.mark.slow]
@@ -214,7 +222,9 @@ def test_rlm_run_keeps_a_shared_table_in_step(world: World, second: tuple[str, l
     """``iceberg.daemon`` selecting both topics of a shared table: another writer added A's first
     two segments; ``rlm run --once`` adds the rest of A and all of B, each segment once, by
     snapshots of their own topic; a second run adds nothing; the lag of each topic of the table
-    is in the work dir for ``rlm status`` (the daemon runs ``rlm iceberg``'s pass hook)."""
+    is in the work dir for ``rlm status``; with ``expire_deleted_segments``, A's log start moved
+    past its first segment, the next run removes A's rows below it and none of B's (the daemon
+    runs ``rlm iceberg``'s pass hook)."""
     import argparse
 
     import yaml
@@ -232,7 +242,8 @@ def test_rlm_run_keeps_a_shared_table_in_step(world: World, second: tuple[str, l
         assert world.sync("daemonshared", world.topic, **shared).run_once().added_segments == 2
     monkeypatch.setattr(logging_setup, "configure_logging", lambda *a, **k: None)
     cfg = tmp_path / "daemon.yaml"
-    iceberg_cfg = world.iceberg("daemonshared", **shared, daemon={"topics": [world.topic, b_topic]})
+    iceberg_cfg = world.iceberg("daemonshared", **shared, daemon={"topics": [world.topic, b_topic]},
+                                expire_deleted_segments=True)
     daemon_cfg = json.loads(json.dumps({**world.sidecar, "iceberg": iceberg_cfg}, default=str))
     cfg.write_text(yaml.safe_dump(daemon_cfg))
     result = _shared_result(world, "daemon_both")
@@ -251,6 +262,22 @@ def test_rlm_run_keeps_a_shared_table_in_step(world: World, second: tuple[str, l
             if lag["table"] == "kafka.daemon_both"}
     assert {t: (lag["segments"], lag["rows"], lag["segments_behind"]) for t, lag in lags.items()} == {
         world.topic: (len(a_ids), a_rows, 0), b_topic: (len(b_ids), len(second[1]), 0)}
+    # A's log start moved past its first segment: the daemon's next pass expires A's rows below it
+    # (expire_deleted_segments, through the same pass hook) and none of B's, which has those offsets
+    from types import SimpleNamespace
+
+    from fetcher import RemoteFetcher
+
+    bound = links[1].first
+    real = RemoteFetcher.log_start
+    monkeypatch.setattr(RemoteFetcher, "log_start", lambda self, tp, *a: (
+        SimpleNamespace(offset=bound) if getattr(tp, "topic", tp) == world.topic else real(self, tp, *a)))
+    assert run(argparse.Namespace(config=cfg, once=True)) == 0
+    monkeypatch.setattr(RemoteFetcher, "log_start", real)
+    a_truth = [r for r in world.truth if r[0] < world.remote_end()]
+    assert any(r[0] < bound for r in second[1])
+    assert table_rows(result, world.topic)[0] == [r for r in a_truth if r[0] >= bound]
+    assert table_rows(result, b_topic)[0] == second[1]
 
 
 @pytest.mark.spark
