@@ -22,10 +22,12 @@ from __future__ import annotations
 import json
 import uuid
 from typing import Any
+from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 from pyiceberg.io.pyarrow import PyArrowFileIO, parquet_files_to_data_files
 from pyiceberg.manifest import DataFile
+from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.table import Table
 
 from fetcher.iceberg.ledger import SegmentWork
@@ -57,6 +59,7 @@ class SparkIcebergSync(IcebergSync):
         from fetcher.spark import register
 
         register(spark)
+        check_writable(spark, self.table.location())
         self.table = ensure_name_mapping(self.table)
 
     def refresh(self) -> Any:
@@ -91,19 +94,7 @@ class SparkIcebergSync(IcebergSync):
                                                       h["value"].alias("value"))).alias("headers"),
             F.coalesce(F.col("segment_id"), F.lit("")).alias("segment_id"),
         ]
-        keys = []
-        for field in self.table.spec().fields:
-            name = field.name
-            if name == "timestamp_day":
-                keys.append(F.date_format(F.col("timestamp"), "yyyy-MM-dd"))
-            elif name == "timestamp_hour":
-                keys.append(F.date_format(F.col("timestamp"), "yyyy-MM-dd-HH"))
-            elif name == "topic":
-                keys.append(F.col("topic"))
-            else:
-                keys.append(F.col("partition").cast("string"))
-        key = F.concat_ws("_", *keys) if keys else F.lit("all")
-        return df.select(*cols, key.alias("_rlm_part"))
+        return df.select(*cols, partition_key(self.table.spec()).alias("_rlm_part"))
 
     def write_files(self, group: list[SegmentWork], topic_id: str,
                     result: PassResult) -> tuple[list[DataFile], int]:
@@ -122,6 +113,48 @@ class SparkIcebergSync(IcebergSync):
         paths = _parquet_under(self.table, out)
         files = list(parquet_files_to_data_files(self.table.io, self.table.metadata, iter(paths)))
         return files, sum(int(f.record_count) for f in files)
+
+
+def check_writable(spark: Any, location: str) -> None:
+    """Refuse at start a table whose location Spark's Hadoop has no filesystem for (``s3://`` of
+    a REST catalog's warehouse without ``hadoop-aws``, say), instead of failing in the first job
+    after the plan. Under Spark Connect (no JVM in this process) the job's own error says it."""
+    scheme = urlparse(location).scheme or "file"
+    try:
+        jvm, conf = spark.sparkContext._jvm, spark.sparkContext._jsc.hadoopConfiguration()
+    except Exception:  # Spark Connect: no SparkContext here
+        return
+    try:
+        jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass(scheme, conf)
+    except Exception as e:  # py4j's Py4JJavaError of Hadoop's UnsupportedFileSystemException
+        raise ConfigError(
+            f"rlm iceberg --engine spark: the table's location {location} is not a filesystem this Spark "
+            f"writes to (no Hadoop FileSystem for scheme {scheme!r}: add its jars and `spark.hadoop.fs."
+            f"{scheme}.impl`, e.g. hadoop-aws' S3AFileSystem for s3), or use --engine pyiceberg "
+            f"({str(e).splitlines()[0][:200]})") from None
+
+
+def partition_key(spec: PartitionSpec) -> Any:
+    """A Spark column naming the table partition of each row: what the job's files are split by
+    (each file must lie in one partition). ``day``/``hour`` are Iceberg's transforms, i.e. whole
+    days/hours since the epoch in UTC, computed from the instant: never from a formatted date,
+    which Spark renders in the session's time zone (``spark.sql.session.timeZone``, the JVM's
+    by default), so a session not on UTC would put two UTC days in one file, a file PyIceberg then
+    refuses ("more than one partition values")."""
+    from pyspark.sql import functions as F
+
+    micros = F.unix_micros(F.col("timestamp"))
+    keys = []
+    for field in spec.fields:
+        if field.name == "timestamp_day":
+            keys.append(F.floor(micros / 86_400_000_000).cast("string"))
+        elif field.name == "timestamp_hour":
+            keys.append(F.floor(micros / 3_600_000_000).cast("string"))
+        elif field.name == "topic":
+            keys.append(F.col("topic"))
+        else:
+            keys.append(F.col("partition").cast("string"))
+    return F.concat_ws("_", *keys) if keys else F.lit("all")
 
 
 def _parquet_under(table: Table, location: str) -> list[str]:

@@ -8,12 +8,16 @@ summaries, so a daemon pass and an ``rlm iceberg`` run can take turns on a table
 segment twice). ``--once`` calls :meth:`IcebergFollower.run_pass` after its copy pass; a running
 daemon runs a pass every ``iceberg.daemon.interval_ms`` on a thread. A pass that fails (catalog
 down, object store unreachable) is logged and retried at the next one: a table lags, the copies
-go on.
+go on. After each topic's pass the follower runs ``rlm iceberg``'s pass hook too
+(:class:`rlm.commands.iceberg_maint.PassHook`): the expiry when ``iceberg.expire_deleted_segments``
+is on, and the lag per (table, topic) that ``rlm status`` reads — a table the daemon keeps is
+upkept like one ``rlm iceberg --follow`` keeps.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +53,7 @@ class IcebergFollower:
         self.fetcher = RemoteFetcher.from_config(config)
         self.catalog = open_catalog(config)
         self._syncs: dict[str, Any] = {}
+        self._hooks: dict[str, Any] = {}  # per topic: rlm iceberg's pass hook (expiry, lag)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -60,6 +65,7 @@ class IcebergFollower:
         """One pass: every selected topic's missing segments, one topic's failure not stopping
         the others."""
         from fetcher.iceberg import IcebergSync
+        from rlm.commands.iceberg_maint import PassHook
 
         out = FollowPass()
         topics = sorted(t for t in self.fetcher.topics() if self.config.iceberg.daemon.selects(t))
@@ -69,7 +75,10 @@ class IcebergFollower:
                 if sync is None:
                     sync = IcebergSync(self.fetcher, self.catalog, self.config.iceberg, topic)
                     self._syncs[topic] = sync
+                    self._hooks[topic] = PassHook(self.config, self.fetcher, sync, None)
+                t0 = time.monotonic()
                 r = sync.run_once()
+                self._hooks[topic](r, time.monotonic() - t0)
                 out.added_segments[topic] = r.added_segments
                 out.added_rows[topic] = r.added_rows
                 if r.added_segments:
@@ -77,6 +86,7 @@ class IcebergFollower:
                              segments=r.added_segments, rows=r.added_rows, waiting=r.waiting)
             except Exception as e:  # a lagging table must not stop the daemon: retried next pass
                 self._syncs.pop(topic, None)
+                self._hooks.pop(topic, None)
                 out.errors[topic] = f"{type(e).__name__}: {e}"
                 log.warning("iceberg_daemon_pass_failed", topic=topic, error=str(e), kind=type(e).__name__)
         return out

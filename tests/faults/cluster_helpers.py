@@ -6,12 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import ElectionType, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from rlm.config import load_config
 from rlm.daemon.service import Daemon
 from rlm.types import RemoteLogSegmentMetadata, TopicIdPartition
-from tests.daemon.helpers import topic_rlmm
+from tests.daemon.helpers import topic_rlmm, wait_for
 from tests.faults.proc_helpers import GATED, local_storage, write_config
 from tests.services.kafka import KafkaCluster
 
@@ -80,3 +81,33 @@ def verify_config(c: KafkaCluster, tmp: Path, topic: str, meta_topic: str, rf: i
 def listed(d: Daemon, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
     assert d.ctx is not None
     return sorted(d.ctx.rlmm.list_remote_log_segments(tip), key=lambda m: (m.start_offset, m.end_offset))
+
+
+def elect(bs: str, topic: str, kind: ElectionType) -> None:
+    """Elect the partition's leader (``ELECTION_NOT_NEEDED``: the controller already did)."""
+    admin = AdminClient({"bootstrap.servers": bs})
+    res = admin.elect_leaders(kind, [TopicPartition(topic, 0)]).result(timeout=60)
+    for err in res.values():
+        if isinstance(err, KafkaException):
+            err = err.args[0]
+        assert err is None or err.code() == KafkaError.ELECTION_NOT_NEEDED, err
+
+
+def tiered_past(d: Daemon, tip: TopicIdPartition, node: int, offset: int) -> dict[str, tuple[int, int]]:
+    """The segments ``node`` tiered (as sidecar ``d``'s metadata store lists them) that end past
+    ``offset``: after an unclean election, the tail only ``node`` acknowledged. Segment id ->
+    (start, end offset)."""
+    return {m.remote_log_segment_id.id.text: (m.start_offset, m.end_offset)
+            for m in listed(d, tip) if m.broker_id == node and m.end_offset > offset}
+
+
+def unclean_failover(c: KafkaCluster, topic: str, old: int, old_sidecar: Daemon, new: int) -> None:
+    """The unclean election of the cluster tests: ``old`` (the only replica left in the ISR) and
+    its sidecar stop, so no replica of the ISR is left; ``new`` (stopped while ``old`` wrote alone)
+    starts and is elected uncleanly; returns once ``new`` leads partition 0."""
+    old_sidecar.stop(30)
+    c.stop_node(old)  # no replica of the ISR is left
+    c.start_node(new)
+    elect(c.bootstrap, topic, ElectionType.UNCLEAN)
+    wait_for(f"node {new} leads after the unclean election", lambda: leader_of(c.bootstrap, topic) == new,
+             timeout=90)

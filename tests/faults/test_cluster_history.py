@@ -23,7 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import Consumer, ElectionType, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, ElectionType, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -42,7 +42,15 @@ from rlm.log.partition import PartitionDir
 from rlm.types import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 from tests.daemon.helpers import SEGMENT_BYTES, wait_for
 from tests.daemon.rebuild_helpers import read_path
-from tests.faults.cluster_helpers import leader_of, listed, settings, verify_config
+from tests.faults.cluster_helpers import (
+    elect,
+    leader_of,
+    listed,
+    settings,
+    tiered_past,
+    unclean_failover,
+    verify_config,
+)
 from tests.faults.proc_helpers import (
     all_segments,
     local_storage,
@@ -137,16 +145,6 @@ def move_leadership(c: KafkaCluster, topic: str, order: list[int], tmp: Path) ->
     wait_for(f"replica order {order}", lambda: replicas_of(c.bootstrap, topic) == order, timeout=60)
     elect(c.bootstrap, topic, ElectionType.PREFERRED)
     wait_for(f"{order[0]} leads {topic}", lambda: leader_of(c.bootstrap, topic) == order[0], timeout=60)
-
-
-def elect(bs: str, topic: str, kind: ElectionType) -> None:
-    """Elect the partition's leader (``ELECTION_NOT_NEEDED``: the controller already did)."""
-    admin = AdminClient({"bootstrap.servers": bs})
-    res = admin.elect_leaders(kind, [TopicPartition(topic, 0)]).result(timeout=60)
-    for err in res.values():
-        if isinstance(err, KafkaException):
-            err = err.args[0]
-        assert err is None or err.code() == KafkaError.ELECTION_NOT_NEEDED, err
 
 
 def set_broker_retention(bs: str, topic: str, retention_bytes: int) -> None:
@@ -481,17 +479,9 @@ def test_unclean_election_quarantines_then_deletes_the_lost_tail(
         tail = produce_acked(bs, topic, 2500, "tail")  # acknowledged by A alone
         tail_end = rolled_end(pdir_a)
         wait_for("A tiered the tail", lambda: cars.tiered_to(A, tail_end), timeout=120)
-        lost = {
-            m.remote_log_segment_id.id.text: (m.start_offset, m.end_offset)
-            for m in listed(a, tip)
-            if m.broker_id == A and m.end_offset > max(shared)
-        }
+        lost = tiered_past(a, tip, A, max(shared))
         assert lost, "A tiered the tail"
-        cars.daemons.pop(A).stop(30)
-        c.stop_node(A)  # no replica of the ISR is left
-        c.start_node(C)
-        elect(bs, topic, ElectionType.UNCLEAN)
-        wait_for("C leads after the unclean election", lambda: leader_of(bs, topic) == C, timeout=90)
+        unclean_failover(c, topic, A, cars.daemons.pop(A), C)
         produce_acked(bs, topic, 2500, "c")  # other records at the tail's offsets
         c_end = rolled_end(pdir_c)
         wait_for("C tiered its log", lambda: cars.tiered_to(C, c_end), timeout=120)

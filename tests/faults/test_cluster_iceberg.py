@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import ElectionType
 from pyiceberg.catalog import load_catalog
 
 from fetcher import RemoteFetcher
@@ -27,13 +26,12 @@ from rlm.config import IcebergConfig, load_config
 from rlm.log.partition import PartitionDir
 from rlm.types import RemoteLogSegmentState, TopicIdPartition
 from tests.daemon.helpers import wait_for
-from tests.faults.cluster_helpers import leader_of, listed
+from tests.faults.cluster_helpers import tiered_past, unclean_failover
 from tests.faults.proc_helpers import rolled_end
 from tests.faults.test_cluster_history import (
     HOUR_MS,
     Sidecars,
     create_tiered_topic,
-    elect,
     produce_acked,
     segment_ids,
 )
@@ -72,14 +70,9 @@ def test_iceberg_table_after_an_unclean_election_holds_only_the_lineage(
         tail = produce_acked(bs, topic, 1500, "tail")  # acknowledged by A alone
         tail_end = rolled_end(pdir_a)
         wait_for("A tiered the tail", lambda: cars.tiered_to(A, tail_end), timeout=120)
-        lost = {m.remote_log_segment_id.id.text for m in listed(a, tip)
-                if m.broker_id == A and m.end_offset > max(shared)}
+        lost = set(tiered_past(a, tip, A, max(shared)))
         assert lost, "A tiered the tail"
-        cars.daemons.pop(A).stop(30)
-        c.stop_node(A)  # no replica of the ISR is left
-        c.start_node(C)
-        elect(bs, topic, ElectionType.UNCLEAN)
-        wait_for("C leads after the unclean election", lambda: leader_of(bs, topic) == C, timeout=90)
+        unclean_failover(c, topic, A, cars.daemons.pop(A), C)
         produce_acked(bs, topic, 2000, "c")  # other records at the tail's offsets
         c_end = rolled_end(pdir_c)
         assert c_end > max(tail)

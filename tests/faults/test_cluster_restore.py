@@ -45,7 +45,7 @@ from rlm.log.partition import PartitionDir
 from rlm.types import TopicIdPartition
 from tests.daemon.helpers import SEGMENT_BYTES, produce_txn, wait_for
 from tests.daemon.test_restore_broker import cut, produce_aborted, produce_codec, reads, watermarks
-from tests.faults.cluster_helpers import leader_of, listed
+from tests.faults.cluster_helpers import leader_of, listed, unclean_failover
 from tests.faults.proc_helpers import rolled_end
 from tests.faults.test_cluster_history import (
     HOUR_MS,
@@ -171,11 +171,7 @@ def lost_cluster(c: KafkaCluster, tmp: Path, cars: Sidecars, topic: str) -> dict
     wait_for("node 1 tiered its tail", lambda: cars.tiered_to(A, tail_end), timeout=120)
     tail = {m.remote_log_segment_id.id.text for m in listed(a_car, tidp) if m.end_offset >= shared_end}
     assert tail, "node 1 tiered segments of the tail"
-    cars.daemons.pop(A).stop(30)
-    c.stop_node(A)
-    c.start_node(C)
-    elect(bs, topic, ElectionType.UNCLEAN)
-    wait_for("node 3 leads after the unclean election", lambda: leader_of(bs, topic) == C, timeout=90)
+    unclean_failover(c, topic, A, cars.daemons.pop(A), C)
     c.start_node(A, wait=False)  # it will truncate to node 3's log and follow
     produce_codec(bs, topic, 2200, "zstd")  # other records at the tail's offsets, and beyond
     last = rolled_end(c.node(C).log_dir / f"{topic}-0")

@@ -7,7 +7,8 @@ One tiered topic (built once for the module) of Confluent-framed Avro values und
 registered schema versions, with bad values spread over its segments: an unknown schema id, a
 truncated payload, a value without the wire format, plus a tombstone. The truth is what a
 read_committed consumer read from the broker, decoded here with fastavro. Tiered in the same
-pass: a plain JSON topic, and a topic of Confluent-framed JSON under two JSON Schema versions.
+pass: two plain JSON topics (one table of their own each, or one shared table), and a topic of
+Confluent-framed JSON under two JSON Schema versions.
 """
 
 from __future__ import annotations
@@ -70,11 +71,11 @@ JSON_BAD = {100: b'{"id": "one hundred"}', 400: b"not json", 700: b'{"id": 1}{"i
             1000: b'{"at": "2026"}'}  # in the first segment (1,600 to 2,100 values, by batching)
 
 
-def _produce_json(bs: str, topic: str) -> None:
+def _produce_json(bs: str, topic: str, first_id: int = 0) -> None:
     p = Producer({"bootstrap.servers": bs, "linger.ms": 5})  # uncompressed: 1 MiB segments roll
     for i in range(3000):
-        doc = {"id": i, "at": f"2026-11-20T{i % 24:02d}:00:00+01:00", "who": {"name": f"c{i}", "age": i % 97},
-               "tags": ["x"] * (i % 4), "pad": "p" * 400}
+        doc = {"id": first_id + i, "at": f"2026-11-20T{i % 24:02d}:00:00+01:00",
+               "who": {"name": f"c{i}", "age": i % 97}, "tags": ["x"] * (i % 4), "pad": "p" * 400}
         p.produce(topic, key=f"j{i}".encode(), value=JSON_BAD.get(i, json.dumps(doc).encode()), partition=0)
         if i % 500 == 0:
             p.poll(0)
@@ -146,6 +147,7 @@ class AvroWorld:
     truth: list[tuple[int, bytes | None, bytes | None]]  # (offset, key, value) a consumer read
     js_topic: str = ""
     fetcher: Any = None
+    json_topic2: str = ""  # a second JSON topic (other ids), for a table both share
 
     def iceberg(self, name: str, **decode: Any) -> dict[str, Any]:
         return {"catalog": self.catalog, "table_name": name + "_{topic}",
@@ -202,7 +204,10 @@ def avro_world(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) ->
     js_topic = f"ice-jsonschema-{uuid.uuid4().hex[:8]}"
     create_topic(bs, json_topic)
     create_topic(bs, js_topic)
+    json_topic2 = f"ice-json2-{uuid.uuid4().hex[:8]}"
+    create_topic(bs, json_topic2)
     _produce_json(bs, json_topic)
+    _produce_json(bs, json_topic2, first_id=100_000)
     with schema_registry() as registry:
         ids = (register(registry.url, f"{topic}-value", V1), register(registry.url, f"{topic}-value", V2))
         assert ids[0] != ids[1]
@@ -216,7 +221,7 @@ def avro_world(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) ->
             "storage": {"plugin": "local", "config": {"root": str(tmp / "remote"), "fsync": False}},
             "metadata": topic_rlmm(bs, work),
             "topics": [{"pattern": t, "remote.storage.enable": True, "retention.ms": -1,
-                        "retention.bytes": -1} for t in (topic, json_topic, js_topic)],
+                        "retention.bytes": -1} for t in (topic, json_topic, js_topic, json_topic2)],
             "task_interval_ms": 200, "http": {"enabled": False},
         }
         d = Daemon(load_config(None, **sidecar), once=True).start()
@@ -225,7 +230,8 @@ def avro_world(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) ->
         (tmp / "wh").mkdir()
         catalog = {"type": "sql", "uri": f"sqlite:///{tmp / 'catalog.db'}",
                    "warehouse": (tmp / "wh").as_uri()}
-        w = AvroWorld(topic, json_topic, bs, registry, sidecar, catalog, tmp, [], js_topic)
+        w = AvroWorld(topic, json_topic, bs, registry, sidecar, catalog, tmp, [], js_topic,
+                      json_topic2=json_topic2)
         with RemoteFetcher.from_config(load_config(w.config("plan"))) as f:
             w.fetcher = f
             plan = f.plan(topic, 0)
@@ -343,14 +349,7 @@ def test_json_values_decode_to_typed_columns_and_bad_ones_reach_the_dead_letter_
     assert sync.decoding is not None
     assert r.added_segments == len(plan.segments) and r.dead_letters == len(JSON_BAD)
     names = [f["name"] for f in JSON_FIELDS]
-    want = []
-    for offset, key, value in truth:
-        if int(key.decode()[1:]) in JSON_BAD:
-            continue
-        doc = json.loads(value)
-        doc["at"] = datetime.fromisoformat(doc["at"]).astimezone(UTC)
-        want.append({"offset": offset, **{n: doc[n] for n in names}})
-    assert _read(w.catalog, sync.identifier, ["offset", *names]) == want
+    assert _read(w.catalog, sync.identifier, ["offset", *names]) == _json_expected(truth)
     dl = _read(w.catalog, sync.decoding.identifier, ["offset", "key", "value", "reason"])
     assert [(d["offset"], d["key"], d["value"]) for d in dl] == [t for t in truth
                                                                   if int(t[1][1:]) in JSON_BAD]
@@ -358,6 +357,78 @@ def test_json_values_decode_to_typed_columns_and_bad_ones_reach_the_dead_letter_
     assert "changed from number to string" in reasons[100]
     assert reasons[700].startswith("JSON does not decode: ")
     assert "couldn't parse:2026" in reasons[1000]
+
+
+def _json_expected(truth: list[tuple[int, bytes | None, bytes | None]]) -> list[dict[str, Any]]:
+    """The decoded rows of a JSON topic's consumer read (the bad values left out), in offset order."""
+    names = [f["name"] for f in JSON_FIELDS]
+    want = []
+    for offset, key, value in truth:
+        assert key is not None and value is not None
+        if int(key.decode()[1:]) in JSON_BAD:
+            continue
+        doc = json.loads(value)
+        doc["at"] = datetime.fromisoformat(doc["at"]).astimezone(UTC)
+        want.append({"offset": offset, **{n: doc[n] for n in names}})
+    return want
+
+
+def test_json_values_of_two_topics_in_one_shared_table(avro_world: AvroWorld) -> None:
+    """Two JSON topics (their partition 0 offsets overlap, their ids do not) in one shared table
+    (``shared_tables``, one ``decode``): ``rlm iceberg --topic A`` then B's writer; each topic's
+    decoded columns equal its consumer's records parsed with ``json``; the shared dead-letter
+    table holds each topic's bad values with their topic and reasons, its ledger per topic;
+    reruns add nothing to either table."""
+    from pyiceberg.expressions import EqualTo
+
+    from fetcher.iceberg import IcebergSync, read_ledger
+
+    w = avro_world
+    topics = (w.json_topic, w.json_topic2)
+    iceberg = {"catalog": w.catalog,
+               "shared_tables": [{"name": "json_both", "topics": [w.json_topic, "ice-json2-*"]}],
+               "decode": {"format": "json", "fields": JSON_FIELDS}}
+    path = w.config("jsonshared")
+    raw = yaml.safe_load(path.read_text())
+    raw["iceberg"] = iceberg
+    path.write_text(yaml.safe_dump(raw))
+    plans = {t: w.fetcher.plan(t, 0) for t in topics}
+    truths = {t: [(r[0], r[3], r[4]) for r in consumed(w.bootstrap, t, int(plans[t].log_end))]
+              for t in topics}
+    result = run_iceberg(path, topics[0])
+    assert result["table"] == "kafka.json_both"
+    assert result["dead_letter_table"] == "kafka.json_both_dead_letter"
+    assert result["added_segments"] == len(plans[topics[0]].segments)
+    assert result["dead_letter_rows"] == len(JSON_BAD)
+    cfg = IcebergConfig.model_validate(iceberg)
+    catalog = load_catalog("rlm", **w.catalog)
+    r = IcebergSync(w.fetcher, catalog, cfg, topics[1]).run_once()
+    assert (r.added_segments, r.dead_letters) == (len(plans[topics[1]].segments), len(JSON_BAD))
+
+    names = [f["name"] for f in JSON_FIELDS]
+    table = catalog.load_table("kafka.json_both")
+    dead_table = catalog.load_table("kafka.json_both_dead_letter")
+    assert [f.name for f in table.spec().fields] == ["topic", "timestamp_day"]
+    for t in topics:
+        got = table.scan(row_filter=EqualTo("topic", t), selected_fields=("offset", *names)).to_arrow()
+        want = _json_expected(truths[t])
+        assert got.sort_by([("offset", "ascending")]).to_pylist() == want, t
+        assert want[0]["id"] == (0 if t == topics[0] else 100_000)
+        dl = (dead_table.scan(row_filter=EqualTo("topic", t),
+                              selected_fields=("offset", "key", "value", "reason"))
+              .to_arrow().sort_by([("offset", "ascending")]).to_pylist())
+        bad = [x for x in truths[t] if x[1] is not None and int(x[1][1:]) in JSON_BAD]
+        assert [(d["offset"], d["key"], d["value"]) for d in dl] == bad
+        assert "changed from number to string" in {int(d["key"][1:]): d["reason"] for d in dl}[100]
+        assert read_ledger(dead_table, t).segments.keys() <= read_ledger(table, t).segments.keys()
+        assert read_ledger(dead_table, t).rows == len(JSON_BAD)
+    dead_topics = dead_table.scan(selected_fields=("topic",)).to_arrow().column("topic").to_pylist()
+    assert sorted(dead_topics) == sorted(t for t in topics for _ in JSON_BAD)
+    snaps = (len(table.snapshots()), len(dead_table.snapshots()))
+    for t in topics:
+        assert IcebergSync(w.fetcher, catalog, cfg, t).run_once().added_segments == 0
+    assert (len(catalog.load_table("kafka.json_both").snapshots()),
+            len(catalog.load_table("kafka.json_both_dead_letter").snapshots())) == snaps
 
 
 def test_two_writers_at_once_put_each_record_once_in_one_table(avro_world: AvroWorld) -> None:

@@ -1,7 +1,8 @@
-"""``rlm iceberg`` on Apache Iceberg's own REST catalog server.
+"""``rlm iceberg`` on Apache Iceberg's own REST catalog server, the Spark engine, ``iceberg.daemon``.
 
 The workload is test_iceberg's (a tiered topic with two codecs, a committed and an aborted
-transaction each larger than a segment); the truth is what a read_committed consumer read from
+transaction each larger than a segment; last, its second tiered topic for the tables several
+topics share, ``iceberg.shared_tables``); the truth is what a read_committed consumer read from
 the broker. The REST catalog is Iceberg's ``RESTCatalogServer`` from Maven Central (one per
 session, its warehouse on SeaweedFS); ``rlm iceberg`` reaches it through PyIceberg's ``type: rest``
 catalog, configured like any other catalog.
@@ -17,13 +18,23 @@ import pytest
 from pyiceberg.catalog import load_catalog
 
 from tests.iceberg import test_iceberg as _base
-from tests.iceberg.test_iceberg import World, _check_equal, run_at_once, run_iceberg
+from tests.iceberg.test_iceberg import (
+    Row,
+    World,
+    _check_equal,
+    _check_shared,
+    run_at_once,
+    run_iceberg,
+    table_rows,
+)
 from tests.services.iceberg_rest import IcebergRestCatalog
 
 pytestmark = [pytest.mark.kafka, pytest.mark.s3, pytest.mark.slow]
 
 #: test_iceberg's workload fixture (module scope: built once more for this module)
 world = _base.world
+#: test_iceberg's second tiered topic (a partition 0 overlapping the first's offsets), on this world
+second = _base.second
 
 
 def _rest_result(world: World, rest: IcebergRestCatalog, name: str) -> dict[str, Any]:
@@ -168,3 +179,180 @@ def test_spark_engine_continues_a_table_the_pyiceberg_engine_started(
     table = load_catalog("rlm", **world.catalog).load_table(result["table"])
     spark_files = [t.file.file_path for t in table.scan().plan_files() if "/data/spark-" in t.file.file_path]
     assert spark_files  # the Spark job's files are in the table
+
+
+# ---- a table several topics share (iceberg.shared_tables) on each of the above ------------------
+
+def _shared(name: str, world: World, second: tuple[str, list[Row]]) -> dict[str, Any]:
+    return {"shared_tables": [{"name": name, "topics": [world.topic, second[0]]}]}
+
+
+def _shared_result(world: World, table: str, catalog: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"catalog": catalog or world.catalog, "catalog_name": "rlm", "table": f"kafka.{table}"}
+
+
+def test_a_shared_table_on_the_rest_catalog(world: World, second: tuple[str, list[Row]],
+                                            iceberg_rest: IcebergRestCatalog) -> None:
+    """Two topics into one table of the REST catalog (warehouse on S3): ``rlm iceberg --topic A``,
+    then B's writer; each topic's rows equal its consumer's read, each snapshot records its own
+    topic's segments; reruns add nothing (a fresh client sees the same snapshots)."""
+    b_topic, b_truth = second
+    shared = {**_shared("rest_both", world, second), "catalog": iceberg_rest.properties}
+    ra = run_iceberg(world.config("restshared", **shared), world.topic)
+    a_ids, b_ids = world.plan_ids(), world.plan_ids(b_topic)
+    assert (ra["table"], ra["catalog"]["type"]) == ("kafka.rest_both", "rest")
+    assert ra["added_segments"] == len(a_ids)
+    assert ra["location"].startswith(f"s3://{iceberg_rest.bucket}/")
+    rb = world.sync("restshared", b_topic, **shared).run_once()
+    assert (rb.added_segments, rb.added_rows) == (len(b_ids), len(b_truth))
+    result = _shared_result(world, "rest_both", iceberg_rest.properties)
+    _check_shared(world, second, result)
+    table = load_catalog("other", **iceberg_rest.properties).load_table("kafka.rest_both")
+    assert [f.name for f in table.spec().fields] == ["topic", "timestamp_day"]
+    snaps = len(table.snapshots())
+    for t in (world.topic, b_topic):
+        r = world.sync("restshared", t, **shared).run_once()
+        assert (r.added_segments, r.added_rows) == (0, 0)
+    fresh = load_catalog("other", **iceberg_rest.properties).load_table("kafka.rest_both")
+    assert len(fresh.snapshots()) == snaps
+
+
+def test_rlm_run_keeps_a_shared_table_in_step(world: World, second: tuple[str, list[Row]], tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """``iceberg.daemon`` selecting both topics of a shared table: another writer added A's first
+    two segments; ``rlm run --once`` adds the rest of A and all of B, each segment once, by
+    snapshots of their own topic; a second run adds nothing; the lag of each topic of the table
+    is in the work dir for ``rlm status``; with ``expire_deleted_segments``, A's log start moved
+    past its first segment, the next run removes A's rows below it and none of B's (the daemon
+    runs ``rlm iceberg``'s pass hook)."""
+    import argparse
+
+    import yaml
+
+    import rlm.logging_setup as logging_setup
+    from fetcher import CommittedBound
+    from rlm.commands.run import run
+
+    b_topic, _ = second
+    shared = _shared("daemon_both", world, second)
+    links = world.fetcher.plan(world.topic, 0).segments
+    with monkeypatch.context() as m:
+        m.setattr(world.fetcher, "committed_bound",
+                  lambda topic, p: CommittedBound(links[2].first + 1, (), True))
+        assert world.sync("daemonshared", world.topic, **shared).run_once().added_segments == 2
+    monkeypatch.setattr(logging_setup, "configure_logging", lambda *a, **k: None)
+    cfg = tmp_path / "daemon.yaml"
+    iceberg_cfg = world.iceberg("daemonshared", **shared, daemon={"topics": [world.topic, b_topic]},
+                                expire_deleted_segments=True)
+    daemon_cfg = json.loads(json.dumps({**world.sidecar, "iceberg": iceberg_cfg}, default=str))
+    cfg.write_text(yaml.safe_dump(daemon_cfg))
+    result = _shared_result(world, "daemon_both")
+    snaps = []
+    for _ in range(2):
+        assert run(argparse.Namespace(config=cfg, once=True)) == 0
+        _check_shared(world, second, result)
+        snaps.append(len(load_catalog("rlm", **world.catalog).load_table("kafka.daemon_both").snapshots()))
+    a_ids, b_ids = world.plan_ids(), world.plan_ids(b_topic)
+    assert snaps[0] == snaps[1] == 1 + -(-(len(a_ids) - 2) // 4) + -(-len(b_ids) // 4)
+    # the daemon's pass hook wrote the lag of each topic of the table, as `rlm status` reads it
+    from rlm.commands.status import iceberg_lags
+
+    a_rows = len([r for r in world.truth if r[0] < world.remote_end()])
+    lags = {lag["topic"]: lag for lag in iceberg_lags(Path(world.sidecar["work_dir"]))
+            if lag["table"] == "kafka.daemon_both"}
+    assert {t: (lag["segments"], lag["rows"], lag["segments_behind"]) for t, lag in lags.items()} == {
+        world.topic: (len(a_ids), a_rows, 0), b_topic: (len(b_ids), len(second[1]), 0)}
+    # A's log start moved past its first segment: the daemon's next pass expires A's rows below it
+    # (expire_deleted_segments, through the same pass hook) and none of B's, which has those offsets
+    from types import SimpleNamespace
+
+    from fetcher import RemoteFetcher
+
+    bound = links[1].first
+    real = RemoteFetcher.log_start
+    monkeypatch.setattr(RemoteFetcher, "log_start", lambda self, tp, *a: (
+        SimpleNamespace(offset=bound) if getattr(tp, "topic", tp) == world.topic else real(self, tp, *a)))
+    assert run(argparse.Namespace(config=cfg, once=True)) == 0
+    monkeypatch.setattr(RemoteFetcher, "log_start", real)
+    a_truth = [r for r in world.truth if r[0] < world.remote_end()]
+    assert any(r[0] < bound for r in second[1])
+    assert table_rows(result, world.topic)[0] == [r for r in a_truth if r[0] >= bound]
+    assert table_rows(result, b_topic)[0] == second[1]
+
+
+@pytest.mark.spark
+def test_spark_engine_on_a_shared_table(world: World, second: tuple[str, list[Row]], spark: Any,
+                                        monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """A table of two topics whose partition 0 offsets overlap: the PyIceberg engine adds all of
+    A and B's first segment; ``rlm iceberg --engine spark --topic B`` adds the rest of B (its
+    ledger B's own: A's offsets do not stand for B's), ``--topic A`` finds nothing to add; each
+    segment once, each topic's rows equal its consumer's read, every Spark-written file in B's
+    partition (inferred from the file's statistics: a topic name longer than the 16 characters
+    kept in string bounds) holding B's rows only; then the PyIceberg engine finds nothing."""
+    import argparse
+
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+
+    import rlm.logging_setup as logging_setup
+    from fetcher import CommittedBound
+    from rlm.commands.iceberg import iceberg
+
+    b_topic, b_truth = second
+    assert len(b_topic) > 16
+    shared = _shared("engines_both", world, second)
+    b_links = world.fetcher.plan(b_topic, 0).segments
+    real = world.fetcher.committed_bound
+    with monkeypatch.context() as m:  # B's read_committed bound held inside its second segment
+        m.setattr(world.fetcher, "committed_bound", lambda topic, p: (
+            CommittedBound(b_links[1].first + 1, (), True) if topic == b_topic else real(topic, p)))
+        assert world.sync("enginesshared", world.topic, **shared).run_once().added_segments == len(
+            world.plan_ids())
+        assert world.sync("enginesshared", b_topic, **shared).run_once().added_segments == 1
+    monkeypatch.setattr(logging_setup, "configure_logging", lambda *a, **k: None)
+    cfg = world.config("enginesshared", segments_per_commit=64, **shared)
+
+    def cli(topic: str) -> dict[str, Any]:
+        capsys.readouterr()
+        assert iceberg(argparse.Namespace(config=cfg, topic=topic, start="earliest", follow=False,
+                                          isolation=None, engine="spark", json=True, action="sync",
+                                          metrics_port=None, orphan_min_age_ms=None)) == 0
+        return dict(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
+
+    a_ids, b_ids = world.plan_ids(), world.plan_ids(b_topic)
+    rb = cli(b_topic)
+    assert rb["table"] == "kafka.engines_both"
+    assert (rb["added_segments"], rb["orphan_files"]) == (len(b_ids) - 1, 0)
+    assert rb["topics"] == {world.topic: {"segments": len(a_ids), "rows": len(
+        [r for r in world.truth if r[0] < world.remote_end()])},
+        b_topic: {"segments": len(b_ids), "rows": len(b_truth)}}
+    assert cli(world.topic)["added_segments"] == 0
+    _check_shared(world, second, _shared_result(world, "engines_both"))
+    for t in (world.topic, b_topic):
+        assert world.sync("enginesshared", t, **shared).run_once().added_segments == 0
+    table = load_catalog("rlm", **world.catalog).load_table("kafka.engines_both")
+    spark_files = [task.file for task in table.scan().plan_files() if "/data/spark-" in task.file.file_path]
+    assert spark_files and {f.partition[0] for f in spark_files} == {b_topic}
+    fs = pafs.LocalFileSystem()
+    for f in spark_files:
+        with fs.open_input_file(f.file_path.removeprefix("file://")) as fh:
+            topics = set(pq.read_table(fh, columns=["topic"]).column("topic").to_pylist())
+        assert topics == {f.partition[0]}, f.file_path
+
+
+@pytest.mark.spark
+def test_spark_engine_refuses_a_warehouse_its_hadoop_cannot_write(
+        world: World, second: tuple[str, list[Row]], spark: Any, iceberg_rest: IcebergRestCatalog) -> None:
+    """The REST catalog's warehouse is ``s3://``, a scheme the session's Hadoop has no filesystem
+    for (no hadoop-aws): ``--engine spark`` is refused at start with a typed configuration error
+    naming the location, before any job (the PyIceberg engine writes there: see above)."""
+    from fetcher.iceberg.spark_engine import SparkIcebergSync
+    from rlm.config import IcebergConfig
+    from rlm.errors import ConfigError
+
+    cfg = IcebergConfig.model_validate(world.iceberg("sparkrest", catalog=iceberg_rest.properties,
+                                                     **_shared("spark_rest", world, second)))
+    with pytest.raises(ConfigError, match=r"location s3://.* is not a filesystem this Spark .*'s3'"):
+        SparkIcebergSync(world.fetcher, load_catalog("rlm", **iceberg_rest.properties), cfg, second[0],
+                         spark=spark, rlm_config=str(world.config("plan")))
