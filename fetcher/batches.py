@@ -18,6 +18,7 @@ from rlm.log.records import BatchHeader, iter_batches
 from rlm.types import RemoteLogSegmentMetadata
 
 _MIN_WINDOW = 64 * 1024
+_LENGTH_PREFIX = 12  # a batch's base offset (8 bytes) and length (4): its size is 12 + length
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +30,19 @@ class Located:
     data: memoryview
 
 
+@dataclass(slots=True)
+class WalkLimit:
+    """Where the walker's caller stops taking batches (segment position), set once it knows.
+
+    A fetch takes batches up to its byte limit; the batch that would cross it is not returned.
+    When that batch also crosses the end of a cached chunk, reading it means waiting for the next
+    chunk's GET (8 MiB) only to learn its size: with ``end`` set, the walker reads the batch's
+    12-byte length prefix from the chunk it has and stops before a batch ending past ``end``.
+    """
+
+    end: int | None = None
+
+
 def describe(md: RemoteLogSegmentMetadata) -> str:
     tp = md.topic_id_partition
     return (f"{tp.topic}-{tp.partition} segment {md.remote_log_segment_id.id} "
@@ -37,9 +51,10 @@ def describe(md: RemoteLogSegmentMetadata) -> str:
 
 def walk(reader: SegmentReader, md: RemoteLogSegmentMetadata, start_position: int, *,
          window: int, sequential: bool, next_md: RemoteLogSegmentMetadata | None = None,
-         verify_crc: bool = False) -> Iterator[Located]:
+         verify_crc: bool = False, limit: WalkLimit | None = None) -> Iterator[Located]:
     """Yield whole batches from ``start_position`` to the end of the segment, reading windows of
-    about ``window`` bytes (grown when one batch is larger)."""
+    about ``window`` bytes (grown when one batch is larger); with ``limit``, stop early (no
+    completeness check then) at a batch across a chunk's end that ends past ``limit.end``."""
     size = md.segment_size_in_bytes
     pos = start_position
     want = max(window, _MIN_WINDOW)
@@ -53,6 +68,10 @@ def walk(reader: SegmentReader, md: RemoteLogSegmentMetadata, start_position: in
             # that straddle it), so a consumer's records are copied once, into its answer
             chunk_end = (pos // reader.chunk_bytes + 1) * reader.chunk_bytes
             end = min(end, max(chunk_end, pos + straddle))
+            if limit is not None and limit.end is not None and end > chunk_end >= pos + _LENGTH_PREFIX:
+                prefix = reader.read_view(md, pos, pos + _LENGTH_PREFIX, next_md=next_md)
+                if pos + _LENGTH_PREFIX + int.from_bytes(prefix[8:12], "big", signed=True) > limit.end:
+                    return  # the caller would not take it: the next chunk is not waited for
             view = reader.read_view(md, pos, end, next_md=next_md)
             data: bytes | memoryview = view
         else:

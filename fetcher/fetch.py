@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from fetcher.batches import Located, describe, walk
+from fetcher.batches import Located, WalkLimit, describe, walk
 from fetcher.index_cache import RemoteIndexCache
 from fetcher.isolation import IsolationLevel as IsolationLevel  # re-exported: its old home
 from fetcher.planning import PartitionPlan, PlannedSegment
@@ -123,8 +123,9 @@ def _read_link(plan: PartitionPlan, link: PlannedSegment, target: int, req: Fetc
     size = 0
     first: BatchHeader | None = None
     raw_tail: memoryview | bytes = b""
+    limit = WalkLimit()
     for b in walk(reader, md, start_pos, window=window, sequential=req.sequential,
-                  next_md=nxt.metadata if nxt else None):
+                  next_md=nxt.metadata if nxt else None, limit=limit):
         h = b.header
         if first is None:
             if h.last_offset < target:
@@ -134,6 +135,8 @@ def _read_link(plan: PartitionPlan, link: PlannedSegment, target: int, req: Fetc
             if h.size > req.max_bytes and not req.min_one_message:
                 return _empty(plan, req)
             first = h
+            if not req.raw_tail:  # the batches after the first are taken while they fit
+                limit.end = h.position + max(h.size, req.max_bytes)
         elif h.base_offset > last_allowed or size + h.size > req.max_bytes:
             if req.raw_tail and h.base_offset <= last_allowed and size < req.max_bytes:
                 raw_tail = b.data[:req.max_bytes - size]

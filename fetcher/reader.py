@@ -14,11 +14,12 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import structlog
 
+from fetcher.get_pool import GetJob, GetPool, Priority
 from rlm.errors import (
     RemoteRangeError,
     RemoteResourceNotFoundError,
@@ -112,11 +113,11 @@ class SegmentReader:
         self._lock = threading.Lock()
         self._chunks: OrderedDict[_ChunkKey, bytes] = OrderedDict()
         self._cached = 0
-        self._inflight: dict[_ChunkKey, Future[bytes]] = {}
-        self._gets = ThreadPoolExecutor(max_workers=parallel_gets, thread_name_prefix="remote-get")
+        self._inflight: dict[_ChunkKey, GetJob] = {}
+        self._gets = GetPool(parallel_gets)  # what a reader waits for before read-ahead
 
     def close(self) -> None:
-        self._gets.shutdown(wait=False, cancel_futures=True)
+        self._gets.close()
 
     # ---- raw ranged GET --------------------------------------------------------------------
     def get_range(self, md: RemoteLogSegmentMetadata, start: int, end: int) -> bytes:
@@ -202,7 +203,8 @@ class SegmentReader:
         views[0], views[-1] = views[0][start - base:], views[-1][:end - last * self.chunk_bytes]
         return b"".join(views)
 
-    def _chunk(self, md: RemoteLogSegmentMetadata, index: int) -> Future[bytes]:
+    def _chunk(self, md: RemoteLogSegmentMetadata, index: int, *, ahead: bool = False) -> Future[bytes]:
+        """The chunk's bytes (cached, in flight, or a GET now); ``ahead``: nobody waits for it yet."""
         key = (str(md.remote_log_segment_id.id), index)
         with self._lock:
             data = self._chunks.get(key)
@@ -212,13 +214,16 @@ class SegmentReader:
                 hit.set_result(data)
                 self.stats.add_chunk(True)
                 return hit
-            fut = self._inflight.get(key)
-            if fut is not None:
-                return fut
-            fut = self._gets.submit(self._fetch_chunk, md, index, key)
-            self._inflight[key] = fut
+            job = self._inflight.get(key)
+            if job is not None:
+                if not ahead:
+                    self._gets.promote(job)
+                return job.future
+            job = self._gets.submit(lambda: self._fetch_chunk(md, index, key),
+                                    Priority.READ_AHEAD if ahead else Priority.DEMAND)
+            self._inflight[key] = job
         self.stats.add_chunk(False)
-        return fut
+        return job.future
 
     def _fetch_chunk(self, md: RemoteLogSegmentMetadata, index: int, key: _ChunkKey) -> bytes:
         try:
@@ -243,12 +248,12 @@ class SegmentReader:
             return
         total = -(-md.segment_size_in_bytes // self.chunk_bytes)
         for i in range(last + 1, min(total, last + 1 + n)):
-            self._chunk(md, i)
+            self._chunk(md, i, ahead=True)
             n -= 1
         if n > 0 and next_md is not None and next_md.segment_size_in_bytes > 0:
             total_next = -(-next_md.segment_size_in_bytes // self.chunk_bytes)
             for i in range(min(n, total_next)):
-                self._chunk(next_md, i)
+                self._chunk(next_md, i, ahead=True)
 
     def forget(self, md: RemoteLogSegmentMetadata) -> None:
         """Drop cached chunks of a deleted segment."""
