@@ -33,6 +33,7 @@ payload that does not parse, a value that does not fit its column (a ``uint64`` 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain
@@ -71,6 +72,7 @@ from rlm.config import ValueDecodeConfig
 log = structlog.get_logger(__name__)
 
 _MAX_REFERENCES = 256
+_WRAPPER_NAME = re.compile(r"Error parsing message with type '[^']*': ")
 
 
 class _Unfit(Exception):
@@ -294,13 +296,17 @@ class ProtobufDecoder:
         on failure split in halves down to the records that fail."""
         if len(chunk) == 0:
             return
+        from google.protobuf.message import DecodeError
+
         try:
             out.append((rows, self._columns(cls, chunk)))
             return
         except _Unfit as e:
             reason = f"decoded message does not fit the columns: {e}"
-        except Exception as e:  # DecodeError, or a RuntimeWarning-free upb error: a bad payload
-            reason = f"corrupt Protobuf payload for schema id {schema.schema_id}: {e or type(e).__name__}"
+        except DecodeError as e:  # upb's parser: a payload that is not this message's encoding
+            name = cls.DESCRIPTOR.fields_by_name["m"].message_type.full_name
+            detail = _WRAPPER_NAME.sub("", str(e)) or type(e).__name__  # the wrapper is ours, not theirs
+            reason = f"corrupt Protobuf payload for schema id {schema.schema_id} ({name}): {detail}"
         if len(chunk) == 1:
             errors[int(rows[0])] = reason
             return
@@ -423,4 +429,10 @@ def _values(vals: list[Any], fd: Any, t: pa.DataType) -> pa.Array:
         uniq, inverse = np.unique(numbers, return_inverse=True)
         names = {v.number: v.name for v in fd.enum_type.values}
         return pa.array([names.get(int(u), str(u)) for u in uniq], t).take(pa.array(inverse))
+    if kind in ("TYPE_UINT64", "TYPE_FIXED64"):
+        try:
+            return pa.array(vals, t)
+        except (OverflowError, pa.ArrowInvalid):
+            raise _Unfit(f"field {fd.name}: a {kind[5:].lower()} above 2^63 - 1 does not fit a long "
+                         "column") from None
     return pa.array(vals, t)

@@ -296,8 +296,10 @@ def test_each_dead_letter_reason_and_the_id_cache(registry: SchemaRegistryServer
         11: f"message rlmtest.Order.Line (schema id {sid}) is not the table's rlmtest.Order",
         13: "not Confluent wire format (empty value)",
     }
-    assert out.errors[9].startswith(f"corrupt Protobuf payload for schema id {sid}: ")
-    assert out.errors[10].startswith("decoded message does not fit the columns: ")
+    assert out.errors[9] == (f"corrupt Protobuf payload for schema id {sid} (rlmtest.Order): "
+                             "Wire format was corrupt")
+    assert out.errors[10] == ("decoded message does not fit the columns: field u64: a uint64 above 2^63 - 1 "
+                              "does not fit a long column")
     assert out.schema_ids == {0: sid, 1: 999_999, 2: avro_id, 5: sid, 6: sid, 7: sid, 8: sid, 9: sid,
                               10: sid, 11: sid, 12: sid}
     rows = pa.table(out.columns, schema=dec.arrow_schema).to_pylist()

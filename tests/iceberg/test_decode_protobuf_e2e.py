@@ -135,7 +135,8 @@ def test_protobuf_values_decode_to_typed_columns_and_bad_ones_reach_the_dead_let
     assert [(r["offset"], r["key"], r["value"]) for r in dl] == dead
     by_kind = {BAD[int(r["key"][1:])]: r for r in dl}
     sid = registry.registry.subjects[subject][-1]
-    assert by_kind["corrupt"]["reason"].startswith(f"corrupt Protobuf payload for schema id {sid}: ")
+    assert by_kind["corrupt"]["reason"] == (f"corrupt Protobuf payload for schema id {sid} (rlmtest.Order): "
+                                            "Wire format was corrupt")
     assert by_kind["corrupt"]["schema_id"] == sid
     assert by_kind["unknown"]["reason"] == "unknown schema id 987654 (the registry has no such id)"
     assert by_kind["unknown"]["schema_id"] == 987_654
