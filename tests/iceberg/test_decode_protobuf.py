@@ -363,3 +363,43 @@ def test_protobuf_config_errors_at_start(registry: SchemaRegistryServer, order_i
         ValueDecodeConfig.model_validate({"format": "json", "fields": [
             {"name": "a", "type": "map", "key": {"name": "k", "type": "string"},
              "value": {"name": "v", "type": "long"}}]})
+
+
+def test_through_the_tables_with_an_id_above_int32(registry: SchemaRegistryServer, order_ids: tuple[int, str],
+                                                   tmp_path: Path) -> None:
+    """The decoder behind the writer's :class:`Decoding` (SQLite catalog, no broker): the decoded
+    row (every column type) is appended to the table and read back equal; the dead letters are
+    in their table, one with a schema id above 2^31 - 1 (its column null, its reason naming it)."""
+    from pyiceberg.catalog import load_catalog
+
+    from fetcher.iceberg.deadletter import Decoding
+    from fetcher.iceberg.ledger import SegmentWork
+    from fetcher.iceberg.table import ARROW_SCHEMA
+    from rlm.config import IcebergConfig
+
+    sid, subject = order_ids
+    props = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'c.db'}", "warehouse": tmp_path.as_uri()}
+    cfg = IcebergConfig.model_validate({"catalog": props, "decode": {
+        "format": "protobuf", "subject": subject, "schema_registry": {"url": registry.url}}})
+    catalog = load_catalog("rlm", **props)
+    decoding = Decoding(catalog, cfg, "orders")
+    table = catalog.create_table(f"{cfg.namespace}.orders", decoding.schema)
+    values = [framed(sid, _order(2)), b"\0\xff\xff\xff\xff\0\x08\x01", framed(999_998, _order(3))]
+    n = len(values)
+    data = pa.table({
+        "key": pa.nulls(n, pa.binary()), "value": pa.array(values, pa.binary()), "topic": ["orders"] * n,
+        "partition": pa.array([0] * n, pa.int32()), "offset": pa.array(range(n), pa.int64()),
+        "timestamp": pa.array([datetime(2026, 11, 20, tzinfo=UTC)] * n, pa.timestamp("us", "UTC")),
+        "timestampType": pa.array([0] * n, pa.int32()),
+        "headers": pa.nulls(n, ARROW_SCHEMA.field("headers").type),
+        "segment_id": ["seg-1"] * n})
+    data = pa.Table.from_arrays([data.column(f.name).cast(f.type) for f in ARROW_SCHEMA], schema=ARROW_SCHEMA)
+    rows = decoding.split([SegmentWork(0, "seg-1", 0, n)], data, "topic-id", table)
+    table.append(rows)
+    back = catalog.load_table(f"{cfg.namespace}.orders").scan().to_arrow().to_pylist()
+    assert len(back) == 1 and back[0]["offset"] == 0
+    assert unordered_maps([{c: back[0][c] for c in COLUMN_TYPES}]) == [_row(2)]
+    dead = catalog.load_table(decoding.identifier).scan().to_arrow().sort_by("offset").to_pylist()
+    assert [(d["offset"], d["reason"], d["schema_id"]) for d in dead] == [
+        (1, "unknown schema id 4294967295 (the registry has no such id)", None),
+        (2, "unknown schema id 999998 (the registry has no such id)", 999_998)]
