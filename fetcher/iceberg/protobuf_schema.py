@@ -20,7 +20,8 @@ The columns (Protobuf -> Iceberg):
 * an enum -> string (the value's name; a number the enum does not declare: the number as text);
 * ``google.protobuf.Timestamp`` -> timestamptz (microseconds: nanoseconds are truncated);
 * another message -> struct of its fields; ``repeated`` -> list; ``map<K, V>`` -> map;
-* every column is optional; a field with presence (a message field, proto3 ``optional``, a
+* every column is optional in the table; a proto2 ``required`` field (top level) missing makes
+  its record a dead letter; a field with presence (a message field, proto3 ``optional``, a
   ``oneof`` member, proto2 ``optional``) is null when the record does not set it, a proto3 scalar
   without presence is its default (0, ``""``) as in every Protobuf reader.
 
@@ -251,8 +252,10 @@ def _field(name: str, fd: Any, path: str, skipped: list[str]) -> DecodedField | 
             return None
         return _df(name=name, type="map", key=key, value=value)
     one = _single(name, fd, path, skipped)
-    if one is None or not _repeated(fd):
-        return one
+    if one is None:
+        return None
+    if not _repeated(fd):  # a proto2 `required` field missing makes a dead letter (top level)
+        return one.model_copy(update={"required": True}) if fd.is_required else one
     return _df(name=name, type="list", element=one.model_copy(update={"name": "element"}))
 
 

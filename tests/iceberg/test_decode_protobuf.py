@@ -403,3 +403,38 @@ def test_through_the_tables_with_an_id_above_int32(registry: SchemaRegistryServe
     assert [(d["offset"], d["reason"], d["schema_id"]) for d in dead] == [
         (1, "unknown schema id 4294967295 (the registry has no such id)", None),
         (2, "unknown schema id 999998 (the registry has no such id)", 999_998)]
+
+
+def test_proto2_presence_defaults_and_a_missing_required_field(registry: SchemaRegistryServer) -> None:
+    """proto2: an unset optional field is null (not its declared default), a packed repeated
+    field decodes, a record without a ``required`` field is a dead letter."""
+    from google.protobuf import message_factory
+
+    from fetcher.iceberg.protobuf_decode import load_schema
+    from fetcher.iceberg.registry import SchemaRegistry
+    from rlm.config import SchemaRegistryConfig
+
+    text = """syntax = "proto2";
+package p2;
+message A {
+  required int64 id = 1;
+  optional string s = 2 [default = "dflt"];
+  optional int32 n = 3;
+  repeated int32 r = 4 [packed = true];
+}
+"""
+    sid = register_proto(registry.url, "p2-value", text)
+    dec = _decoder(registry, "p2-value")
+    assert [(f.name, f.required) for f in dec.cfg.fields] == [("id", True), ("s", False), ("n", False),
+                                                              ("r", False)]
+    client = SchemaRegistry(SchemaRegistryConfig(url=registry.url))
+    ws = client.get(sid)
+    assert ws is not None
+    a = message_factory.GetMessageClass(load_schema(client, ws).pool.FindMessageTypeByName("p2.A"))
+    head = b"\0" + sid.to_bytes(4, "big") + b"\0"
+    out = dec.decode(pa.array([head + a(id=1, s="x", n=2, r=[1, 2]).SerializeToString(),
+                               head + a(id=2).SerializeToString(),
+                               head + a(s="no id").SerializePartialToString()]))
+    assert pa.table(out.columns, schema=dec.arrow_schema).to_pylist()[:2] == [
+        {"id": 1, "s": "x", "n": 2, "r": [1, 2]}, {"id": 2, "s": None, "n": None, "r": []}]
+    assert out.errors == {2: "required field 'id' is missing or null"}
