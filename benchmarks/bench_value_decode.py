@@ -6,7 +6,8 @@ schema, Protobuf with the message class of a registered ``.proto`` (``Order`` wi
 string, an optional double, a ``google.protobuf.Timestamp``, a repeated string and a nested
 message) — framed the Confluent way, against the in-process registry stand-in of the tests. Then,
 in interleaved rounds (one warm-up, then ``--rounds``), each decoder of
-:mod:`fetcher.iceberg.decode` decodes them in batches of ``--batch`` (the writer's batch is a
+:mod:`fetcher.iceberg.decode` decodes them in batches of ``--batch`` (Protobuf with each engine
+installed: ``upb``, and ``ptars`` when it is) (the writer's batch is a
 segment group's values). The decoded columns of both must be equal, row for row, in every round
 (else exit 2).
 
@@ -34,7 +35,7 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fetcher.iceberg.decode import make_decoder
-from fetcher.iceberg.protobuf_decode import load_schema
+from fetcher.iceberg.protobuf_decode import ProtobufDecoder, load_schema
 from fetcher.iceberg.registry import SchemaRegistry
 from rlm.config import SchemaRegistryConfig, ValueDecodeConfig
 from tests.iceberg.test_decode import register
@@ -114,13 +115,14 @@ def main(argv: list[str] | None = None) -> int:
             m.who.name, m.who.age = r["who"]["name"], r["who"]["age"]
             proto_values.append(b"\0" + proto_id.to_bytes(4, "big") + b"\0" + m.SerializeToString())
         registry = {"url": reg.url}
-        decoders = {
+        decoders: dict[str, tuple[Any, list[bytes]]] = {
             "avro": (make_decoder(ValueDecodeConfig.model_validate(
                 {"format": "avro", "fields": FIELDS, "schema_registry": registry})), avro_values),
-            "protobuf": (make_decoder(ValueDecodeConfig.model_validate(
-                {"format": "protobuf", "subject": "bench-proto-value", "schema_registry": registry})),
-                proto_values),
         }
+        proto_cfg = ValueDecodeConfig.model_validate({"format": "protobuf", "subject": "bench-proto-value",
+                                                      "schema_registry": registry})
+        for engine in ("upb", "ptars") if ProtobufDecoder.engine_default == "ptars" else ("upb",):
+            decoders[f"protobuf-{engine}"] = (ProtobufDecoder(proto_cfg, engine=engine), proto_values)
         sizes = {k: sum(map(len, v)) / len(v) for k, (_, v) in decoders.items()}
         rates: dict[str, list[float]] = {k: [] for k in decoders}
         for rnd in range(args.rounds + 1):
@@ -138,10 +140,11 @@ def main(argv: list[str] | None = None) -> int:
                 tables[name] = pa.concat_tables(pa.table(o.columns, names=names) for o in outs)
                 if rnd:
                     rates[name].append(len(values) / took)
-            a, p = tables["avro"], tables["protobuf"]
-            if a.column_names != p.column_names or a.to_pylist() != p.to_pylist():
-                print("BENCHMARK FAILED: the Avro and Protobuf columns differ")
-                return 2
+            a = tables["avro"]
+            for name, p in tables.items():
+                if a.column_names != p.column_names or a.to_pylist() != p.to_pylist():
+                    print(f"BENCHMARK FAILED: the Avro and {name} columns differ")
+                    return 2
     out = {k: {"records_per_s": [round(x) for x in v], "median": round(statistics.median(v)),
                "value_bytes": round(sizes[k], 1)} for k, v in rates.items()}
     print(json.dumps({"records": args.records, "batch": args.batch, "cpu": "process", **out}, indent=1))

@@ -134,6 +134,17 @@ def framed(schema_id: int, message: Any, index: bytes = b"\0") -> bytes:
     return b"\0" + schema_id.to_bytes(4, "big") + index + message.SerializeToString()
 
 
+ENGINES = ["upb", *(["ptars"] if ProtobufDecoder.engine_default == "ptars" else [])]
+CORRUPT = {"upb": "Wire format was corrupt", "ptars": "unexpected EOF in varint"}  # b"\xff" at the end
+
+
+@pytest.fixture(params=ENGINES, autouse=True)
+def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test with each engine installed: the same columns and reasons are expected of both."""
+    monkeypatch.setattr(ProtobufDecoder, "engine_default", request.param)
+    return str(request.param)
+
+
 @pytest.fixture(scope="module")
 def registry() -> Iterator[SchemaRegistryServer]:
     with schema_registry() as r:
@@ -256,7 +267,7 @@ def test_protobuf_values_to_typed_columns(registry: SchemaRegistryServer, order_
 
 
 def test_each_dead_letter_reason_and_the_id_cache(registry: SchemaRegistryServer,
-                                                  order_ids: tuple[int, str]) -> None:
+                                                  order_ids: tuple[int, str], engine: str) -> None:
     sid, subject = order_ids
     dec = _decoder(registry, subject)
     avro_id = register(registry.url, "pb-avro-value", AVRO_SCHEMA)
@@ -296,10 +307,9 @@ def test_each_dead_letter_reason_and_the_id_cache(registry: SchemaRegistryServer
         11: f"message rlmtest.Order.Line (schema id {sid}) is not the table's rlmtest.Order",
         13: "not Confluent wire format (empty value)",
     }
-    assert out.errors[9] == (f"corrupt Protobuf payload for schema id {sid} (rlmtest.Order): "
-                             "Wire format was corrupt")
-    assert out.errors[10] == ("decoded message does not fit the columns: field u64: a uint64 above 2^63 - 1 "
-                              "does not fit a long column")
+    assert out.errors[9] == f"corrupt Protobuf payload for schema id {sid} (rlmtest.Order): {CORRUPT[engine]}"
+    assert out.errors[10] == ("decoded message does not fit the columns: field u64: an unsigned 64-bit value "
+                              "above 2^63 - 1 does not fit a long column")
     assert out.schema_ids == {0: sid, 1: 999_999, 2: avro_id, 5: sid, 6: sid, 7: sid, 8: sid, 9: sid,
                               10: sid, 11: sid, 12: sid}
     rows = pa.table(out.columns, schema=dec.arrow_schema).to_pylist()
