@@ -11,19 +11,26 @@ message ``iceberg.decode.message`` names, else the file's first. A record may be
 any schema id whose indexed message has the same full name (an older or newer version): its
 fields fill the columns by name, as Avro's do (a field the writer lacks is null).
 
-A batch is decoded without a Python step per record wherever Arrow or the protobuf runtime (upb,
-in C) can do it:
+A batch is decoded without a Python step per record wherever compiled code can do it:
 
 * the frame and the ids are checked with Arrow kernels for the batch; only a value whose index
   list is not the single ``00`` byte has its list read in Python;
-* the values of one (schema id, index path) are parsed in **one** ``ParseFromString`` as the
-  repeated field of a wrapper message built in the schema's descriptor pool (the payloads joined
-  with their length prefixes by Arrow kernels); a payload that does not parse fails the whole
-  call, which is then split in halves until the culprits are alone (a bad record costs a few
-  extra parses, good data one);
-* each column is taken from the parsed messages with ``map(attrgetter(name), ...)`` (C
-  iteration), repeated fields and maps flattened with ``itertools.chain`` and offsets from their
-  lengths, timestamps and enums converted with numpy, and Arrow builds each array in one call.
+* the payloads of one (schema id, index path) go to the parser in **one** call, by one of two
+  engines giving the same columns:
+
+  - ``ptars`` (Protobuf to Arrow in compiled Rust; the ``iceberg`` extra installs it): the
+    payloads as an Arrow binary array in, a record batch out, which is then conformed to the
+    columns (struct members by name, safe casts: an unsigned 64-bit value above 2^63 - 1 is
+    refused);
+  - ``upb`` (the protobuf runtime, used when ptars is not installed): one ``ParseFromString``
+    of the payloads as the repeated field of a wrapper message built in the schema's descriptor
+    pool (joined with their length prefixes by Arrow kernels), then each column taken from the
+    parsed messages with ``map(attrgetter(name), ...)`` (C iteration), repeated fields and maps
+    flattened with ``itertools.chain``, timestamps and enums converted with numpy, one Arrow
+    call per column;
+
+  a payload that does not parse fails the whole call, which is then split in halves until the
+  culprits are alone (a bad record costs a few extra parses, good data one).
 
 Dead letters (each with its reason): no frame or a bad magic byte, an unknown schema id, an id
 of another type (``schema id N is AVRO, not PROTOBUF``), a schema that does not compile, a bad
@@ -78,6 +85,10 @@ _PTARS_PREFIX = re.compile(r"^failed to decode Protobuf message: ")
 
 class _Unfit(Exception):
     """A parsed message does not fit the columns."""
+
+
+class _Mismatch(_Unfit):
+    """A column ptars built in another kind of type than the table's (struct, list, map...)."""
 
 
 class _Corrupt(Exception):
@@ -331,7 +342,7 @@ class ProtobufDecoder:
         name = cls.DESCRIPTOR.fields_by_name["m"].message_type.full_name
         try:
             if self.engine == "ptars":
-                out.append((rows, self._columns_ptars(_ptars_handler(schema, name), chunk)))
+                out.append((rows, self._columns_ptars(_ptars_handler(schema, name), cls, chunk)))
             else:
                 out.append((rows, self._columns(cls, _length_prefixed(chunk))))
             return
@@ -346,24 +357,39 @@ class ProtobufDecoder:
         self._parse(schema, cls, chunk.slice(0, half), rows[:half], out, errors)
         self._parse(schema, cls, chunk.slice(half), rows[half:], out, errors)
 
-    def _columns_ptars(self, handler: Any, chunk: pa.Array) -> list[pa.Array]:
-        """The batch to Arrow in one compiled call (ptars), then conformed to the columns."""
+    def _columns_ptars(self, handler: Any, cls: Any, chunk: pa.Array) -> list[pa.Array]:
+        """The batch to Arrow in one compiled call (ptars), then conformed to the columns. A column
+        ptars builds in a type of its own (it turns well-known messages such as
+        ``google.protobuf.Int64Value`` or ``Duration`` into scalars) is taken the ``upb`` way
+        instead, so that both engines give the same columns."""
         self.parses += 1
         try:
             batch = handler.array_to_record_batch(chunk)
         except ValueError as e:  # ptars: "failed to decode Protobuf message: <why>"
             raise _Corrupt(_PTARS_PREFIX.sub("", str(e))) from e
         names = batch.schema.names
-        try:
-            return [_conform(batch.column(f.name), f.type, f.name) if f.name in names
-                    else pa.nulls(len(chunk), f.type) for f in self.arrow_schema]
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
-            raise _Unfit(str(e)) from e
+        out: list[pa.Array] = []
+        msgs: list[Any] | None = None
+        for f in self.arrow_schema:
+            if f.name not in names:
+                out.append(pa.nulls(len(chunk), f.type))
+                continue
+            try:
+                out.append(_conform(batch.column(f.name), f.type, f.name))
+                continue
+            except _Mismatch:
+                pass
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
+                raise _Unfit(str(e)) from e
+            if msgs is None:
+                msgs = self._messages(cls, _length_prefixed(chunk))
+            out.append(self._take(msgs, f))
+        return out
 
-    def _columns(self, cls: Any, chunk: pa.Array) -> list[pa.Array]:
+    def _messages(self, cls: Any, chunk: pa.Array) -> list[Any]:
+        """``chunk`` (length-prefixed payloads) parsed by one ``ParseFromString`` of the wrapper."""
         from google.protobuf.message import DecodeError
 
-        self.parses += 1
         one = pa.ListArray.from_arrays(pa.array([0, len(chunk)], pa.int32()), chunk)
         data = pc.binary_join(one, b"")[0].as_py()
         batch = cls()
@@ -374,11 +400,18 @@ class ProtobufDecoder:
         msgs = list(batch.m)
         if len(msgs) != len(chunk):  # cannot happen: each payload is one length-delimited field
             raise ValueError(f"{len(msgs)} messages parsed from {len(chunk)} payloads")
-        desc = msgs[0].DESCRIPTOR
+        return msgs
+
+    def _take(self, msgs: list[Any], f: pa.Field) -> pa.Array:
         try:
-            return [_column(msgs, desc.fields_by_name.get(f.name), f.type) for f in self.arrow_schema]
+            return _column(msgs, msgs[0].DESCRIPTOR.fields_by_name.get(f.name), f.type)
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError) as e:
             raise _Unfit(str(e)) from e
+
+    def _columns(self, cls: Any, chunk: pa.Array) -> list[pa.Array]:
+        self.parses += 1
+        msgs = self._messages(cls, chunk)
+        return [self._take(msgs, f) for f in self.arrow_schema]
 
     def _assemble(self, n: int, parts: list[tuple[np.ndarray[Any, Any], list[pa.Array]]]) -> list[pa.Array]:
         """The groups' columns scattered back to their rows (nulls elsewhere)."""
@@ -416,25 +449,27 @@ def _conform(col: pa.Array, t: pa.DataType, name: str) -> pa.Array:
     64-bit value above 2^63 - 1 does not fit a long)."""
     if pa.types.is_struct(t):
         if not pa.types.is_struct(col.type):
-            raise _Unfit(f"field {name} is {col.type}, the column is {t}")
+            raise _Mismatch(f"field {name} is {col.type}, the column is {t}")
         have = {col.type.field(i).name for i in range(col.type.num_fields)}
         kids = [_conform(col.field(f.name), f.type, f"{name}.{f.name}") if f.name in have
                 else pa.nulls(len(col), f.type) for f in t]
         return pa.StructArray.from_arrays(kids, fields=list(t), mask=col.is_null())
     if pa.types.is_map(t):
         if not pa.types.is_map(col.type):
-            raise _Unfit(f"field {name} is {col.type}, the column is {t}")
+            raise _Mismatch(f"field {name} is {col.type}, the column is {t}")
         keys = _conform(col.keys, t.key_type, name + ".key")
         items = _conform(col.items, t.item_type, name + ".value")
         return pa.MapArray.from_arrays(col.offsets, keys, items, type=t)
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         if not pa.types.is_list(col.type):
-            raise _Unfit(f"field {name} is {col.type}, the column is {t}")
+            raise _Mismatch(f"field {name} is {col.type}, the column is {t}")
         values = _conform(col.values, t.value_type, name)
         mask = col.is_null() if col.null_count else None
         if pa.types.is_large_list(t):
             return pa.LargeListArray.from_arrays(col.offsets.cast(pa.int64()), values, type=t, mask=mask)
         return pa.ListArray.from_arrays(col.offsets, values, type=t, mask=mask)
+    if pa.types.is_nested(col.type):
+        raise _Mismatch(f"field {name} is {col.type}, the column is {t}")
     if pa.types.is_uint64(col.type) and pa.types.is_int64(t) and len(col) and (
             pc.max(col).as_py() or 0) > (1 << 63) - 1:
         raise _Unfit(f"field {name.rsplit('.', 1)[-1]}: an unsigned 64-bit value above 2^63 - 1 does "

@@ -25,8 +25,9 @@ The columns (Protobuf -> Iceberg):
   ``oneof`` member, proto2 ``optional``) is null when the record does not set it, a proto3 scalar
   without presence is its default (0, ``""``) as in every Protobuf reader.
 
-A message with no fields gives no column, and a recursive message is cut 16 levels deep (both
-listed in :attr:`Columns.skipped`; the raw value keeps them).
+A message with no fields gives no column, nor does a field whose message type contains itself
+(a recursive message such as ``google.protobuf.Struct``'s values: cut where it recurs), and
+nesting is cut 16 levels deep (all listed in :attr:`Columns.skipped`; the raw value keeps them).
 """
 
 from __future__ import annotations
@@ -230,28 +231,28 @@ def is_repeated(fd: Any) -> bool:
 def columns_from_message(desc: Any) -> Columns:
     """The decoded columns of message descriptor ``desc``: one per field, in declaration order."""
     out = Columns([])
-    out.fields = _fields(desc, "", out.skipped)
+    out.fields = _fields(desc, "", out.skipped, (desc.full_name,))
     return out
 
 
-def _fields(desc: Any, prefix: str, skipped: list[str]) -> list[DecodedField]:
+def _fields(desc: Any, prefix: str, skipped: list[str], seen: tuple[str, ...]) -> list[DecodedField]:
     fields = []
     for fd in desc.fields:
-        f = _field(fd.name, fd, prefix + fd.name, skipped)
+        f = _field(fd.name, fd, prefix + fd.name, skipped, seen)
         if f is not None:
             fields.append(f)
     return fields
 
 
-def _field(name: str, fd: Any, path: str, skipped: list[str]) -> DecodedField | None:
+def _field(name: str, fd: Any, path: str, skipped: list[str], seen: tuple[str, ...]) -> DecodedField | None:
     if is_map(fd):
         entry = fd.message_type
-        key = _single("key", entry.fields_by_name["key"], path + ".key", skipped)
-        value = _single("value", entry.fields_by_name["value"], path + ".value", skipped)
+        key = _single("key", entry.fields_by_name["key"], path + ".key", skipped, seen)
+        value = _single("value", entry.fields_by_name["value"], path + ".value", skipped, seen)
         if key is None or value is None:
             return None
         return _df(name=name, type="map", key=key, value=value)
-    one = _single(name, fd, path, skipped)
+    one = _single(name, fd, path, skipped, seen)
     if one is None:
         return None
     if not _repeated(fd):  # a proto2 `required` field missing makes a dead letter (top level)
@@ -259,7 +260,7 @@ def _field(name: str, fd: Any, path: str, skipped: list[str]) -> DecodedField | 
     return _df(name=name, type="list", element=one.model_copy(update={"name": "element"}))
 
 
-def _single(name: str, fd: Any, path: str, skipped: list[str]) -> DecodedField | None:
+def _single(name: str, fd: Any, path: str, skipped: list[str], seen: tuple[str, ...]) -> DecodedField | None:
     """The column of one value of ``fd`` (the element, for a repeated field)."""
     kind = type_name(fd)
     if kind in _INT:
@@ -271,10 +272,11 @@ def _single(name: str, fd: Any, path: str, skipped: list[str]) -> DecodedField |
     # a message (or a proto2 group)
     if fd.message_type.full_name == TIMESTAMP:
         return _df(name=name, type="timestamptz")
-    if path.count(".") >= _MAX_DEPTH:
+    mt = fd.message_type
+    if mt.full_name in seen or path.count(".") >= _MAX_DEPTH:  # a recursive message (a tree): cut
         skipped.append(path)
         return None
-    children = _fields(fd.message_type, path + ".", skipped)
+    children = _fields(mt, path + ".", skipped, (*seen, mt.full_name))
     if not children:
         skipped.append(path)
         return None

@@ -448,3 +448,61 @@ message A {
     assert pa.table(out.columns, schema=dec.arrow_schema).to_pylist()[:2] == [
         {"id": 1, "s": "x", "n": 2, "r": [1, 2]}, {"id": 2, "s": None, "n": None, "r": []}]
     assert out.errors == {2: "required field 'id' is missing or null"}
+
+
+def test_well_known_messages_are_structs_with_both_engines(registry: SchemaRegistryServer) -> None:
+    """Wrappers, Duration, Struct (recursive: cut where it recurs) and Any are structs of their
+    fields — with ptars too, which builds its own types for some of them (those columns are then
+    taken the upb way)."""
+    from google.protobuf import message_factory
+
+    from fetcher.iceberg.protobuf_decode import load_schema
+    from fetcher.iceberg.registry import SchemaRegistry
+    from rlm.config import SchemaRegistryConfig
+
+    text = """syntax = "proto3";
+package wk;
+import "google/protobuf/wrappers.proto";
+import "google/protobuf/duration.proto";
+import "google/protobuf/struct.proto";
+import "google/protobuf/any.proto";
+message W {
+  google.protobuf.Int64Value a = 1;
+  google.protobuf.StringValue b = 2;
+  google.protobuf.Duration d = 3;
+  google.protobuf.Struct s = 4;
+  google.protobuf.Any x = 5;
+  int64 n = 6;
+}
+"""
+    sid = register_proto(registry.url, "wk-value", text)
+    dec = _decoder(registry, "wk-value")
+    types = {f.name: str(f.field_type) for f in decoded_schema(dec.cfg).fields if f.name in "abdsxn"}
+    import re
+    types = {k: re.sub(r"\d+: ", "", v) for k, v in types.items()}
+    assert types == {
+        "a": "struct<value: optional long>", "b": "struct<value: optional string>",
+        "d": "struct<seconds: optional long, nanos: optional int>",
+        "s": "struct<fields: optional map<string, struct<null_value: optional string, number_value: optional "
+             "double, string_value: optional string, bool_value: optional boolean>>>",
+        "x": "struct<type_url: optional string, value: optional binary>", "n": "long"}
+    client = SchemaRegistry(SchemaRegistryConfig(url=registry.url))
+    ws = client.get(sid)
+    assert ws is not None
+    w = message_factory.GetMessageClass(load_schema(client, ws).pool.FindMessageTypeByName("wk.W"))
+    m = w(n=7)
+    m.a.value, m.d.seconds, m.d.nanos = 5, 3, 9
+    m.s.fields["k"].number_value = 1.5
+    m.s.fields["t"].struct_value.fields["deep"].bool_value = True  # cut: not in the columns
+    m.x.type_url, m.x.value = "type.googleapis.com/x", b"\1"
+    head = b"\0" + sid.to_bytes(4, "big") + b"\0"
+    out = dec.decode(pa.array([head + m.SerializeToString(), head]))
+    assert out.errors == {}
+    rows = pa.table(out.columns, schema=dec.arrow_schema).to_pylist()
+    s = sorted(rows[0]["s"]["fields"])
+    none = {"null_value": None, "number_value": None, "string_value": None, "bool_value": None}  # a oneof
+    assert s == [("k", {**none, "number_value": 1.5}), ("t", none)]  # t's struct_value: cut
+    assert {k: v for k, v in rows[0].items() if k != "s"} == {
+        "a": {"value": 5}, "b": None, "d": {"seconds": 3, "nanos": 9},
+        "x": {"type_url": "type.googleapis.com/x", "value": b"\1"}, "n": 7}
+    assert rows[1] == {"a": None, "b": None, "d": None, "s": None, "x": None, "n": 0}
