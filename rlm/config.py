@@ -492,16 +492,20 @@ _PLUGIN_KEYS = {
 
 
 class DecodedField(_Strict):
-    """One column decoded from record values: a JSON member or an Avro record field."""
+    """One column decoded from record values: a JSON member, an Avro record field or a Protobuf
+    message field."""
 
     name: str = Field(min_length=1, description="Field name in the value (and the column's name).")
     type: Literal["boolean", "int", "long", "float", "double", "string", "binary", "date",
-                  "timestamp", "timestamptz", "struct", "list"] = Field(
+                  "timestamp", "timestamptz", "struct", "list", "map"] = Field(
         description="Iceberg type: boolean, int, long, float, double, string, binary, date, timestamp, "
-        "timestamptz, struct (give `fields`) or list (give `element`).")
+        "timestamptz, struct (give `fields`), list (give `element`) or map (give `key` and `value`; "
+        "only from a Protobuf schema).")
     required: bool = Field(False, description="A record without it (or with null) is a dead letter.")
     fields: list[DecodedField] | None = Field(None, description="`struct`: its fields.")
     element: DecodedField | None = Field(None, description="`list`: its element (`name` is ignored).")
+    key: DecodedField | None = Field(None, description="`map`: its key (`name` is ignored).")
+    value: DecodedField | None = Field(None, description="`map`: its value (`name` is ignored).")
 
     @model_validator(mode="after")
     def _nested(self) -> DecodedField:
@@ -509,7 +513,14 @@ class DecodedField(_Strict):
             raise ValueError(f"field {self.name!r}: `fields` goes with type struct, and only with it")
         if (self.type == "list") != (self.element is not None):
             raise ValueError(f"field {self.name!r}: `element` goes with type list, and only with it")
+        if (self.type == "map") != (self.key is not None and self.value is not None) or (
+                self.type != "map" and (self.key is not None or self.value is not None)):
+            raise ValueError(f"field {self.name!r}: `key` and `value` go with type map, and only with it")
         return self
+
+    def has_map(self) -> bool:
+        kids = [*(self.fields or []), *(c for c in (self.element, self.key, self.value) if c is not None)]
+        return self.type == "map" or any(c.has_map() for c in kids)
 
 
 class SchemaRegistryConfig(_Strict):
@@ -526,21 +537,28 @@ class ValueDecodeConfig(_Strict):
     """``rlm iceberg``: decode record values into typed columns; what does not decode goes to the
     dead-letter table ``<table>_dead_letter`` with the reason."""
 
-    format: Literal["json", "avro", "json_schema"] = Field(
+    format: Literal["json", "avro", "json_schema", "protobuf"] = Field(
         description="`json`: one JSON object per value; `avro`: Confluent wire format (magic byte 0, "
         "4-byte big-endian schema id, Avro binary) with the writer schema from `schema_registry`; "
         "`json_schema`: Confluent wire format with JSON text, the schema id naming a JSON Schema "
-        "in `schema_registry`.")
+        "in `schema_registry`; `protobuf`: Confluent wire format with the message-index list and "
+        "Protobuf binary, the schema id naming a Protobuf schema in `schema_registry`.")
     fields: list[DecodedField] = Field(
         default_factory=list,
         description="The decoded columns, added after the Kafka columns. `json_schema` may leave it "
-        "empty and give `subject`: the columns then come from that subject's latest JSON Schema.")
+        "empty and give `subject`: the columns then come from that subject's latest JSON Schema. "
+        "`protobuf` leaves it empty: its columns come from `subject`'s message.")
     schema_registry: SchemaRegistryConfig | None = Field(
-        None, description="`avro`, `json_schema`: the registry.")
+        None, description="`avro`, `json_schema`, `protobuf`: the registry.")
     subject: str | None = Field(
         None, min_length=1,
-        description="`json_schema` without `fields`: the registry subject (e.g. `orders-value`) whose "
-        "latest JSON Schema's properties give the columns (read when the writer starts).")
+        description="`json_schema` without `fields`, and `protobuf`: the registry subject (e.g. "
+        "`orders-value`) whose latest schema gives the columns (read when the writer starts).")
+    message: str | None = Field(
+        None, min_length=1,
+        description="`protobuf`: the full name of the message whose fields are the columns (e.g. "
+        "`shop.Order`); default: the first message of the subject's latest schema (the one "
+        "Confluent's serializer frames as message index [0]).")
     keep_value: bool = Field(
         True, description="Keep the raw `value` bytes of decoded rows (false: null there; the "
         "dead-letter table always keeps them).")
@@ -549,8 +567,17 @@ class ValueDecodeConfig(_Strict):
 
     @model_validator(mode="after")
     def _registry_for_avro(self) -> ValueDecodeConfig:
-        if self.format in ("avro", "json_schema") and self.schema_registry is None:
+        if self.format in ("avro", "json_schema", "protobuf") and self.schema_registry is None:
             raise ValueError(f"decode: format {self.format} needs schema_registry")
+        if self.format == "protobuf":
+            if self.subject is None or self.fields:
+                raise ValueError("decode: format protobuf takes its columns from `subject` (give it, "
+                                 "and no `fields`)")
+            return self
+        if self.message is not None:
+            raise ValueError("decode: `message` goes with format protobuf")
+        if any(f.has_map() for f in self.fields):
+            raise ValueError("decode: type map comes only from a Protobuf schema")
         if not self.fields and (self.format != "json_schema" or self.subject is None):
             raise ValueError("decode: list the `fields` (or, for format json_schema, give `subject`)")
         names = [f.name for f in self.fields]
@@ -649,10 +676,10 @@ class IcebergConfig(_Strict):
         20, ge=0, description="Commit conflicts (another writer committed first) retried before giving up.",
     )
     decode: ValueDecodeConfig | None = Field(
-        None, description="Decode values into typed columns (JSON, or Avro or JSON Schema through a Schema "
-        "Registry); records that do not decode go to a dead-letter table. Off by default. Keys: `format`, "
-        "`fields`, `schema_registry`, `subject`, `keep_value`, `dead_letter_suffix` (docs/iceberg.md, "
-        "\"Decoding values\").",
+        None, description="Decode values into typed columns (JSON, or Avro, JSON Schema or Protobuf through "
+        "a Schema Registry); records that do not decode go to a dead-letter table. Off by default. Keys: "
+        "`format`, `fields`, `schema_registry`, `subject`, `message`, `keep_value`, `dead_letter_suffix` "
+        "(docs/iceberg.md, \"Decoding values\").",
     )
     expire_deleted_segments: bool = Field(
         False,

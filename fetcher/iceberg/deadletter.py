@@ -133,8 +133,11 @@ class Decoding:
         dead = data.take(pa.array(idx))
         dead = dead.append_column(DEAD_LETTER_ARROW.field("reason"),
                                   pa.array([errors[int(i)] for i in idx], pa.large_string()))
-        dead = dead.append_column(DEAD_LETTER_ARROW.field("schema_id"),
-                                  pa.array([schema_ids.get(int(i)) for i in idx], pa.int32()))
+        # an id is 4 unsigned bytes, the column an Iceberg int: an id above 2^31 - 1 (no registry
+        # hands one out; a garbage value after a 0 byte) is null there, its reason still names it
+        ids = [schema_ids.get(int(i)) for i in idx]
+        fits = [x if x is not None and x < 1 << 31 else None for x in ids]
+        dead = dead.append_column(DEAD_LETTER_ARROW.field("schema_id"), pa.array(fits, pa.int32()))
         dead = _conform(dead, self.dead_letter.schema().as_arrow())
         for attempt in range(self.config.commit_retries + 1):
             self.dead_letter = self.catalog.load_table(self.identifier)

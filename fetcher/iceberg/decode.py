@@ -50,6 +50,7 @@ from pyiceberg.types import (
     IntegerType,
     ListType,
     LongType,
+    MapType,
     NestedField,
     StringType,
     StructType,
@@ -112,6 +113,11 @@ def _iceberg_type(f: DecodedField, ids: _Ids) -> IcebergType:
     if f.type == "list":
         assert f.element is not None
         return ListType(ids(), _iceberg_type(f.element, ids), element_required=False)
+    if f.type == "map":
+        assert f.key is not None and f.value is not None
+        key_id, value_id = ids(), ids()
+        return MapType(key_id, _iceberg_type(f.key, ids), value_id, _iceberg_type(f.value, ids),
+                       value_required=False)
     try:
         return _PRIMITIVES[f.type]
     except KeyError:  # the config model admits only known names; this guards programmatic use
@@ -469,4 +475,8 @@ def make_decoder(cfg: ValueDecodeConfig) -> Decoder:
         return JsonDecoder(cfg)
     if cfg.format == "json_schema":
         return JsonSchemaDecoder(cfg)
+    if cfg.format == "protobuf":
+        from fetcher.iceberg.protobuf_decode import ProtobufDecoder  # imports this module
+
+        return ProtobufDecoder(cfg)
     return AvroDecoder(cfg)

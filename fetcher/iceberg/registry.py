@@ -1,9 +1,11 @@
 """Writer schemas by id from a Confluent-compatible Schema Registry, cached for the process.
 
-Two calls every Confluent-compatible registry answers (Confluent's own, Apicurio's
+Calls every Confluent-compatible registry answers (Confluent's own, Apicurio's
 ``/apis/ccompat/v7``, Karapace, Redpanda) are used: ``GET {url}/schemas/ids/{id}`` for a
-record's writer schema, and ``GET {url}/subjects/{subject}/versions/latest`` once at start when
-the columns come from a subject's JSON Schema (``iceberg.decode.subject``). A schema id
+record's writer schema, ``GET {url}/subjects/{subject}/versions/latest`` once at start when
+the columns come from a subject's schema (``iceberg.decode.subject``), and
+``GET {url}/subjects/{subject}/versions/{version}`` for the schemas a Protobuf schema imports
+(its ``references``: name, subject, version). A schema id
 names one schema forever, so a schema once fetched is kept; an id the registry does not know
 (HTTP 404) is a property of the record (it goes to the dead-letter table), while a registry that
 does not answer is a property of the moment: :class:`SchemaRegistryError` stops the pass, and the
@@ -33,12 +35,29 @@ class SchemaRegistryError(RlmError):
 
 
 @dataclass(frozen=True, slots=True)
+class Reference:
+    """A schema's import of another registered schema (Protobuf ``import "name"``)."""
+
+    name: str
+    subject: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
 class WriterSchema:
-    """One registered schema: its id, type (``AVRO`` when the registry leaves it out) and text."""
+    """One registered schema: its id, type (``AVRO`` when the registry leaves it out), text and
+    references."""
 
     schema_id: int
     schema_type: str
     text: str
+    references: tuple[Reference, ...] = ()
+
+
+def _schema(schema_id: int, body: dict[str, Any]) -> WriterSchema:
+    refs = tuple(Reference(str(r["name"]), str(r["subject"]), int(r["version"]))
+                 for r in body.get("references") or [])
+    return WriterSchema(schema_id, str(body.get("schemaType") or "AVRO").upper(), str(body["schema"]), refs)
 
 
 class SchemaRegistry:
@@ -53,6 +72,7 @@ class SchemaRegistry:
             token = base64.b64encode(f"{config.username}:{pw}".encode()).decode()
             self._headers["Authorization"] = f"Basic {token}"
         self._cache: dict[int, WriterSchema] = {}
+        self._versions: dict[tuple[str, int], WriterSchema] = {}
         self.requests = 0
 
     def get(self, schema_id: int) -> WriterSchema | None:
@@ -62,7 +82,7 @@ class SchemaRegistry:
         body = self._fetch(schema_id)
         if body is None:
             return None
-        schema = WriterSchema(schema_id, str(body.get("schemaType") or "AVRO").upper(), str(body["schema"]))
+        schema = _schema(schema_id, body)
         self._cache[schema_id] = schema
         log.info("schema_registry_schema", id=schema_id, type=schema.schema_type)
         return schema
@@ -72,9 +92,20 @@ class SchemaRegistry:
         body = self._fetch(f"subjects/{urllib.parse.quote(subject, safe='')}/versions/latest")
         if body is None:
             return None
-        kind = str(body.get("schemaType") or "AVRO").upper()
-        schema = WriterSchema(int(body["id"]), kind, str(body["schema"]))
+        schema = _schema(int(body["id"]), body)
         self._cache.setdefault(schema.schema_id, schema)
+        return schema
+
+    def version(self, subject: str, version: int) -> WriterSchema | None:
+        """Version ``version`` of ``subject`` (a reference's target; a version never changes: cached)."""
+        hit = self._versions.get((subject, version))
+        if hit is not None:
+            return hit
+        body = self._fetch(f"subjects/{urllib.parse.quote(subject, safe='')}/versions/{version}")
+        if body is None:
+            return None
+        schema = _schema(int(body["id"]), body)
+        self._versions[(subject, version)] = schema
         return schema
 
     def _fetch(self, path: str | int) -> dict[str, Any] | None:
