@@ -441,6 +441,19 @@ class ReadConfig(_Strict):
         "`uvloop` (libuv; its TLS transport is compiled) when installed (the `kafka` extra installs it), "
         "else the standard library's; `auto` picks uvloop when it can be imported.",
     )
+    allocator_mmap_threshold_bytes: int = Field(
+        64 * 1024 * 1024, ge=0, le=2**31 - 1,
+        description="`rlm kafka-serve` / `rlm serve`: glibc's mmap threshold. Buffers below it (chunks, "
+        "a Fetch's records) come from the heap and are reused once freed, instead of being mapped "
+        "and page-faulted in anew each time; keep it above `chunk_bytes` and the largest partition "
+        "answer. 0: the C library's default.",
+    )
+    allocator_trim_threshold_bytes: int = Field(
+        512 * 1024 * 1024, ge=0, le=2**31 - 1,
+        description="`rlm kafka-serve` / `rlm serve`: glibc's trim threshold, the free heap kept for "
+        "reuse before it is returned to the system (the process may hold this much more than it "
+        "uses). 0: the C library's default.",
+    )
     kafka_sequential_reads: bool = Field(
         True,
         description="Kafka-protocol endpoint: Fetch reads go through the chunk cache with read-ahead "

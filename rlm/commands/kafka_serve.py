@@ -77,6 +77,7 @@ def kafka_extra_missing() -> str | None:
 
 def serve_kafka_until_signal(config: DaemonConfig, host: str | None, port: int | None) -> int:
     """Serve the Kafka endpoint alone (own fetcher) until SIGTERM/SIGINT; exit status 0."""
+    from fetcher.allocator import tune_allocator
     from fetcher.core import RemoteFetcher
 
     stop = threading.Event()
@@ -87,6 +88,7 @@ def serve_kafka_until_signal(config: DaemonConfig, host: str | None, port: int |
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    tune_allocator(config.read.allocator_mmap_threshold_bytes, config.read.allocator_trim_threshold_bytes)
     with RemoteFetcher.from_config(config) as fetcher:
         handle = start_kafka_listener(fetcher, host, port)
         signal.signal(signal.SIGHUP, lambda signum, frame: handle.reload_tls())  # rotated certificate

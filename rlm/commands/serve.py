@@ -85,7 +85,10 @@ def serve(args: argparse.Namespace) -> int:
 
 def _serve_http(config: DaemonConfig, kafka_at: tuple[str, int] | None) -> int:
     """The HTTP API, with the Kafka listener beside it on the same fetcher when ``kafka_at``."""
+    from fetcher.allocator import tune_allocator
     from rlm.commands.kafka_serve import start_kafka_listener
+
+    tune_allocator(config.read.allocator_mmap_threshold_bytes, config.read.allocator_trim_threshold_bytes)
 
     server = read_api_server(config)
     listener = None
