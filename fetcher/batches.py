@@ -28,6 +28,10 @@ class Located:
     header: BatchHeader
     #: a view into the window read (no copy per batch; a consumer of many batches copies once)
     data: memoryview
+    #: the window ``data`` is a slice of, and where in it: consecutive batches of one window are
+    #: one slice (:func:`contiguous`)
+    window: memoryview | None = None
+    start: int = 0
 
 
 @dataclass(slots=True)
@@ -41,6 +45,24 @@ class WalkLimit:
     """
 
     end: int | None = None
+
+
+def contiguous(batches: list[Located]) -> list[memoryview]:
+    """The batches' bytes as few views as possible: runs of consecutive batches of one window
+    become one slice of it (a socket write per run, not per batch)."""
+    out: list[memoryview] = []
+    run: Located | None = None
+    end = 0
+    for b in batches:
+        if run is not None and b.window is not None and b.window is run.window and b.start == end:
+            end = b.start + len(b.data)
+            continue
+        if run is not None:
+            out.append(run.window[run.start:end] if run.window is not None else run.data)
+        run, end = b, b.start + len(b.data)
+    if run is not None:
+        out.append(run.window[run.start:end] if run.window is not None else run.data)
+    return out
 
 
 def describe(md: RemoteLogSegmentMetadata) -> str:
@@ -81,7 +103,7 @@ def walk(reader: SegmentReader, md: RemoteLogSegmentMetadata, start_position: in
         try:
             for h in iter_batches(data, verify_crc=verify_crc, path=describe(md)):
                 abs_h = replace(h, position=h.position + pos)
-                yield Located(abs_h, view[h.position:h.end_position])
+                yield Located(abs_h, view[h.position:h.end_position], view, h.position)
                 consumed = h.end_position
                 last = abs_h
         except LogFormatError as e:

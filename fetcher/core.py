@@ -275,8 +275,9 @@ class RemoteFetcher:
               isolation: str | IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
               leader_epoch: int | None = None, min_one_message: bool = True, raw_tail: bool = False,
               drop_aborted: bool = False, sequential: bool = False,
-              timeout_ms: int | None = None) -> FetchResult:
-        """Kafka's remote read (see :mod:`fetcher.fetch`), run on the reader pool."""
+              timeout_ms: int | None = None, as_views: bool = False) -> FetchResult:
+        """Kafka's remote read (see :mod:`fetcher.fetch`), run on the reader pool; ``as_views``:
+        the records as :class:`~fetcher.fetch.RecordViews` (``result.views``), not joined."""
         level = IsolationLevel.parse(isolation)
         tp = self.partition(topic, partition)
 
@@ -286,10 +287,10 @@ class RemoteFetcher:
                 bound = self.stable.committed_bound(plan)
                 req = FetchRequest(offset, max_bytes, level, leader_epoch, min_one_message, raw_tail,
                                    drop_aborted, sequential, bound.stable_offset, bound.frontier_aborted,
-                                   bound.limited)
+                                   bound.limited, as_views=as_views)
             else:
                 req = FetchRequest(offset, max_bytes, level, leader_epoch, min_one_message, raw_tail,
-                                   drop_aborted, sequential)
+                                   drop_aborted, sequential, as_views=as_views)
             try:
                 return fetch_from_plan(plan, req, self.reader, self.indexes)
             except RemoteSegmentDeletedError:

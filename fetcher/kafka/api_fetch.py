@@ -22,7 +22,7 @@ from typing import Any
 import structlog
 from kio.schema.errors import ErrorCode
 
-from fetcher.fetch import AbortedTransaction, FetchResult, IsolationLevel
+from fetcher.fetch import AbortedTransaction, FetchResult, IsolationLevel, RecordViews
 from fetcher.kafka import merged
 from fetcher.kafka.api_meta import ZERO
 from fetcher.kafka.codec import has_field, make, nested, response_class
@@ -44,7 +44,7 @@ class _Part:
     max_bytes: int
     leader_epoch: int
     error: ErrorCode = ErrorCode.none
-    records: bytes = b""
+    records: bytes | RecordViews = b""
     hw: int = -1
     lso: int = -1
     log_start: int = -1
@@ -120,25 +120,25 @@ def _read_one(
         except Exception as e:  # storage errors, a cancelled read-ahead: read again
             log.info("kafka_read_ahead_failed", topic=p.topic, partition=p.partition, offset=p.offset,
                      error=str(e))
-    if r is None or (not min_one and len(r.records) > size):
+    if r is None or (not min_one and r.size > size):
         r = ctx.fetcher.fetch(
             p.topic, p.partition, p.offset, max_bytes=size, isolation=isolation, min_one_message=min_one,
-            sequential=ctx.settings.sequential_reads,
+            sequential=ctx.settings.sequential_reads, as_views=True,
         )
-    if r.records and r.next_offset < r.log_end:
+    if not r.empty and r.next_offset < r.log_end:
         ctx.prefetch.start((p.topic, p.partition, r.next_offset, size, int(isolation)),
                            ctx.settings.sequential_reads)
     return r
 
 
 def _apply(p: _Part, r: FetchResult) -> int:
-    p.records = r.records
+    p.records = r.views if r.views is not None else r.records  # written out part by part
     p.hw = p.lso = r.log_end
     if r.last_stable_offset is not None:
         p.lso = r.last_stable_offset
     p.log_start = r.log_start
     p.aborted = r.aborted_transactions
-    return len(r.records)
+    return r.size
 
 
 def _fail(p: _Part, e: RlmError) -> None:
@@ -167,7 +167,7 @@ def _read(ctx: EndpointContext, parts: list[_Part], max_bytes: int, isolation: I
             except RlmError as e:
                 _fail(p, e)
                 continue
-            if total and len(r.records) > max(1, p.max_bytes):
+            if total and r.size > max(1, p.max_bytes):
                 continue  # an oversized first batch after another partition's data: Kafka gives none
             total += _apply(p, r)
         return total

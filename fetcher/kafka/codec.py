@@ -18,6 +18,8 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.static.protocol import Entity, RequestPayload, ResponsePayload
 
+from fetcher.fetch import RecordViews
+
 API_VERSIONS_KEY = 18
 
 #: (api key) -> (min, max) version this endpoint answers; everything else is unsupported.
@@ -98,8 +100,14 @@ class ResponseFrame:
         self.parts: list[bytes | bytearray | memoryview] = []
         self._small = bytearray()
 
-    def write(self, data: bytes | bytearray | memoryview) -> int:
+    def write(self, data: bytes | bytearray | memoryview | RecordViews) -> int:
         n = len(data)
+        if isinstance(data, RecordViews):  # a Fetch's records as views of the cached chunks
+            if self._small:
+                self.parts.append(self._small)
+                self._small = bytearray()
+            self.parts.extend(data.parts)
+            return n
         if n >= _BIG:
             if self._small:
                 self.parts.append(self._small)

@@ -68,4 +68,5 @@ class Prefetcher:
             isolation=IsolationLevel(isolation),
             min_one_message=True,
             sequential=sequential,
+            as_views=True,  # what the endpoint writes out, part by part
         )

@@ -221,8 +221,16 @@ def test_sequential_fetches_across_small_chunks_equal_exact_range_fetches(
             while off < plan.log_end:
                 seq = f.fetch("mixed", 0, off, max_bytes=max_bytes, isolation=isolation, sequential=True)
                 exact = f.fetch("mixed", 0, off, max_bytes=max_bytes, isolation=isolation)
+                views = f.fetch("mixed", 0, off, max_bytes=max_bytes, isolation=isolation, sequential=True,
+                                as_views=True)
                 assert (seq.records, seq.next_offset, seq.aborted_transactions) == (
                     exact.records, exact.next_offset, exact.aborted_transactions), (isolation, off)
+                assert views.records == b"" and views.views is not None and views.size == seq.size
+                assert (bytes(views.views), views.next_offset, views.aborted_transactions) == (
+                    seq.records, seq.next_offset, seq.aborted_transactions), (isolation, off)
+                assert list(views.data_records()) == list(seq.data_records())
+                # consecutive batches of one cached chunk are one view, not one per batch
+                assert len(views.views.parts) <= 2 * (len(seq.records) // 4096 + 1) + 1
                 assert seq.records, off
                 data += seq.records
                 off = seq.next_offset
