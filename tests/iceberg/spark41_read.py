@@ -1,8 +1,8 @@
-"""Read an ``rlm iceberg`` table with Spark SQL through Iceberg's ``SparkCatalog`` (a JdbcCatalog).
+"""Read an ``rlm iceberg`` table with Spark SQL through Iceberg's ``SparkCatalog``.
 
 Run by ``test_iceberg.py`` with the separate pyspark 4.1 (``tests/services/spark41.py``), never
 imported by the tests: the runtime on Maven Central is built for Spark 4.0/4.1 only. Argument: one
-JSON object (catalog name, SQLite file, warehouse, table, jars, one day's bounds and a timestamp
+JSON object (catalog name, the Iceberg catalog's properties, table, jars, one day's bounds and a timestamp
 cutoff) and the file to write one JSON object to: the rows in offset order (binary fields as
 hex, timestamps as epoch milliseconds), the day's count and the count at or after the cutoff.
 """
@@ -19,20 +19,22 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
     from pyspark.sql import SparkSession
 
     name = args["catalog_name"]
-    spark = (SparkSession.builder.master("local[1]").appName("rlm-iceberg-spark41")
-             .config("spark.jars", ",".join(args["jars"]))
-             .config("spark.ui.enabled", "false")
-             .config("spark.sql.session.timeZone", "UTC")
-             .config("spark.sql.shuffle.partitions", "1")
-             .config("spark.sql.extensions",
-                     "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
-             .config(f"spark.sql.catalog.{name}", "org.apache.iceberg.spark.SparkCatalog")
-             .config(f"spark.sql.catalog.{name}.catalog-impl", "org.apache.iceberg.jdbc.JdbcCatalog")
-             .config(f"spark.sql.catalog.{name}.uri", f"jdbc:sqlite:{args['sqlite']}")
-             .config(f"spark.sql.catalog.{name}.warehouse", args["warehouse"])
-             .getOrCreate())
+    builder = (SparkSession.builder.master("local[1]").appName("rlm-iceberg-spark41")
+               .config("spark.jars", ",".join(args["jars"]))
+               .config("spark.driver.memory", "512m")
+               .config("spark.driver.host", "127.0.0.1")
+               .config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.sql.shuffle.partitions", "1")
+               .config("spark.sql.extensions",
+                       "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
+               .config(f"spark.sql.catalog.{name}", "org.apache.iceberg.spark.SparkCatalog"))
+    for key, value in args["catalog"].items():  # the Iceberg catalog's own properties
+        builder = builder.config(f"spark.sql.catalog.{name}.{key}", value)
+    spark = builder.getOrCreate()
     try:
-        # quoted: a table named after its topic may hold '-' or '.'
+        # quoted: a table named after its topic may hold '-'
         table = ".".join(f"`{part}`" for part in [name, *args["table"].split(".", 1)])
         rows = spark.sql(
             f"SELECT `offset`, `partition`, timestampType, unix_millis(`timestamp`) AS ts, "
