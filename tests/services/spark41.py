@@ -1,12 +1,13 @@
 """A separate pyspark 4.1 with Iceberg's Spark runtime, for reading tables back with Spark SQL.
 
 The newest ``iceberg-spark-runtime`` on Maven Central is built for Spark 4.0/4.1; the pyspark this
-project installs (4.3) refuses its ``SparkCatalog``. So the one test that reads an ``rlm iceberg``
-table through Iceberg's own Spark catalog runs ``pyspark==4.1.x`` from a venv of its own, kept in
-the repo's cache directory (``.cache/pyspark-<version>``, created with ``uv`` on first use, then
-reused; keyed by version, so a new pin builds a new venv), with the runtime and the SQLite JDBC
-driver from ``deploy/local/spark41-iceberg/pom.xml``. Nothing else uses this venv; it never
-touches the project's own environment.
+project installs (4.3) refuses its ``SparkCatalog``. So the tests that read an ``rlm iceberg``
+table through Iceberg's own Spark catalog (SQLite and REST catalogs) run ``pyspark==4.1.x`` from
+a venv of its own, kept in the repo's cache directory (``.cache/pyspark-<version>``, created with
+``uv`` on first use, then reused; keyed by version, so a new pin builds a new venv), with the
+runtime, the SQLite JDBC driver and iceberg-aws-bundle from
+``deploy/local/spark41-iceberg/pom.xml``. Nothing else uses this venv; it never touches the
+project's own environment.
 """
 
 from __future__ import annotations
