@@ -21,6 +21,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -289,6 +290,80 @@ def test_rerun_adds_nothing(world: World) -> None:
     r = world.sync("main").run_once()
     assert (r.added_segments, r.added_rows, r.conflicts) == (0, 0, 0)
     assert _result(world, "main") == before
+
+
+def _spark_literal(ms: int) -> str:
+    """A Spark SQL ``TIMESTAMP`` literal of epoch milliseconds ``ms``, in UTC."""
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+
+
+def check_spark41_reads(world: World, result: dict[str, Any], spark_catalog: dict[str, str],
+                        env: dict[str, str] | None = None) -> None:
+    """Spark SQL through Iceberg's own ``SparkCatalog`` (``spark_catalog``: the Iceberg catalog's
+    properties) reads ``result``'s table row for row as the read_committed consumer did, and a
+    day's and a half's ``WHERE timestamp`` counts match the consumer's and PyIceberg's. The
+    runtime exists for Spark 4.0/4.1 only, so this runs a separate pyspark 4.1
+    (``tests/services/spark41.py``) in a subprocess (``spark41_read.py``)."""
+    from pyiceberg.expressions import And, GreaterThanOrEqual, LessThan
+
+    from tests.services.proc import kill, spawn
+    from tests.services.spark41 import spark41
+
+    truth = [r for r in world.truth if r[0] < world.remote_end()]
+    assert table_rows(result)[0] == truth and len(truth) > 100
+    day_start = datetime.fromtimestamp(truth[0][2] / 1000, UTC).replace(hour=0, minute=0, second=0,
+                                                                      microsecond=0)
+    day_end = day_start + timedelta(days=1)
+    cutoff = truth[len(truth) // 2][2]
+    expect_day = sum(1 for r in truth if day_start.timestamp() * 1000 <= r[2] < day_end.timestamp() * 1000)
+    expect_after = sum(1 for r in truth if r[2] >= cutoff)
+    assert 0 < expect_after < len(truth)
+    table = load_catalog(result["catalog_name"], **result["catalog"]).load_table(result["table"])
+    in_day = table.scan(row_filter=And(GreaterThanOrEqual("timestamp", day_start.isoformat()),
+                                       LessThan("timestamp", day_end.isoformat()))).to_arrow()
+    assert in_day.num_rows == expect_day
+
+    s = spark41()
+    args = {"catalog_name": result["catalog_name"], "catalog": spark_catalog, "table": result["table"],
+            "jars": [str(j) for j in s.jars],
+            "day_start": _spark_literal(int(day_start.timestamp() * 1000)),
+            "day_end": _spark_literal(int(day_end.timestamp() * 1000)), "cutoff": _spark_literal(cutoff)}
+    out = world.tmp / f"spark41-{uuid.uuid4().hex[:8]}.json"
+    log = out.with_suffix(".log")
+    full = {k: v for k, v in os.environ.items()  # the project's Spark 4.3 must not leak in
+            if k not in ("SPARK_HOME", "PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON",
+                         "PYSPARK_SUBMIT_ARGS")}
+    full.update(SPARK_LOCAL_IP="127.0.0.1", **(env or {}))
+    p = spawn([str(s.python), str(Path(__file__).with_name("spark41_read.py")), json.dumps(args), str(out)],
+              log=log, env=full)
+    try:
+        p.wait(600)
+    finally:
+        kill(p)
+    assert p.returncode == 0, log.read_text(errors="replace")[-4000:]
+    got = json.loads(out.read_text())
+    assert got["spark"].startswith("4.1.")
+    spark_rows: list[Row] = []
+    for off, part, ts_type, ts, key, value, headers in got["rows"]:
+        assert part == 0
+        spark_rows.append((off, ts_type, ts, None if key is None else bytes.fromhex(key),
+                           None if value is None else bytes.fromhex(value),
+                           tuple((k, None if v is None else bytes.fromhex(v)) for k, v in headers or [])))
+    assert [r[0] for r in spark_rows] == [r[0] for r in truth]
+    assert spark_rows == truth
+    assert (got["day"], got["after"]) == (expect_day, expect_after)
+
+
+@pytest.mark.spark
+def test_spark_sql_through_the_iceberg_runtime_reads_what_the_consumer_read(world: World) -> None:
+    """Spark 4.1 SQL through ``iceberg-spark-runtime``'s ``SparkCatalog``, a JdbcCatalog on the
+    SQLite file PyIceberg writes (the catalog name is PyIceberg's: the JDBC catalog keys its rows
+    by it): row for row the consumer's read, the ``WHERE timestamp`` counts its counts."""
+    world.sync("main").run_once()  # (a no-op after the backfill test; it makes this test standalone)
+    check_spark41_reads(world, _result(world, "main"), {
+        "catalog-impl": "org.apache.iceberg.jdbc.JdbcCatalog",
+        "uri": "jdbc:sqlite:" + world.catalog["uri"].removeprefix("sqlite:///"),
+        "warehouse": world.catalog["warehouse"]})
 
 
 def test_a_writer_that_loses_the_commit_race_adds_nothing(world: World,

@@ -23,11 +23,13 @@ from tests.iceberg.test_iceberg import (
     World,
     _check_equal,
     _check_shared,
+    check_spark41_reads,
     run_at_once,
     run_iceberg,
     table_rows,
 )
 from tests.services.iceberg_rest import IcebergRestCatalog
+from tests.services.s3 import ACCESS_KEY, REGION, SECRET_KEY
 
 pytestmark = [pytest.mark.kafka, pytest.mark.s3, pytest.mark.slow]
 
@@ -67,6 +69,23 @@ def test_rest_catalog_backfill_equals_a_read_committed_consumer(world: World,
     named = [s[1] for snap in table.snapshots()
              for s in json.loads(snap.summary.additional_properties["rlm.segments"])]
     assert sorted(named) == sorted(ids)
+
+
+@pytest.mark.spark
+def test_spark_sql_through_the_iceberg_runtime_on_the_rest_catalog(world: World,
+                                                                   iceberg_rest: IcebergRestCatalog) -> None:
+    """Spark 4.1 SQL through ``iceberg-spark-runtime``'s ``SparkCatalog`` on the REST catalog, the
+    data files read from SeaweedFS with S3FileIO (``iceberg-aws-bundle``): row for row the
+    consumer's read, the ``WHERE timestamp`` counts its counts (see test_iceberg's SQLite twin)."""
+    world.sync("rest", catalog=iceberg_rest.properties).run_once()  # (no-op after the backfill test)
+    env = {"AWS_REGION": REGION, "AWS_REQUEST_CHECKSUM_CALCULATION": "WHEN_REQUIRED",  # SeaweedFS
+           "AWS_RESPONSE_CHECKSUM_VALIDATION": "WHEN_REQUIRED"}
+    check_spark41_reads(world, _rest_result(world, iceberg_rest, "rest"), {
+        "type": "rest", "uri": iceberg_rest.uri, "warehouse": iceberg_rest.warehouse,
+        "io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
+        "s3.endpoint": iceberg_rest.s3.endpoint_url, "s3.path-style-access": "true",
+        "s3.access-key-id": ACCESS_KEY, "s3.secret-access-key": SECRET_KEY, "client.region": REGION},
+        env)
 
 
 def test_two_writers_at_once_on_the_rest_catalog_add_each_segment_once(
