@@ -10,6 +10,9 @@ One self-contained run:
    * ``iceberg (PyIceberg)``: ``IcebergSync.run_once`` into a new table (SQL catalog on SQLite,
      local warehouse, ``day(timestamp)`` partitions, 128 MiB target files): rows through the read
      core, sorted, Parquet data files, one snapshot per 4 segments;
+   * ``iceberg (Spark engine)``: ``SparkIcebergSync.run_once`` (``rlm iceberg --engine spark``) into
+     a new table on the same SparkSession: the data files written by a Spark job over the
+     ``kafka-tiered`` source, committed through PyIceberg with the same ledger;
    * ``rlm backfill (Spark)``: ``rlm.commands.backfill.run`` of the same range (the ``kafka-tiered``
      source, plain Parquet by date, on one ``local[2]`` SparkSession created before the rounds;
      its time includes the backfill's own read-back count, as the command does);
@@ -137,6 +140,9 @@ def main() -> int:
     ap.add_argument("--days", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=3, help="counted interleaved rounds (after one warm-up)")
     ap.add_argument("--no-save", action="store_true", help="write no docs/data/bench-iceberg.json")
+    ap.add_argument("--spark-segments-per-commit", type=int, default=None,
+                    help="iceberg.segments_per_commit for the Spark engine case (default: the config's, 4): "
+                    "one Spark job per commit")
     args = ap.parse_args()
     rec = Recorder("iceberg", args)
     quiet_logs()
@@ -250,8 +256,22 @@ def main() -> int:
             t = pq.read_table(out, columns=["offset", "key", "value"])
             return Result(dt, digest(t), seg_bytes, int(s["rows"]), {"rows_per_s": s["rows"] / dt})
 
+        def iceberg_spark() -> Result:
+            from fetcher.iceberg.spark_engine import SparkIcebergSync
+
+            catalog, props = fresh_catalog("ice-spark")
+            cfg = IcebergConfig(catalog=props) if args.spark_segments_per_commit is None else IcebergConfig(
+                catalog=props, segments_per_commit=args.spark_segments_per_commit)
+            sync = SparkIcebergSync(f, catalog, cfg, TOPIC, spark=spark, rlm_config=str(cfg_path))
+            t0 = time.perf_counter()
+            r = sync.run_once()
+            dt = time.perf_counter() - t0
+            t = catalog.load_table(sync.identifier).scan().to_arrow()
+            return Result(dt, digest(t), seg_bytes, r.added_rows, {"rows_per_s": r.added_rows / dt})
+
         rows = run_rounds(
-            {"iceberg (PyIceberg)": iceberg, "rlm backfill (Spark)": spark_backfill},
+            {"iceberg (PyIceberg)": iceberg, "iceberg (Spark engine)": iceberg_spark,
+             "rlm backfill (Spark)": spark_backfill},
             args.rounds,
             label="write",
             expect=want,
@@ -262,6 +282,15 @@ def main() -> int:
                 rows,
                 "rows/s into an Iceberg table (PyIceberg) vs rlm backfill to plain Parquet (Spark)",
                 "iceberg (PyIceberg)",
+                "rlm backfill (Spark)",
+                0.8,
+            )
+        )
+        rec.add(
+            headline(
+                rows,
+                "rows/s into an Iceberg table (Spark engine) vs rlm backfill to plain Parquet (Spark)",
+                "iceberg (Spark engine)",
                 "rlm backfill (Spark)",
                 0.8,
             )
