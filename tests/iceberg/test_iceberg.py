@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -89,6 +89,12 @@ class World:
         """The remote segments on the lineage, as the read core plans them (kept about a second)."""
         links = self.fetcher.plan(topic or self.topic, 0).segments
         return [link.metadata.remote_log_segment_id.id.text for link in links]
+
+    def segment_of(self, offsets: Iterable[int], topic: str | None = None) -> list[str]:
+        """The id of the lineage segment holding each offset (partition 0)."""
+        links = self.fetcher.plan(topic or self.topic, 0).segments
+        spans = [(link.first, link.last, link.metadata.remote_log_segment_id.id.text) for link in links]
+        return [next(sid for lo, hi, sid in spans if lo <= o <= hi) for o in offsets]
 
     def remote_end(self, topic: str | None = None) -> int:
         return int(self.fetcher.plan(topic or self.topic, 0).log_end)
@@ -222,6 +228,7 @@ def _check_equal(world: World, result: dict[str, Any], ids: list[str]) -> list[R
     assert [r[0] for r in rows] == [r[0] for r in truth]  # no duplicate, no missing offset
     assert rows == truth
     assert result["segments"] == len(ids) and set(seg_of_row) <= set(ids)
+    assert seg_of_row == world.segment_of(r[0] for r in rows)  # each row names the segment holding it
     assert result["rows"] == len(truth)
     assert not any(r[5] == (("txn", b"a"),) for r in rows)  # the aborted transaction is not
     return rows

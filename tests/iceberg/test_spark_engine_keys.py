@@ -56,3 +56,14 @@ def test_day_and_hour_keys_are_icebergs_utc_transforms(zone: Any, tz: str) -> No
         assert got == want, (tz, by)
     # two UTC days: two keys in every zone (a date formatted in New York would join the first two)
     assert len({day(_micros(t)) for t in INSTANTS[:2]}) == 2
+
+
+def test_segment_runs_join_consecutive_segments_of_a_partition_only() -> None:
+    """The Spark engine reads each run with one scan: runs never span a gap or two partitions."""
+    from fetcher.iceberg.ledger import SegmentWork
+    from fetcher.iceberg.spark_engine import segment_runs
+
+    g = [SegmentWork(1, "d", 0, 50), SegmentWork(0, "b", 100, 200), SegmentWork(0, "a", 0, 100),
+         SegmentWork(0, "c", 250, 300), SegmentWork(1, "e", 50, 60)]
+    assert [[w.segment_id for w in run] for run in segment_runs(g)] == [["a", "b"], ["c"], ["d", "e"]]
+    assert segment_runs([]) == []
