@@ -37,7 +37,10 @@ class Tiered:
             None, work_dir=str(work),
             storage={"plugin": plugin, "config": {"root": str(self.work / "remote")}},
             metadata={"manager": manager, "config": {"dir": str(self.work / "metadata")}},
-            read={"http_port": 0, **read})
+            # a read's default timeout (500 ms, Kafka's remote.fetch.max.wait.ms) is a wall-clock
+            # limit: on 2 cores shared with a CI run and benchmarks one page of a walk exceeded it
+            # (a 504); tests of the timeout itself pass their own
+            read={"http_port": 0, "fetch_max_wait_ms": 30_000, **read})
 
 
 @pytest.fixture(scope="package")
