@@ -136,12 +136,12 @@ def decoded_schema(cfg: ValueDecodeConfig) -> Schema:
     return Schema(*SCHEMA.fields, *extra)
 
 
-def _arrow_fields(cfg: ValueDecodeConfig) -> pa.Schema:
+def arrow_fields(cfg: ValueDecodeConfig) -> pa.Schema:
     full = decoded_schema(cfg).as_arrow()
     return pa.schema([full.field(f.name) for f in cfg.fields])
 
 
-def _required_errors(cfg: ValueDecodeConfig, columns: list[pa.Array], present: pa.Array,
+def required_errors(cfg: ValueDecodeConfig, columns: list[pa.Array], present: pa.Array,
                      errors: dict[int, str]) -> None:
     """Rows with a non-null value whose required field decoded to null."""
     for f, col in zip(cfg.fields, columns, strict=True):
@@ -152,7 +152,7 @@ def _required_errors(cfg: ValueDecodeConfig, columns: list[pa.Array], present: p
             errors.setdefault(i, f"required field {f.name!r} is missing or null")
 
 
-def _null_failed(columns: list[pa.Array], failed: set[int], n: int) -> list[pa.Array]:
+def null_failed(columns: list[pa.Array], failed: set[int], n: int) -> list[pa.Array]:
     if not failed:
         return columns
     mask = np.ones(n, dtype=bool)
@@ -188,7 +188,7 @@ class JsonDecoder:
 
     def __init__(self, cfg: ValueDecodeConfig) -> None:
         self.cfg = cfg
-        self.arrow_schema = _arrow_fields(cfg)
+        self.arrow_schema = arrow_fields(cfg)
         # arrow's JSON reader takes plain types (no large lists, dates as timestamps): parse into
         # those, cast after; members not configured are inferred (and then left out)
         self._value_type = pa.struct([pa.field(f.name, _plain(f.type)) for f in self.arrow_schema])
@@ -206,8 +206,8 @@ class JsonDecoder:
         text = pc.replace_substring(pc.replace_substring(values.take(rows), b"\n", b" "), b"\r", b" ")
         self._parse(pc.binary_join_element_wise(b'{"v":', text, b"}", b""), rows, good, errors)
         columns = self._assemble(n, good, errors)
-        _required_errors(self.cfg, columns, present, errors)
-        return Decoded(_null_failed(columns, set(errors), n), errors)
+        required_errors(self.cfg, columns, present, errors)
+        return Decoded(null_failed(columns, set(errors), n), errors)
 
     def _parse(self, lines: pa.Array, rows: pa.Array, out: list[tuple[pa.Array, pa.Array]],
                errors: dict[int, str]) -> None:
@@ -284,7 +284,7 @@ class AvroDecoder:
 
         assert cfg.schema_registry is not None
         self.cfg = cfg
-        self.arrow_schema = _arrow_fields(cfg)
+        self.arrow_schema = arrow_fields(cfg)
         self._struct = pa.struct(list(self.arrow_schema))
         self.registry = registry or SchemaRegistry(cfg.schema_registry)
         self._fastavro = fastavro
@@ -340,8 +340,8 @@ class AvroDecoder:
             records[i] = rec  # Arrow takes the configured fields by name (missing: null; others: left out)
         columns = self._columns(records, errors)
         present = pc.is_valid(values)
-        _required_errors(self.cfg, columns, present, errors)
-        return Decoded(_null_failed(columns, set(errors), n), errors, ids)
+        required_errors(self.cfg, columns, present, errors)
+        return Decoded(null_failed(columns, set(errors), n), errors, ids)
 
     def _columns(self, records: list[dict[str, Any] | None], errors: dict[int, str]) -> list[pa.Array]:
         """One Arrow call for the batch; a record that does not fit the columns is found alone."""
@@ -362,7 +362,7 @@ class AvroDecoder:
 
 
 # ---- JSON Schema through a Schema Registry -----------------------------------------------------
-def _framing_error(v: bytes) -> str:
+def framing_error(v: bytes) -> str:
     if not v:
         return "not Confluent wire format (empty value)"
     if v[0] != 0:
@@ -387,16 +387,27 @@ def columns_from_subject(cfg: ValueDecodeConfig, registry: SchemaRegistry) -> Va
                                 f"is not JSON: {e}") from e
     where = f"iceberg.decode.subject {cfg.subject!r} (schema id {ws.schema_id})"
     cols = columns_from_json_schema(doc, where=where)
-    taken = {f.name for f in SCHEMA.fields}  # a property named like a Kafka column stays in `value`
-    fields = [f for f in cols.fields if f.name not in taken]
-    left_out = [*cols.skipped, *(f.name for f in cols.fields if f.name in taken)]
-    if left_out:
-        log.warning("json_schema_properties_left_out", subject=cfg.subject, schema_id=ws.schema_id,
-                    properties=left_out)
-    if not fields:
-        raise DecodeConfigError(f"iceberg.decode.subject {cfg.subject!r}: no property of schema id "
-                                f"{ws.schema_id} gives a column (left out: {left_out})")
+    fields = columns_beside_kafka(
+        cols.fields, cols.skipped, where=f"iceberg.decode.subject {cfg.subject!r}",
+        what=f"property of schema id {ws.schema_id}", event="json_schema_properties_left_out",
+        subject=cfg.subject, schema_id=ws.schema_id)
     return cfg.model_copy(update={"fields": fields})
+
+
+def columns_beside_kafka(fields: list[DecodedField], skipped: list[str], *, where: str, what: str,
+                         event: str, **log_fields: Any) -> list[DecodedField]:
+    """The fields a registry schema gives that can be columns. One named like a Kafka column
+    (``key``, ``offset``...) stays in ``value``: logged once with those the schema could not map,
+    so an operator sees what is not a column; none left is a configuration error, not an empty
+    decode."""
+    taken = {f.name for f in SCHEMA.fields}
+    kept = [f for f in fields if f.name not in taken]
+    left_out = [*skipped, *(f.name for f in fields if f.name in taken)]
+    if left_out:
+        log.warning(event, left_out=left_out, **log_fields)
+    if not kept:
+        raise DecodeConfigError(f"{where}: no {what} gives a column (left out: {left_out})")
+    return kept
 
 
 class JsonSchemaDecoder:
@@ -449,7 +460,7 @@ class JsonSchemaDecoder:
                             offset=4 * fixed.offset).astype(np.int64)
         errors: dict[int, str] = {}
         for i in np.flatnonzero(present & ~framed_np).tolist():
-            errors[i] = _framing_error(values[i].as_py())
+            errors[i] = framing_error(values[i].as_py())
         ok = framed_np.copy()
         for sid in np.unique(ids[framed_np]).tolist():
             why = self._check(sid)
@@ -464,7 +475,7 @@ class JsonSchemaDecoder:
         inner = self.json.decode(texts)
         errors.update(inner.errors)
         schema_ids = {i: int(ids[i]) for i in errors if framed_np[i]}
-        return Decoded(_null_failed(inner.columns, set(inner.errors), n), errors, schema_ids)
+        return Decoded(null_failed(inner.columns, set(inner.errors), n), errors, schema_ids)
 
 
 def make_decoder(cfg: ValueDecodeConfig) -> Decoder:

@@ -55,10 +55,11 @@ import structlog
 from fetcher.iceberg.decode import (
     DecodeConfigError,
     Decoded,
-    _arrow_fields,
-    _framing_error,
-    _null_failed,
-    _required_errors,
+    arrow_fields,
+    columns_beside_kafka,
+    framing_error,
+    null_failed,
+    required_errors,
 )
 from fetcher.iceberg.protobuf_schema import (
     TIMESTAMP,
@@ -73,7 +74,6 @@ from fetcher.iceberg.protobuf_schema import (
     type_name,
 )
 from fetcher.iceberg.registry import SchemaRegistry, WriterSchema
-from fetcher.iceberg.table import SCHEMA
 from rlm.config import ValueDecodeConfig
 
 log = structlog.get_logger(__name__)
@@ -238,17 +238,11 @@ class ProtobufDecoder:
             raise DecodeConfigError(f"{where}: schema id {ws.schema_id} has no message {name!r}")
         self.message: str = desc.full_name
         cols = columns_from_message(desc)
-        taken = {f.name for f in SCHEMA.fields}  # a field named like a Kafka column stays in `value`
-        fields = [f for f in cols.fields if f.name not in taken]
-        left_out = [*cols.skipped, *(f.name for f in cols.fields if f.name in taken)]
-        if left_out:
-            log.warning("protobuf_fields_left_out", subject=cfg.subject, message=self.message,
-                        fields=left_out)
-        if not fields:
-            raise DecodeConfigError(f"{where}: no field of {self.message} gives a column "
-                                    f"(left out: {left_out})")
+        fields = columns_beside_kafka(cols.fields, cols.skipped, where=where,
+                                      what=f"field of {self.message}", event="protobuf_fields_left_out",
+                                      subject=cfg.subject, message=self.message)
         self.cfg = cfg.model_copy(update={"fields": fields})
-        self.arrow_schema = _arrow_fields(self.cfg)
+        self.arrow_schema = arrow_fields(self.cfg)
         self.parses = 0
 
     # ---- schema ids ------------------------------------------------------------------------
@@ -301,7 +295,7 @@ class ProtobufDecoder:
         schema_ids: dict[int, int] = {}
         for i in np.flatnonzero(present & ~framed).tolist():
             v = values[i].as_py()
-            errors[i] = (_framing_error(v) if len(v) != 5 or v[0] != 0
+            errors[i] = (framing_error(v) if len(v) != 5 or v[0] != 0
                          else "not Confluent Protobuf wire format (no message-index list)")
             if len(v) == 5 and v[0] == 0:
                 schema_ids[i] = int.from_bytes(v[1:5], "big")
@@ -330,8 +324,8 @@ class ProtobufDecoder:
             payloads = pc.binary_slice(values.take(pa.array(at)), start, (1 << 31) - 1)
             self._parse(schema, cls, payloads, at, parts, errors)
         columns = self._assemble(n, parts)
-        _required_errors(self.cfg, columns, pa.array(present), errors)
-        return Decoded(_null_failed(columns, set(errors), n), errors, schema_ids)
+        required_errors(self.cfg, columns, pa.array(present), errors)
+        return Decoded(null_failed(columns, set(errors), n), errors, schema_ids)
 
     def _parse(self, schema: _Schema, cls: Any, chunk: pa.Array, rows: np.ndarray[Any, Any],
                out: list[tuple[np.ndarray[Any, Any], list[pa.Array]]], errors: dict[int, str]) -> None:
