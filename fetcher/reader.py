@@ -128,8 +128,7 @@ class SegmentReader:
                                    f"segment's {size} bytes")
         self.limiter.acquire(end - start)
         try:
-            with self.rsm.fetch_log_segment(md, start, end - 1) as stream:
-                data = _read_exactly(stream, end - start)
+            data = self.rsm.read_log_segment_range(md, start, end - 1)
         except RemoteResourceNotFoundError as e:
             raise RemoteSegmentDeletedError(
                 f"{md.remote_log_segment_id} (offsets {md.start_offset}..{md.end_offset}) is no longer "
@@ -261,37 +260,3 @@ class SegmentReader:
         with self._lock:
             for key in [k for k in self._chunks if k[0] == sid]:
                 self._cached -= len(self._chunks.pop(key))
-
-
-def _read_exactly(stream: object, n: int) -> bytes:
-    """Read up to ``n`` bytes, looping over short reads; fewer only at end of stream.
-
-    ``read(n)`` of a buffered stream fills the returned ``bytes`` straight from the raw stream, so
-    a chunk is copied once (reading into a ``bytearray`` and converting would copy it twice).
-    """
-    read = getattr(stream, "read", None)
-    if read is None:
-        return _readinto_exactly(stream, n)
-    parts: list[bytes] = []
-    got = 0
-    while got < n:
-        piece = read(n - got)
-        if not piece:
-            break
-        parts.append(piece)
-        got += len(piece)
-    if len(parts) == 1:
-        return parts[0]
-    return b"".join(parts)
-
-
-def _readinto_exactly(stream: object, n: int) -> bytes:
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        k = stream.readinto(view[got:])  # type: ignore[attr-defined]
-        if not k:
-            break
-        got += k
-    return bytes(view[:got]) if got < n else bytes(buf)

@@ -42,6 +42,7 @@ from rlm.types import (
     TopicPartition,
 )
 
+from . import streams
 from .config import PluginConfig, normalize_keys, parse_config
 from .listing import StoredObject
 from .redirect import stored_partition
@@ -170,6 +171,22 @@ class RemoteStorageManager(ABC, Generic[C]):
         at or past the end of a non-empty object raises :class:`RemoteRangeError`. A missing
         segment raises :class:`RemoteResourceNotFoundError`. The caller closes the stream.
         """
+
+    def read_log_segment_range(
+        self, metadata: RemoteLogSegmentMetadata, start_position: int, end_position: int
+    ) -> bytes:
+        """Bytes ``start_position..end_position`` (both **inclusive**, end clamped to the object)
+        of the ``.log`` file as one ``bytes``: how the read core fetches its chunks. Range and
+        error rules as :meth:`fetch_log_segment`, whose stream the default reads. A plugin
+        overrides it when it can fill the result with fewer copies (the ``s3`` plugin reads the
+        socket straight into it); the result must be what :meth:`fetch_log_segment` streams."""
+        with self.fetch_log_segment(metadata, start_position, end_position) as stream:
+            data = streams.read_exactly(stream, end_position - start_position + 1)
+            if stream.read(1):  # reaching the end is what checks a whole file's checksum
+                raise RemoteStorageError(
+                    f"{self.display_name}: segment {metadata.remote_log_segment_id} streamed more than "
+                    f"the {end_position - start_position + 1} bytes asked at position {start_position}")
+            return data
 
     @abstractmethod
     def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> BinaryIO:

@@ -30,12 +30,14 @@ from .api import (
     RemoteRangeError,
     RemoteResourceNotFoundError,
     RemoteStorageError,
+    RemoteStorageIntegrityError,
     RemoteStorageManager,
     TopicIdPartition,
 )
 from .integrity import FileChecksum, LayoutCode, SegmentManifest
 from .layout import SegmentFileType
 from .listing import StoredObject, parse_name
+from .s3_direct_get import PRESIGN_SECONDS, DirectRangeGetter
 from .s3_errors import client_error_code, map_error
 from .s3_transfer import ChunkedBody, Uploader
 
@@ -75,6 +77,11 @@ class S3Config(PluginConfig):
         "when_required", description="botocore request checksums; the plugin checks CRC-32C itself."
     )
     use_recorded_location: bool = Field(True, description="Read from the bucket/prefix the copy recorded.")
+    direct_range_gets: bool = Field(
+        True,
+        description="Read the read core's chunks with presigned GETs through http.client (one copy from "
+        "the socket) instead of boto3 (four); any answer but a complete 206 is retried through boto3.",
+    )
 
 
 class S3RemoteStorageManager(RemoteStorageManager[S3Config]):
@@ -82,12 +89,13 @@ class S3RemoteStorageManager(RemoteStorageManager[S3Config]):
 
     plugin_name = "s3"
     config_model = S3Config
-    transient_attributes = frozenset({"_lock", "_client", "_pools"})
+    transient_attributes = frozenset({"_lock", "_client", "_pools", "_direct"})
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._client: Any = None
         self._pools: dict[str, ThreadPoolExecutor] = {}
+        self._direct: DirectRangeGetter | None = None
 
     # ---- configuration and clients ----------------------------------------------------------
     def on_configure(self, cfg: S3Config) -> None:
@@ -111,7 +119,7 @@ class S3RemoteStorageManager(RemoteStorageManager[S3Config]):
                     self._client = self._make_client()
         return self._client
 
-    def _make_client(self) -> Any:
+    def _make_client(self, **overrides: Any) -> Any:
         import boto3
         from botocore.config import Config
 
@@ -124,6 +132,7 @@ class S3RemoteStorageManager(RemoteStorageManager[S3Config]):
             profile_name=cfg.profile,
         )
         bc = Config(
+            **overrides,
             s3={"addressing_style": "path" if cfg.path_style else "auto"},
             # botocore's ``max_attempts`` counts retries after the first try; ours counts attempts
             retries={"total_max_attempts": cfg.max_attempts, "mode": cfg.retry_mode},
@@ -134,6 +143,26 @@ class S3RemoteStorageManager(RemoteStorageManager[S3Config]):
             response_checksum_validation="when_required",
         )
         return session.client("s3", endpoint_url=cfg.endpoint_url, config=bc)
+
+    def _direct_getter(self) -> DirectRangeGetter | None:
+        """The one-copy GET path (:mod:`rsm_plugins.s3_direct_get`), created on first use."""
+        cfg = self.config
+        if not cfg.direct_range_gets:
+            return None
+        if self._direct is None:
+            with self._lock:
+                if self._direct is None:
+                    # SigV4 query signing (a presigned URL's default can be SigV2), same addressing
+                    signer = self._make_client(signature_version="s3v4")
+                    # the CA bundle botocore resolved (AWS_CA_BUNDLE, the profile's, certifi's)
+                    session = getattr(getattr(signer, "_endpoint", None), "http_session", None)
+                    verify = getattr(session, "_verify", None)
+                    self._direct = DirectRangeGetter(
+                        lambda bucket, key: str(signer.generate_presigned_url(
+                            "get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=PRESIGN_SECONDS)),
+                        connect_timeout=cfg.connect_timeout, read_timeout=cfg.read_timeout,
+                        ca_bundle=verify)
+        return self._direct
 
     def _pool(self, which: Literal["file", "part", "fetch"]) -> ThreadPoolExecutor:
         """Separate pools so that a task never waits on a task queued behind it in its own pool."""
@@ -149,6 +178,9 @@ class S3RemoteStorageManager(RemoteStorageManager[S3Config]):
         with self._lock:
             pools, self._pools = list(self._pools.values()), {}
             client, self._client = self._client, None
+            direct, self._direct = self._direct, None
+        if direct is not None:
+            direct.close()
         for pool in pools:
             pool.shutdown(wait=False, cancel_futures=True)
         if client is not None:
@@ -253,6 +285,34 @@ class S3RemoteStorageManager(RemoteStorageManager[S3Config]):
             bucket, key, start_position, end_position,
             lambda: self._expected(metadata, SegmentFileType.SEGMENT),
         )
+
+    def read_log_segment_range(
+        self, metadata: RemoteLogSegmentMetadata, start_position: int, end_position: int
+    ) -> bytes:
+        """One copy from the socket when the direct path answers (see :mod:`.s3_direct_get`);
+        otherwise, and for every error, the boto3 stream of :meth:`fetch_log_segment`."""
+        direct = self._direct_getter() if 0 <= start_position <= end_position else None
+        if direct is not None:
+            bucket, prefix = self._location(metadata)
+            key = self.key(metadata, SegmentFileType.SEGMENT, prefix)
+            got = direct.get(bucket, key, start_position, end_position)
+            if got is not None:
+                data, size = got
+                if streams.covers_whole(start_position, start_position + len(data), size):
+                    self._check_whole(data, metadata, f"s3://{bucket}/{key}")
+                return data
+        return super().read_log_segment_range(metadata, start_position, end_position)
+
+    def _check_whole(self, data: bytes, metadata: RemoteLogSegmentMetadata, what: str) -> None:
+        """The CRC-32C check a whole-file read through :func:`streams.wrap` makes."""
+        expected = self._expected(metadata, SegmentFileType.SEGMENT)
+        if expected is None:
+            return
+        got = FileChecksum(size=len(data), crc32c=integrity.crc32c(data))
+        if got != expected:
+            raise RemoteStorageIntegrityError(
+                f"{what}: checksum mismatch: read {got.size} bytes with CRC-32C {got.crc32c:#010x}, "
+                f"copy recorded {expected.size} bytes with CRC-32C {expected.crc32c:#010x}")
 
     def open_object(self, key: str, start: int = 0, end: int | None = None) -> BinaryIO:
         cfg = self.config

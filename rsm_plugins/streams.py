@@ -159,3 +159,37 @@ def wrap(
         )
     raw = RemoteStream(inner, length, what=what, map_error=map_error, expected=expected)
     return io.BufferedReader(raw, buffer_size)
+
+
+def read_exactly(stream: object, n: int) -> bytes:
+    """Read up to ``n`` bytes, looping over short reads; fewer only at end of stream.
+
+    ``read(n)`` of a buffered stream fills the returned ``bytes`` straight from the raw stream, so
+    a chunk is copied once (reading into a ``bytearray`` and converting would copy it twice).
+    """
+    read = getattr(stream, "read", None)
+    if read is None:
+        return _readinto_exactly(stream, n)
+    parts: list[bytes] = []
+    got = 0
+    while got < n:
+        piece = read(n - got)
+        if not piece:
+            break
+        parts.append(piece)
+        got += len(piece)
+    if len(parts) == 1:
+        return parts[0]
+    return b"".join(parts)
+
+
+def _readinto_exactly(stream: object, n: int) -> bytes:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = stream.readinto(view[got:])  # type: ignore[attr-defined]
+        if not k:
+            break
+        got += k
+    return bytes(view[:got]) if got < n else bytes(buf)

@@ -260,6 +260,31 @@ class RemoteStorageManagerContract:
             with pytest.raises(RemoteRangeError):
                 rng(start, end)
 
+    def test_read_log_segment_range(self, rsm: RemoteStorageManager, segments: SegmentFactory) -> None:
+        """The read core's chunk reads: the same bytes as :meth:`fetch_log_segment`'s stream, the
+        same errors, and a whole-file read checked against the recorded checksum."""
+        seg = segments.make(self.segment_bytes)
+        md = self.copy(rsm, seg)
+        data, n = seg.log, len(seg.log)
+        for start, end in ((0, 0), (0, n - 1), (1234, 99_999), (n // 2, n - 1), (n - 1, n - 1)):
+            got = rsm.read_log_segment_range(md, start, end)
+            assert isinstance(got, bytes) and got == data[start : end + 1], (start, end)
+        assert rsm.read_log_segment_range(md, n - 10, n + 10_000) == data[-10:], "the end is clamped"
+        for start, end in ((n, n + 5), (-1, 10), (10, 9)):
+            with pytest.raises(RemoteRangeError):
+                rsm.read_log_segment_range(md, start, end)
+        with pytest.raises(RemoteResourceNotFoundError):
+            rsm.read_log_segment_range(segments.make(10).metadata, 0, 9)
+        manifest = integrity.decode(md.custom_metadata)
+        if self.records_checksums and manifest is not None:
+            files = dict(manifest.files)
+            cs = files[SegmentFileType.SEGMENT]
+            files[SegmentFileType.SEGMENT] = FileChecksum(cs.crc32c ^ 1, cs.size)
+            bad = replace(md, custom_metadata=integrity.encode(replace(manifest, files=files)))
+            with pytest.raises(RemoteStorageIntegrityError):
+                rsm.read_log_segment_range(bad, 0, n - 1)
+            assert rsm.read_log_segment_range(bad, 1, n - 1) == data[1:], "a part is not checked"
+
     def test_partial_reads_of_a_stream(self, rsm: RemoteStorageManager, segments: SegmentFactory) -> None:
         seg = segments.make(self.segment_bytes)
         md = self.copy(rsm, seg)

@@ -238,6 +238,9 @@ class _ShortReads:
         with self.inner.fetch_log_segment(md, start, end) as s:  # type: ignore[attr-defined]
             return io.BytesIO(s.read()[:-100])
 
+    def read_log_segment_range(self, md, start, end):  # type: ignore[no-untyped-def]
+        return self.inner.read_log_segment_range(md, start, end)[:-100]  # type: ignore[attr-defined]
+
     def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)
 
