@@ -127,7 +127,7 @@ class SparkIcebergSync(IcebergSync):
         return self._frame(groups).sortWithinPartitions(GROUP, PART, "partition", "offset")
 
     def prepare_pass(self, groups: list[list[SegmentWork]], topic_id: str, result: PassResult) -> None:
-        """The data files of every group of the pass, in one Spark job (see :meth:`pass_writer`),
+        """The data files of every group of the pass, in one Spark job (see :meth:`pass_frame`),
         under a directory of this pass's own: a later pass never takes them (it writes again what
         the ledger lacks). Group ``k``'s files are those under ``_rlm_group=<k>/``."""
         if not groups:
