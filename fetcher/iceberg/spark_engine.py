@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
+import structlog
 from pyiceberg.io.pyarrow import PyArrowFileIO, parquet_files_to_data_files
 from pyiceberg.manifest import DataFile
 from pyiceberg.partitioning import PartitionSpec
@@ -40,6 +42,8 @@ from pyiceberg.table import Table
 from fetcher.iceberg.ledger import SegmentWork
 from fetcher.iceberg.writer import IcebergSync, PassResult
 from rlm.errors import ConfigError, IcebergTableError
+
+log = structlog.get_logger(__name__)
 
 NAME_MAPPING = "schema.name-mapping.default"
 TS_CONF = "spark.sql.parquet.outputTimestampType"
@@ -133,6 +137,7 @@ class SparkIcebergSync(IcebergSync):
         if not groups:
             return
         out = f"{self.table.location().rstrip('/')}/data/spark-{uuid.uuid4().hex}"
+        t0 = time.monotonic()
         old = self.spark.conf.get(TS_CONF, None)
         self.spark.conf.set(TS_CONF, "TIMESTAMP_MICROS")  # Iceberg's timestamptz (not INT96)
         try:
@@ -142,12 +147,16 @@ class SparkIcebergSync(IcebergSync):
                 self.spark.conf.unset(TS_CONF)
             else:
                 self.spark.conf.set(TS_CONF, old)
+        t1 = time.monotonic()
         paths = _parquet_under(self.table, out)
         files = list(parquet_files_to_data_files(self.table.io, self.table.metadata, iter(paths)))
         by_group: dict[int, list[DataFile]] = {k: [] for k in range(len(groups))}
         for f in files:
             by_group[group_in_path(f.file_path)].append(f)
         self._prepared.update({tuple(group): by_group[k] for k, group in enumerate(groups)})
+        log.info("iceberg_spark_pass_written", table=self.identifier, location=out, groups=len(groups),
+                 segments=sum(len(g) for g in groups), files=len(files), job_s=round(t1 - t0, 3),
+                 footers_s=round(time.monotonic() - t1, 3))
 
     def write_files(self, group: list[SegmentWork], topic_id: str,
                     result: PassResult) -> tuple[list[DataFile], int]:
