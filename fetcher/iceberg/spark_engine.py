@@ -71,6 +71,7 @@ class SparkIcebergSync(IcebergSync):
         self.spark = spark
         self.rlm_config = rlm_config
         self._prepared: dict[tuple[SegmentWork, ...], list[DataFile]] = {}  # this pass's, per group
+        self._pass_groups: list[list[SegmentWork]] = []  # the pass's groups, in commit order
         from fetcher.spark import register
 
         register(spark)
@@ -131,11 +132,30 @@ class SparkIcebergSync(IcebergSync):
         return self._frame(groups).sortWithinPartitions(GROUP, PART, "partition", "offset")
 
     def prepare_pass(self, groups: list[list[SegmentWork]], topic_id: str, result: PassResult) -> None:
-        """The data files of every group of the pass, in one Spark job (see :meth:`pass_frame`),
-        under a directory of this pass's own: a later pass never takes them (it writes again what
-        the ledger lacks). Group ``k``'s files are those under ``_rlm_group=<k>/``."""
-        if not groups:
-            return
+        """Remember the pass's groups and write the first job's worth of them (at most
+        ``spark_segments_per_job`` segments, whole groups): the commit loop's :meth:`write_files`
+        starts the next job when it reaches a group not written yet. So a pass's files never wait
+        longer than one job for their commits (``rlm iceberg compact`` deletes unreferenced files
+        older than ``orphan_min_age_ms``)."""
+        self._pass_groups = list(groups)
+        if groups:
+            self._write_job(self._next_job(0))
+
+    def _next_job(self, first: int) -> list[list[SegmentWork]]:
+        """The groups from index ``first`` on that one job writes (at least one)."""
+        job: list[list[SegmentWork]] = []
+        segments = 0
+        for group in self._pass_groups[first:]:
+            if job and segments + len(group) > self.config.spark_segments_per_job:
+                break
+            job.append(group)
+            segments += len(group)
+        return job
+
+    def _write_job(self, groups: list[list[SegmentWork]]) -> None:
+        """The data files of ``groups`` in one Spark job (see :meth:`pass_frame`), under a
+        directory of this job's own: a later pass never takes them (it writes again what the
+        ledger lacks). Group ``k``'s files are those under ``_rlm_group=<k>/``."""
         out = f"{self.table.location().rstrip('/')}/data/spark-{uuid.uuid4().hex}"
         t0 = time.monotonic()
         old = self.spark.conf.get(TS_CONF, None)
@@ -154,16 +174,18 @@ class SparkIcebergSync(IcebergSync):
         for f in files:
             by_group[group_in_path(f.file_path)].append(f)
         self._prepared.update({tuple(group): by_group[k] for k, group in enumerate(groups)})
-        log.info("iceberg_spark_pass_written", table=self.identifier, location=out, groups=len(groups),
+        log.info("iceberg_spark_job_written", table=self.identifier, location=out, groups=len(groups),
                  segments=sum(len(g) for g in groups), files=len(files), job_s=round(t1 - t0, 3),
                  footers_s=round(time.monotonic() - t1, 3))
 
     def write_files(self, group: list[SegmentWork], topic_id: str,
                     result: PassResult) -> tuple[list[DataFile], int]:
-        """The group's files written by :meth:`prepare_pass` (a group it did not prepare gets a job
-        of its own). Handed out once: from here on, the commit (or its clean-up) owns them."""
+        """The group's files, written by an earlier job of the pass or by the next one, started
+        here (from this group on, :meth:`_next_job`). Handed out once: from here on, the commit
+        (or its clean-up) owns them."""
         if tuple(group) not in self._prepared:
-            self.prepare_pass([group], topic_id, result)
+            at = next((i for i, g in enumerate(self._pass_groups) if g == group), None)
+            self._write_job([group] if at is None else self._next_job(at))
         files = self._prepared.pop(tuple(group))
         return files, sum(int(f.record_count) for f in files)
 
@@ -171,7 +193,7 @@ class SparkIcebergSync(IcebergSync):
         """Delete the files of groups prepared but never handed to a commit (the pass stopped on a
         conflict, which replans, or an error): they would be orphans otherwise."""
         left = [f for files in self._prepared.values() for f in files]
-        self._prepared = {}
+        self._prepared, self._pass_groups = {}, []
         self._delete(left)
 
 

@@ -262,6 +262,37 @@ def test_spark_engine_writes_a_pass_in_one_job_and_commits_per_group(world: Worl
     assert orphan_files(table) == []
 
 
+@pytest.mark.spark
+def test_spark_engine_caps_the_segments_of_one_job(world: World, spark: Any) -> None:
+    """``spark_segments_per_job: 2`` with one segment per commit: the pass runs a job per two
+    segments (each started when the commits reach its groups), one snapshot per segment, in order,
+    nothing left over, the table equal to the consumer's read."""
+    from fetcher.iceberg import orphan_files, read_ledger
+    from fetcher.iceberg.spark_engine import SparkIcebergSync
+    from rlm.config import IcebergConfig
+
+    cfg = IcebergConfig.model_validate(
+        world.iceberg("jobcap", segments_per_commit=1, spark_segments_per_job=2))
+    sync = SparkIcebergSync(world.fetcher, load_catalog("rlm", **world.catalog), cfg, world.topic,
+                            spark=spark, rlm_config=str(world.config("plan")))
+    ids = world.plan_ids()
+    assert len(ids) >= 3, "the workload needs several jobs"
+    group = f"rlm-test-jobcap-{world.topic}"
+    spark.sparkContext.setJobGroup(group, "a capped pass")
+    try:
+        r = sync.run_once()
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    assert len(spark.sparkContext.statusTracker().getJobIdsForGroup(group)) == -(-len(ids) // 2)
+    named = [[s[1] for s in json.loads(snap.summary.additional_properties["rlm.segments"])]
+             for snap in sync.table.snapshots()]
+    assert (r.added_segments, named) == (len(ids), [[i] for i in ids])
+    ledger = read_ledger(sync.table)
+    _check_equal(world, {"catalog": world.catalog, "catalog_name": "rlm", "table": sync.identifier,
+                         "segments": len(ledger.segments), "rows": ledger.rows}, ids)
+    assert orphan_files(sync.table) == []
+
+
 # ---- a table several topics share (iceberg.shared_tables) on each of the above ------------------
 
 def _shared(name: str, world: World, second: tuple[str, list[Row]]) -> dict[str, Any]:
