@@ -684,6 +684,12 @@ class IcebergConfig(_Strict):
         128 * 1024 * 1024, gt=0,
         description="`write.target-file-size-bytes` of a new table (PyIceberg counts Arrow bytes).",
     )
+    spark_segments_per_job: int = Field(
+        64, ge=1,
+        description="`--engine spark`: remote segments whose data files one Spark job writes (whole commit "
+        "groups); a pass with more runs several. Keep a job well within `orphan_min_age_ms`: its files wait "
+        "for the job's end before their commits.",
+    )
     poll_interval_ms: int = Field(5000, gt=0, description="`--follow`: pause between two passes.")
     commit_retries: int = Field(
         20, ge=0, description="Commit conflicts (another writer committed first) retried before giving up.",

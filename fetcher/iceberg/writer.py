@@ -10,10 +10,13 @@ One pass (:meth:`IcebergSync.run_once`):
    so its rows never change afterwards; later links wait for the next pass;
 3. per group of at most ``segments_per_commit`` links: rows through ``RemoteFetcher.scan``
    (aborted records and control batches left out by the core), sorted by (partition, offset),
-   written as data files, then one fast-append snapshot whose summary names the segments.
+   written as data files, then one fast-append snapshot whose summary names the segments
+   (the Spark engine writes the files of every group of the pass in one job first,
+   :meth:`IcebergSync.prepare_pass`; the commits still follow one by one, in the same order).
 
 A crash between the data files and the commit leaves files no snapshot references (orphans,
-counted by :func:`orphan_files`) and no ledger entry: the rerun writes the segment again. When
+counted by :func:`orphan_files`) and no ledger entry: the rerun writes the segment again (files
+are never reused across passes: each pass writes its own). When
 the commit conflicts (another writer committed first: Iceberg's optimistic concurrency, the
 catalog swaps the metadata pointer only from the version this writer started from), the writer
 reloads the table and reads the ledger again: if another writer added any of the group's
@@ -137,18 +140,33 @@ class IcebergSync:
                 return result
             conflict = False
             step = self.config.segments_per_commit
-            for i in range(0, len(todo), step):
-                group = todo[i:i + step]
-                rows = self._append(group, topic_id, result)
-                if rows is None:
-                    conflict = True
-                    break
-                result.added_segments += len(group)
-                result.added_rows += rows
+            groups = [todo[i:i + step] for i in range(0, len(todo), step)]
+            try:
+                self.prepare_pass(groups, topic_id, result)
+                for group in groups:
+                    rows = self._append(group, topic_id, result)
+                    if rows is None:
+                        conflict = True
+                        break
+                    result.added_segments += len(group)
+                    result.added_rows += rows
+            finally:
+                self.end_pass()
             if not conflict:
                 return result
         raise IcebergTableError(f"{self.identifier}: commits kept conflicting with another writer "
                                 f"({self.config.commit_retries} retries)")
+
+    def prepare_pass(self, groups: list[list[SegmentWork]], topic_id: str, result: PassResult) -> None:
+        """Called once per pass with all its commit groups, in commit order, before the first
+        commit: an engine that writes the data files of the whole pass at once (one Spark job, see
+        :class:`fetcher.iceberg.spark_engine.SparkIcebergSync`) writes them here, and
+        :meth:`write_files` then hands out each group's. Nothing here (PyIceberg writes each group
+        just before its commit, so it holds no more than one group's rows)."""
+
+    def end_pass(self) -> None:
+        """Called when the pass's commit loop ends (done, a conflict that replans, or an error):
+        an engine deletes the files it prepared for groups it never committed. Nothing here."""
 
     def rows_of(self, work: SegmentWork) -> pa.Table:
         """The link's rows, through the read core (read_committed drops aborted records)."""

@@ -200,6 +200,99 @@ def test_spark_engine_continues_a_table_the_pyiceberg_engine_started(
     assert spark_files  # the Spark job's files are in the table
 
 
+@pytest.mark.spark
+def test_spark_engine_writes_a_pass_in_one_job_and_commits_per_group(world: World, spark: Any) -> None:
+    """``segments_per_commit: 1``: a pass stopped by an error after its first commit keeps that
+    commit and deletes the files it wrote for the other groups (no orphan); the next pass writes
+    every other segment in ONE Spark job (its plan: no shuffle, one sort) in a directory of its own,
+    then commits one snapshot per segment, in offset order, each naming its segment, each of its
+    files holding that segment's rows only, sorted by offset; the table equals the consumer's read."""
+    import pyarrow.parquet as pq
+
+    from fetcher.iceberg import orphan_files, read_ledger
+    from fetcher.iceberg.spark_engine import SparkIcebergSync
+    from rlm.config import IcebergConfig
+
+    cfg = IcebergConfig.model_validate(world.iceberg("onejob", segments_per_commit=1))
+    sync = SparkIcebergSync(world.fetcher, load_catalog("rlm", **world.catalog), cfg, world.topic,
+                            spark=spark, rlm_config=str(world.config("plan")))
+    ids = world.plan_ids()
+    _, todo, _ = sync.pending(sync.refresh())
+    assert [w.segment_id for w in todo] == ids
+
+    def stop(group: list[Any], rows: int) -> None:
+        raise RuntimeError("stopped after the first commit")
+
+    sync.on_commit = stop
+    with pytest.raises(RuntimeError, match="stopped"):
+        sync.run_once()
+    sync.on_commit = None
+    assert sync.refresh().segments.keys() == {ids[0]}
+    assert orphan_files(sync.table) == []  # the other groups' files: deleted, not left behind
+
+    group = f"rlm-test-{world.topic}"
+    spark.sparkContext.setJobGroup(group, "the second pass")
+    try:
+        r = sync.run_once()
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    assert len(spark.sparkContext.statusTracker().getJobIdsForGroup(group)) == 1  # one job, every group
+    executions = spark._jsparkSession.sharedState().statusStore().executionsList()
+    plan = executions.apply(executions.size() - 1).physicalPlanDescription()  # the pass's write, as run
+    tree = plan.split("\n\n")[0]
+    assert "WriteFiles" in tree and "Exchange" not in tree and tree.count("Sort (") == 1, plan
+    assert (r.added_segments, len(r.commits)) == (len(ids) - 1, len(ids) - 1)
+    table = sync.table
+    snaps = table.snapshots()
+    named = [[s[1] for s in json.loads(snap.summary.additional_properties["rlm.segments"])] for snap in snaps]
+    assert named == [[i] for i in ids]
+    files_of = {snap.snapshot_id: [e.data_file.file_path for m in snap.manifests(table.io)
+                                   if m.added_snapshot_id == snap.snapshot_id
+                                   for e in m.fetch_manifest_entry(table.io)] for snap in snaps}
+    dirs = {path.split("/data/")[1].split("/")[0] for paths in files_of.values() for path in paths}
+    assert len(dirs) == 2  # the stopped pass's directory (its first group) and the second pass's
+    for snap, [sid] in zip(snaps, named, strict=True):  # (a segment of aborted records only: no file)
+        for path in files_of[snap.snapshot_id]:
+            t = pq.read_table(path.removeprefix("file://"), columns=["segment_id", "offset"])
+            assert set(t.column("segment_id").to_pylist()) == {sid}, path
+            assert t.column("offset").to_pylist() == sorted(t.column("offset").to_pylist()), path
+    ledger = read_ledger(table)
+    _check_equal(world, {"catalog": world.catalog, "catalog_name": "rlm", "table": sync.identifier,
+                         "segments": len(ledger.segments), "rows": ledger.rows}, ids)
+    assert orphan_files(table) == []
+
+
+@pytest.mark.spark
+def test_spark_engine_caps_the_segments_of_one_job(world: World, spark: Any) -> None:
+    """``spark_segments_per_job: 2`` with one segment per commit: the pass runs a job per two
+    segments (each started when the commits reach its groups), one snapshot per segment, in order,
+    nothing left over, the table equal to the consumer's read."""
+    from fetcher.iceberg import orphan_files, read_ledger
+    from fetcher.iceberg.spark_engine import SparkIcebergSync
+    from rlm.config import IcebergConfig
+
+    cfg = IcebergConfig.model_validate(
+        world.iceberg("jobcap", segments_per_commit=1, spark_segments_per_job=2))
+    sync = SparkIcebergSync(world.fetcher, load_catalog("rlm", **world.catalog), cfg, world.topic,
+                            spark=spark, rlm_config=str(world.config("plan")))
+    ids = world.plan_ids()
+    assert len(ids) >= 3, "the workload needs several jobs"
+    group = f"rlm-test-jobcap-{world.topic}"
+    spark.sparkContext.setJobGroup(group, "a capped pass")
+    try:
+        r = sync.run_once()
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    assert len(spark.sparkContext.statusTracker().getJobIdsForGroup(group)) == -(-len(ids) // 2)
+    named = [[s[1] for s in json.loads(snap.summary.additional_properties["rlm.segments"])]
+             for snap in sync.table.snapshots()]
+    assert (r.added_segments, named) == (len(ids), [[i] for i in ids])
+    ledger = read_ledger(sync.table)
+    _check_equal(world, {"catalog": world.catalog, "catalog_name": "rlm", "table": sync.identifier,
+                         "segments": len(ledger.segments), "rows": ledger.rows}, ids)
+    assert orphan_files(sync.table) == []
+
+
 # ---- a table several topics share (iceberg.shared_tables) on each of the above ------------------
 
 def _shared(name: str, world: World, second: tuple[str, list[Row]]) -> dict[str, Any]:

@@ -67,3 +67,21 @@ def test_segment_runs_join_consecutive_segments_of_a_partition_only() -> None:
          SegmentWork(0, "c", 250, 300), SegmentWork(1, "e", 50, 60)]
     assert [[w.segment_id for w in run] for run in segment_runs(g)] == [["a", "b"], ["c"], ["d", "e"]]
     assert segment_runs([]) == []
+
+
+def test_by_offset_names_the_segment_holding_each_offset(spark: Any) -> None:
+    """Each row gets the value of the segment whose [start, end) holds its offset; segments that
+    share a value (a commit group) share a branch and still answer per offset."""
+    from fetcher.iceberg.ledger import SegmentWork
+    from fetcher.iceberg.spark_engine import by_offset
+
+    run = [SegmentWork(0, "a", 0, 10), SegmentWork(0, "b", 10, 20), SegmentWork(0, "c", 20, 25),
+           SegmentWork(0, "d", 25, 40)]
+    group = {"a": 0, "b": 0, "c": 1, "d": 2}
+    df = spark.createDataFrame([(o,) for o in (0, 9, 10, 19, 20, 24, 25, 39)], "offset long")
+    got = df.select("offset", by_offset(run, lambda w: w.segment_id).alias("s"),
+                    by_offset(run, lambda w: group[w.segment_id]).alias("g")).collect()
+    assert [(r["s"], r["g"]) for r in got] == [("a", 0), ("a", 0), ("b", 0), ("b", 0), ("c", 1), ("c", 1),
+                                              ("d", 2), ("d", 2)]
+    assert [r["s"] for r in df.select(by_offset(run[:1], lambda w: w.segment_id).alias("s")).collect()] == \
+        ["a"] * 8
