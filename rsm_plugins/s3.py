@@ -30,7 +30,6 @@ from .api import (
     RemoteRangeError,
     RemoteResourceNotFoundError,
     RemoteStorageError,
-    RemoteStorageIntegrityError,
     RemoteStorageManager,
     TopicIdPartition,
 )
@@ -308,11 +307,7 @@ class S3RemoteStorageManager(RemoteStorageManager[S3Config]):
         expected = self._expected(metadata, SegmentFileType.SEGMENT)
         if expected is None:
             return
-        got = FileChecksum(size=len(data), crc32c=integrity.crc32c(data))
-        if got != expected:
-            raise RemoteStorageIntegrityError(
-                f"{what}: checksum mismatch: read {got.size} bytes with CRC-32C {got.crc32c:#010x}, "
-                f"copy recorded {expected.size} bytes with CRC-32C {expected.crc32c:#010x}")
+        streams.check_checksum(FileChecksum(size=len(data), crc32c=integrity.crc32c(data)), expected, what)
 
     def open_object(self, key: str, start: int = 0, end: int | None = None) -> BinaryIO:
         cfg = self.config

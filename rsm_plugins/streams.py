@@ -44,6 +44,15 @@ def check_range(start: int, end: int | None, size: int, what: str) -> tuple[int,
     return start, stop
 
 
+def check_checksum(got: FileChecksum, expected: FileChecksum, what: str) -> None:
+    """A whole file read against the checksum its copy recorded: every read path's one check."""
+    if got != expected:
+        raise RemoteStorageIntegrityError(
+            f"{what}: checksum mismatch: read {got.size} bytes with CRC-32C {got.crc32c:#010x}, "
+            f"copy recorded {expected.size} bytes with CRC-32C {expected.crc32c:#010x}"
+        )
+
+
 def covers_whole(start: int, stop: int, size: int) -> bool:
     return start == 0 and stop == size
 
@@ -130,11 +139,7 @@ class RemoteStream(io.RawIOBase):
             got = self._crc.result()
         else:
             return
-        if got != self._expected:
-            raise RemoteStorageIntegrityError(
-                f"{self._what}: checksum mismatch: read {got.size} bytes with CRC-32C {got.crc32c:#010x}, "
-                f"copy recorded {self._expected.size} bytes with CRC-32C {self._expected.crc32c:#010x}"
-            )
+        check_checksum(got, self._expected, self._what)
 
     def close(self) -> None:
         if not self.closed:

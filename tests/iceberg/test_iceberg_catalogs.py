@@ -200,6 +200,16 @@ def test_spark_engine_continues_a_table_the_pyiceberg_engine_started(
     assert spark_files  # the Spark job's files are in the table
 
 
+def _pass_and_jobs(spark: Any, sync: Any, group: str) -> tuple[Any, int]:
+    """One ``run_once`` of a Spark-engine sync and the Spark jobs it ran (counted in a job group)."""
+    spark.sparkContext.setJobGroup(group, "one pass")
+    try:
+        r = sync.run_once()
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    return r, len(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
+
+
 @pytest.mark.spark
 def test_spark_engine_writes_a_pass_in_one_job_and_commits_per_group(world: World, spark: Any) -> None:
     """``segments_per_commit: 1``: a pass stopped by an error after its first commit keeps that
@@ -230,13 +240,8 @@ def test_spark_engine_writes_a_pass_in_one_job_and_commits_per_group(world: Worl
     assert sync.refresh().segments.keys() == {ids[0]}
     assert orphan_files(sync.table) == []  # the other groups' files: deleted, not left behind
 
-    group = f"rlm-test-{world.topic}"
-    spark.sparkContext.setJobGroup(group, "the second pass")
-    try:
-        r = sync.run_once()
-    finally:
-        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
-    assert len(spark.sparkContext.statusTracker().getJobIdsForGroup(group)) == 1  # one job, every group
+    r, jobs = _pass_and_jobs(spark, sync, f"rlm-test-{world.topic}")
+    assert jobs == 1  # one job, every group
     executions = spark._jsparkSession.sharedState().statusStore().executionsList()
     plan = executions.apply(executions.size() - 1).physicalPlanDescription()  # the pass's write, as run
     tree = plan.split("\n\n")[0]
@@ -277,13 +282,8 @@ def test_spark_engine_caps_the_segments_of_one_job(world: World, spark: Any) -> 
                             spark=spark, rlm_config=str(world.config("plan")))
     ids = world.plan_ids()
     assert len(ids) >= 3, "the workload needs several jobs"
-    group = f"rlm-test-jobcap-{world.topic}"
-    spark.sparkContext.setJobGroup(group, "a capped pass")
-    try:
-        r = sync.run_once()
-    finally:
-        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
-    assert len(spark.sparkContext.statusTracker().getJobIdsForGroup(group)) == -(-len(ids) // 2)
+    r, jobs = _pass_and_jobs(spark, sync, f"rlm-test-jobcap-{world.topic}")
+    assert jobs == -(-len(ids) // 2)
     named = [[s[1] for s in json.loads(snap.summary.additional_properties["rlm.segments"])]
              for snap in sync.table.snapshots()]
     assert (r.added_segments, named) == (len(ids), [[i] for i in ids])

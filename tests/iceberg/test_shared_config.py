@@ -60,3 +60,13 @@ def test_a_bad_shared_tables_config_is_a_config_error_at_start(tmp_path: Path, s
                                     "iceberg": {"shared_tables": shared}}))
     with pytest.raises(ConfigError, match=match):
         load_config(path)
+
+
+@pytest.mark.parametrize("value", [0, -3, "many"])
+def test_a_bad_spark_job_size_is_a_config_error_at_start(tmp_path: Path, value: Any) -> None:
+    path = tmp_path / "rlm.yaml"
+    path.write_text(yaml.safe_dump({"bootstrap_servers": "localhost:9092", "work_dir": str(tmp_path),
+                                    "storage": {"plugin": "local", "config": {"root": str(tmp_path)}},
+                                    "iceberg": {"spark_segments_per_job": value}}))
+    with pytest.raises(ConfigError, match=r"iceberg.spark_segments_per_job"):
+        load_config(path)

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import rsm_plugins
+from rlm.errors import ConfigError
 from rsm_plugins.s3 import S3RemoteStorageManager
 from rsm_plugins.s3_direct_get import DirectRangeGetter
 from rsm_plugins.testing import SegmentFactory, finished
@@ -72,6 +73,13 @@ def test_direct_path_off_under_a_proxy(
         assert not direct.enabled
     finally:
         plugin.close()
+
+
+@pytest.mark.parametrize("value", ["maybe", 3, None])
+def test_a_bad_direct_range_gets_setting_is_a_config_error(value: object) -> None:
+    cfg = {"bucket": "some-bucket", "endpoint_url": "http://127.0.0.1:9", "direct_range_gets": value}
+    with pytest.raises(ConfigError, match="direct_range_gets"):
+        rsm_plugins.load("s3", cfg)
 
 
 # ---- a misbehaving HTTP server on a real socket -------------------------------------------------
