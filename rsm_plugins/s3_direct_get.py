@@ -78,7 +78,12 @@ class DirectRangeGetter:
         target = f"{url.path}?{url.query}" if url.query else url.path
         headers = {"Range": f"bytes={start}-{end}"}
         for attempt in (0, 1):
-            conn = self._connection(url)
+            try:
+                conn = self._connection(url)
+            except (OSError, http.client.HTTPException) as e:  # refused, reset or timed out at connect
+                log.debug("s3_direct_get_connect_failed", bucket=bucket, key=key, error=str(e))
+                self._fallback()
+                return None
             try:
                 conn.request("GET", target, headers=headers)
                 resp = conn.getresponse()

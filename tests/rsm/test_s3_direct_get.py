@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import http.server
 import re
+import socket
 import socketserver
+import struct
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -202,3 +204,40 @@ def test_connection_closed_by_the_server_while_idle_is_reopened(fake: _Server) -
         assert g.get("b", "k", 0, 999) == (BODY[:1000], len(BODY))
     assert g.fallbacks == 0 and fake.requests == 3
     g.close()
+
+
+def _getter_at(port: int) -> DirectRangeGetter:
+    return DirectRangeGetter(lambda b, k: f"http://127.0.0.1:{port}/{b}/{k}",
+                             connect_timeout=5, read_timeout=5)
+
+
+def test_a_connection_refused_or_reset_at_connect_goes_back_to_boto3() -> None:
+    """A connect that fails (nothing listening; a server resetting each new connection, as the
+    fault proxy's ``reset_new`` does) is a fallback, never an OSError out of the plugin."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]  # bound, not listening: the connect is refused
+        g = _getter_at(port)
+        assert g.get("b", "k", 0, 9) is None and g.fallbacks == 1 and g.enabled
+    with socket.socket() as resetting:
+        resetting.bind(("127.0.0.1", 0))
+        resetting.listen(8)
+        port = resetting.getsockname()[1]
+        stop = threading.Event()
+
+        def reset_each() -> None:
+            while not stop.is_set():
+                try:
+                    conn, _ = resetting.accept()
+                except OSError:
+                    return
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                conn.close()  # RST
+
+        t = threading.Thread(target=reset_each, daemon=True)
+        t.start()
+        g = _getter_at(port)
+        assert g.get("b", "k", 0, 9) is None and g.get("b", "k", 10, 19) is None
+        assert g.fallbacks == 2 and g.enabled
+        stop.set()
+    t.join(5)
