@@ -167,6 +167,7 @@ class RemoteFetcher:
                 return
             self._closed = True
         self.pool.close()
+        self.log_starts.close()
         self.reader.close()
         if self.broker is not None:
             self.broker.close()
@@ -259,6 +260,17 @@ class RemoteFetcher:
                 self.indexes.invalidate(md)
                 self.reader.forget(md)
         return plan
+
+    def latest_epoch(self, topic: str | TopicIdPartition, partition: int | None = None) -> int:
+        """The partition's latest leader epoch on the remote lineage (-1: nothing remote). Unlike
+        :meth:`plan` it does not need the log start (the lineage is not cut by it), so it never
+        waits for the log start's sources: a Metadata request asks this for every partition."""
+        tp = topic if isinstance(topic, TopicIdPartition) else self.partition(topic, int(partition or 0))
+        with self._lock:
+            cached = self._plans.get(tp)
+        if cached is not None:
+            return cached[1].latest_epoch
+        return plan_partition(tp, self.rlmm.list_remote_log_segments(tp)).latest_epoch
 
     def log_start(self, topic: str | TopicIdPartition, partition: int | None = None) -> LogStart:
         """The partition's log start offset — ``max(remote log start, DeleteRecords bound)`` — and

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,7 @@ from typing import Any
 import structlog
 
 from fetcher.broker import BrokerOffsets
+from fetcher.get_pool import GetPool, Priority
 from fetcher.planning import PartitionPlan
 from rlm.errors import (
     LogFormatError,
@@ -86,12 +89,29 @@ class LogStart:
 
 class LogStartSources:
     """Asks the sources for one partition's bound, at most once per ``refresh_s`` (the answer
-    never moves back: a process keeps the highest bound it saw). Thread-safe."""
+    never moves back: a process keeps the highest bound it saw). Thread-safe.
+
+    Asking means a GET (the published object) and maybe a ListOffsets, which under load take tens
+    of milliseconds; a read that found its partition's answer expired used to wait for them (a
+    consumer's first Fetch, every ``refresh_s`` of a long read, and every Metadata request). So:
+
+    * **refresh ahead** — an answer used when it is over half its life old is still returned (it
+      is younger than ``refresh_s``, as before) and asked again in the background, so a partition
+      being read keeps a fresh answer and its reads never wait for the sources; no answer older
+      than ``refresh_s`` is ever returned (an expired one is asked for while the caller waits);
+    * **one ask at a time per partition** — callers that find the same answer expired wait for
+      one ask instead of each sending their own.
+    """
+
+    #: an answer older than this share of ``refresh_s`` is asked again in the background when used
+    AHEAD = 0.5
 
     def __init__(self, rsm: RemoteStorageManager, *, broker: BrokerOffsets | None = None,
                  log_dirs: list[Path] | None = None, refresh_s: float = 5.0,
-                 broker_timeout_s: float = 2.0) -> None:
+                 broker_timeout_s: float = 2.0, background_workers: int = 2,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.rsm = rsm
+        self._clock = clock
         self.broker = broker
         self.log_dirs = list(log_dirs or [])
         self.refresh_s = refresh_s
@@ -100,6 +120,14 @@ class LogStartSources:
         self._high: dict[TopicIdPartition, int] = {}
         self._broker_down_until = 0.0
         self._lock = threading.Lock()
+        #: held while one partition's sources are asked (a caller's or a background ask)
+        self._asking: dict[TopicIdPartition, threading.Lock] = {}
+        self._workers = background_workers
+        self._background: GetPool | None = None  # daemon threads: never hold up an exit
+        self._queued: set[Future[None]] = set()
+        self._closed = False
+        self.asks = 0  # sources asked (tests read it)
+        self.background_asks = 0
 
     def get(self, plan: PartitionPlan) -> LogStart:
         """The log start of ``plan``'s partition (``plan``: the unbounded lineage plan).
@@ -109,11 +137,89 @@ class LogStartSources:
         that does not answer is skipped (logged): the other sources and the highest bound this
         process saw still apply."""
         tp = plan.tp
-        now = time.monotonic()
+        hit = self._fresh(plan, ahead=True)
+        if hit is not None:
+            return hit
+        with self._ask_lock(tp):
+            hit = self._fresh(plan, ahead=False)  # asked by another caller while this one waited
+            if hit is not None:
+                return hit
+            return self._ask(plan)
+
+    def close(self) -> None:
+        """Stop background asks (one running finishes; none queued starts)."""
         with self._lock:
-            hit = self._cache.get(tp)
-            if hit is not None and now - hit[0] < self.refresh_s and hit[1].remote == plan.log_start:
-                return hit[1]
+            self._closed = True
+            pool, self._background = self._background, None
+        if pool is not None:
+            pool.close()
+
+    def _fresh(self, plan: PartitionPlan, *, ahead: bool) -> LogStart | None:
+        """The cached answer if younger than ``refresh_s`` (and made for the same remote start);
+        with ``ahead``, one over half its life old is also asked again in the background."""
+        now = self._clock()
+        with self._lock:
+            hit = self._cache.get(plan.tp)
+            if hit is None or hit[1].remote != plan.log_start or now - hit[0] >= self.refresh_s:
+                return None
+            if ahead and now - hit[0] >= self.refresh_s * self.AHEAD:
+                self._refresh_later(plan)
+            return hit[1]
+
+    def _refresh_later(self, plan: PartitionPlan) -> None:
+        """Queue a background ask for ``plan``'s partition unless one is running (lock held)."""
+        if self._closed or self._workers < 1:
+            return
+        if self._background is None:
+            self._background = GetPool(self._workers, name="log-start-refresh")
+        lock = self._asking.setdefault(plan.tp, threading.Lock())
+        if lock.locked():
+            return
+        try:
+            fut = self._background.submit(lambda: self._refresh(plan), Priority.DEMAND).future
+        except RuntimeError:  # closed
+            return
+        self._queued.add(fut)
+        fut.add_done_callback(self._queued.discard)
+
+    def settle(self, timeout: float) -> bool:
+        """Wait until the background asks queued so far are done (tests); False on timeout."""
+        with self._lock:
+            queued = list(self._queued)
+        _, pending = wait(queued, timeout=timeout)
+        return not pending
+
+    def _refresh(self, plan: PartitionPlan) -> None:
+        lock = self._ask_lock(plan.tp)
+        if not lock.acquire(blocking=False):
+            return  # a caller or another background ask is at it
+        try:
+            with self._lock:
+                hit = self._cache.get(plan.tp)
+                if hit is not None and self._clock() - hit[0] < self.refresh_s * self.AHEAD:
+                    return  # refreshed since it was queued
+                self.background_asks += 1
+            self._ask(plan)
+        except Exception as e:
+            # an unreadable published object, or anything unforeseen: forget the answer, so the
+            # next read asks while it waits and gets the error itself
+            with self._lock:
+                self._cache.pop(plan.tp, None)
+            log.warning("log_start_refresh_failed", topic=plan.tp.topic, partition=plan.tp.partition,
+                        error=str(e))
+        finally:
+            lock.release()
+
+    def _ask_lock(self, tp: TopicIdPartition) -> threading.Lock:
+        with self._lock:
+            return self._asking.setdefault(tp, threading.Lock())
+
+    def _ask(self, plan: PartitionPlan) -> LogStart:
+        """Ask every source now and cache the answer (dated when the asking began)."""
+        tp = plan.tp
+        now = self._clock()
+        with self._lock:
+            self.asks += 1
         remote = [(s.metadata.start_offset, s.last) for s in plan.segments]
         try:
             published = self.rsm.read_log_start_offset(tp)

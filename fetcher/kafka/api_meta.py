@@ -49,9 +49,10 @@ async def handle_metadata(ctx: EndpointContext, req: Any, version: int, header: 
         wanted = [(name, None) for name in sorted(catalog.by_name)]
     else:
         wanted = [(getattr(t, "name", None), getattr(t, "topic_id", None)) for t in req.topics]
-    plans = await ctx.call(
+    epochs = await ctx.call(
         lambda: {
-            e.name: [ctx.fetcher.plan(tp) for tp in e.partitions] for e in _entries(catalog.by_name, wanted)
+            e.name: [ctx.fetcher.latest_epoch(tp) for tp in e.partitions]
+            for e in _entries(catalog.by_name, wanted)
         }
     )
     topics = []
@@ -81,12 +82,12 @@ async def handle_metadata(ctx: EndpointContext, req: Any, version: int, header: 
                 error_code=ErrorCode.none,
                 partition_index=tp.partition,
                 leader_id=node,
-                leader_epoch=max(plan.latest_epoch, 0),
+                leader_epoch=max(epoch, 0),
                 replica_nodes=(node,),
                 isr_nodes=(node,),
                 offline_replicas=(),
             )
-            for tp, plan in zip(entry.partitions, plans[entry.name], strict=True)
+            for tp, epoch in zip(entry.partitions, epochs[entry.name], strict=True)
         )
         topics.append(
             make(
