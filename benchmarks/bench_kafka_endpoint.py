@@ -249,10 +249,18 @@ def _one_round(conf: dict[str, str], topic: str, ends: dict[int, int], consumers
 def serve(tmp: Path, name: str, conf: dict[str, Any],
           env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], str]:
     (tmp / f"{name}.yaml").write_text(yaml.safe_dump(conf))
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    # run from the temporary directory: ``python -m`` puts its working directory first on sys.path,
+    # ahead of PYTHONPATH, so started from a checkout it would import that checkout whatever a
+    # variant's PYTHONPATH says (every ``--variant old:PYTHONPATH=...`` A/B before 2026-11-27
+    # 16:00 compared the working tree with itself)
+    where = subprocess.run([sys.executable, "-c", "import fetcher; print(fetcher.__file__)"], cwd=tmp,
+                           env=full_env, capture_output=True, text=True, check=True).stdout.strip()
+    print(f"{name}: serves code from {Path(where).parent.parent}", flush=True)
     proc = subprocess.Popen(
         [sys.executable, "-m", "rlm.cli", "kafka-serve", "--config", str(tmp / f"{name}.yaml"),
          "--listener", "127.0.0.1:0"],
-        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+        stdout=subprocess.PIPE, text=True, env=full_env, cwd=tmp)
     assert proc.stdout is not None
     line = next(ln for ln in proc.stdout if ln.startswith("kafka endpoint listening on "))
     return proc, line.split()[-1]
@@ -444,7 +452,14 @@ def main() -> None:
             for consumers in (1, 4):
                 row: dict[str, Any] = {"round": r, "warmup": r == 0, "consumers": consumers,
                                        "load_avg": os.getloadavg()[0], "targets": {}}
-                for name, client in targets.items():  # interleaved: broker, endpoint-local, endpoint-s3
+                # interleaved, and each round starts one case further on (broker, endpoint-local,
+                # endpoint-s3, then endpoint-local, endpoint-s3, broker...), so that no case
+                # keeps one place: in two code A/Bs on 2026-11-27 with a fixed order, the endpoint
+                # run right after the broker measured lower with one consumer in both
+                names = list(targets)
+                shift = r % len(names)
+                for name in names[shift:] + names[:shift]:
+                    client = targets[name]
                     cpu0 = [tree_cpu_seconds(pid) for pid in server_pids[name]]
                     read0 = bytes_read(server_pids[name][0])
                     mine0 = time.process_time()
