@@ -252,8 +252,8 @@ def serve(tmp: Path, name: str, conf: dict[str, Any],
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     # run from the temporary directory: ``python -m`` puts its working directory first on sys.path,
     # ahead of PYTHONPATH, so started from a checkout it would import that checkout whatever a
-    # variant's PYTHONPATH says (every ``--variant old:PYTHONPATH=...`` A/B before 2026-11-27
-    # 16:00 compared the working tree with itself)
+    # variant's PYTHONPATH says (every ``--variant old:PYTHONPATH=...`` A/B before this was fixed
+    # compared the working tree with itself)
     where = subprocess.run([sys.executable, "-c", "import fetcher; print(fetcher.__file__)"], cwd=tmp,
                            env=full_env, capture_output=True, text=True, check=True).stdout.strip()
     print(f"{name}: serves code from {Path(where).parent.parent}", flush=True)
