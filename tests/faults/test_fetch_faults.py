@@ -232,9 +232,11 @@ def test_http_api_answers_typed_json(
     remote: Remote, seaweedfs: SeaweedFS, proxy: FaultProxy, tmp_path: Path
 ) -> None:
     """HTTP API under 503 SlowDown and a blackhole: JSON 503 with Retry-After, JSON 504, 200 after."""
-    # one attempt per request (a 503 answers at once), storage timeouts longer than the read's
-    s3 = {"max_attempts": 1, "read_timeout": 5.0}
-    cfg = reader_config(remote, seaweedfs, proxy, tmp_path / "http", s3, fetch_max_wait_ms=1000)
+    # one attempt per request (a 503 answers at once), storage timeouts longer than the read's.
+    # The read's 3 s leave room for the first read's own set-up (a storage client per reader
+    # thread, the plan): with 1 s a CI run on a loaded 2-core machine answered 504 for the 503.
+    s3 = {"max_attempts": 1, "read_timeout": 10.0}
+    cfg = reader_config(remote, seaweedfs, proxy, tmp_path / "http", s3, fetch_max_wait_ms=3000)
     server = HttpApiServer.from_config(cfg).start()
     url = f"http://127.0.0.1:{server.port}/v1/topics/{TOPIC}/partitions/0/records"
     try:
