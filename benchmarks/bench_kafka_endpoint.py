@@ -526,6 +526,11 @@ def main() -> None:
                                                              max(r["load_avg"] for r in rounds)]},
                 "size_mb": args.size_mb, "partitions": PARTITIONS, "ends": ends, "security": args.security,
                 "pinned": args.pin,
+                # what the run was given, as performance.md prints it: a variant (cached, a setting)
+                # is a target of its own and must say what it changed
+                "args": {"size_mb": args.size_mb, "rounds": args.rounds, "storage": args.storage,
+                         "security": args.security, "pin": args.pin,
+                         "variant": " --variant ".join(args.variant) or None},
                 "median_ratio_to_broker": summary, "headlines": headlines,
                 "rounds": _sections(rounds),
             }, indent=1) + "\n")

@@ -83,8 +83,8 @@ def _load(data: dict[str, Any]) -> str:
 
 def provenance(data: dict[str, Any]) -> str:
     m = data.get("machine", {})
-    args = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in (data.get("args") or {}).items()
-                    if v not in (None, False) and k != "no_save")
+    args = " ".join(f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}")
+                    for k, v in (data.get("args") or {}).items() if v not in (None, False) and k != "no_save")
     return (f"Run of `{data['benchmark']}` on commit `{data['commit'][:10]}`, {data['date']}, "
             f"{m.get('cpus', '?')} CPUs, Python {m.get('python', '?')}, {_load(data)} "
             f"(the machine is shared with other jobs; the rounds are interleaved, so each round's "

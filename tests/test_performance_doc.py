@@ -151,3 +151,14 @@ def test_a_round_with_different_content_fails(benchlib: ModuleType,
     with pytest.raises(SystemExit):  # a case checked only against itself must not change between rounds
         benchlib.run_rounds({"a": lambda: same, "c": lambda: benchlib.Result(0.1, next(flip))}, 1,
                             label="t", own=["c"])
+
+
+def test_provenance_prints_flags_as_given() -> None:
+    """A run's arguments are printed as its command line: a flag without a value is bare, an unset
+    one (None, False) is left out, so a variant target says what it changed."""
+    gen = _module("gen_performance_doc", SCRIPT)
+    data = _results(met=True)
+    data["args"] = {"size_mb": 256, "pin": True, "no_save": False, "py_spy": None,
+                    "variant": "cached:RLM_READ__CHUNK_CACHE_BYTES=1073741824"}
+    text = gen.provenance(data)
+    assert "Arguments: `--size-mb 256 --pin --variant cached:RLM_READ__CHUNK_CACHE_BYTES=1073741824`." in text
