@@ -68,6 +68,11 @@ VALUE = 1000
 Read = tuple[int, int, float, str, float]  # records, bytes, seconds, digest, first record's seconds
 
 
+def record_value(i: int) -> bytes:
+    """Record ``i``'s value: distinct content per record (repeated digits, so it compresses)."""
+    return (b"%012d" % i) * (VALUE // 12) + b"x" * (VALUE % 12)
+
+
 def produce(bs: str, topic: str, total_bytes: int, client: dict[str, str]) -> None:
     from confluent_kafka import Producer
 
@@ -75,7 +80,7 @@ def produce(bs: str, topic: str, total_bytes: int, client: dict[str, str]) -> No
                   "queue.buffering.max.kbytes": 1 << 20})
     n = total_bytes // VALUE
     for i in range(n):
-        value = (b"%012d" % i) * (VALUE // 12) + b"x" * (VALUE % 12)  # distinct content per record
+        value = record_value(i)
         while True:
             try:
                 p.produce(topic, key=b"%012d" % i, value=value, partition=i % PARTITIONS)

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_kafka_endpoint import VALUE, tree_cpu_seconds  # noqa: E402
+from bench_kafka_endpoint import VALUE, record_value, tree_cpu_seconds  # noqa: E402
 
 MiB = 1 << 20
 PART = 8 * MiB
@@ -36,8 +36,7 @@ PART = 8 * MiB
 
 def record_values(size: int) -> bytes:
     """The endpoint benchmark's record values, back to back (distinct, but repeated digits)."""
-    values = ((b"%012d" % i) * (VALUE // 12) + b"x" * (VALUE % 12) for i in range(size // VALUE + 1))
-    return b"".join(values)[:size]
+    return b"".join(record_value(i) for i in range(size // VALUE + 1))[:size]
 
 
 def stored_bytes(data_dir: Path) -> int:
