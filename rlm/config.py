@@ -318,6 +318,22 @@ class ListenerSecurity(_Strict):
         "limit); beyond it Fetch answers carry throttle_time_ms and the connection's next Fetch waits "
         "that long (KIP-219), so one reader cannot starve the others.",
     )
+    login_failures_per_address: int = Field(
+        10, ge=0,
+        description="Kafka endpoint and HTTP API: failed logins from one client address within "
+        "login_failure_window_ms after which its further logins are refused at once, without asking the "
+        "broker or hashing a password (0 = no limit). See fetcher/login_limits.py.",
+    )
+    login_failures_per_user: int = Field(
+        20, ge=0,
+        description="Kafka endpoint and HTTP API: failed logins as one user name (from any address) "
+        "within login_failure_window_ms after which logins as it are refused at once (0 = no limit); a "
+        "successful login clears the count.",
+    )
+    login_failure_window_ms: int = Field(
+        60_000, ge=0,
+        description="Kafka endpoint and HTTP API: the sliding window of the failed-login limits (0 = off).",
+    )
 
     @property
     def tls(self) -> bool:
