@@ -49,6 +49,7 @@ from fetcher.kafka.sasl import (
     LocalExchange,
     SaslSession,
 )
+from fetcher.login_limits import LoginLimiter
 
 log = structlog.get_logger(__name__)
 
@@ -68,14 +69,11 @@ class AuthzCache:
         self._denials: dict[tuple[Any, ...], float] = {}
 
     def first_denial(self, key: tuple[Any, ...], every_s: float = 60.0) -> bool:
-        """Whether this denial was not logged in the last ``every_s`` (bounded memory)."""
-        now = time.monotonic()
-        if now - self._denials.get(key, -1e18) < every_s:
-            return False
-        if len(self._denials) > 10_000:
-            self._denials.clear()
-        self._denials[key] = now
-        return True
+        """Whether this denial was not logged in the last ``every_s`` (bounded memory; the rule
+        the HTTP API's denials follow too: :func:`fetcher.log_once.first_in_window`)."""
+        from fetcher.log_once import first_in_window
+
+        return first_in_window(self._denials, key, every_s)
 
     async def topic_ops(self, principal: str, session: BrokerSession) -> dict[str, int]:
         """topic name -> authorized-operations bitfield, for every topic it may DESCRIBE."""
@@ -182,10 +180,12 @@ class ConnectionGuard:
         limits: PrincipalLimits | None = None,
         local: LocalPolicy | None = None,
         max_reauth_ms: int = 0,
+        logins: LoginLimiter | None = None,
+        address: str = "",
     ) -> None:
         self.local = local
         exchange = local.exchange if local is not None else None
-        self.sasl = SaslSession(access, mechanisms, peer, exchange, max_reauth_ms)
+        self.sasl = SaslSession(access, mechanisms, peer, exchange, max_reauth_ms, logins, address)
         self.cache = cache
         self.peer = peer
         self.limits = limits or PrincipalLimits(0, 0)
@@ -194,6 +194,15 @@ class ConnectionGuard:
 
     def admits(self, key: int) -> bool:
         return self.sasl.admits(key)
+
+    @property
+    def authenticated(self) -> bool:
+        return self.sasl.authenticated
+
+    @property
+    def failed(self) -> bool:
+        """A SASL request was refused: the listener sends its answer, then closes."""
+        return self.sasl.failed
 
     def versions(self, key: int) -> tuple[int, int] | None:
         """The endpoint's versions of an API, the SASL APIs included."""
@@ -208,10 +217,10 @@ class ConnectionGuard:
     async def dispatch(
         self, ctx: EndpointContext, key: int, version: int, header: Any, req: Any, handler: Handler | None
     ) -> Any:
-        if key == SASL_HANDSHAKE_KEY:
-            return await self.sasl.handshake(req, version)
-        if key == SASL_AUTHENTICATE_KEY:
+        if key in (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY):
             try:
+                if key == SASL_HANDSHAKE_KEY:
+                    return await self.sasl.handshake(req, version)
                 resp = await self.sasl.authenticate(req, version)
             except CloseConnection:
                 raise
