@@ -41,6 +41,7 @@ from kio.schema.sasl_handshake.v1 import request as hs_req
 from fetcher.kafka.broker_login import BrokerLogin
 from fetcher.kafka.codec import make, response_class
 from fetcher.kafka.forward import _BrokerConn, _host_port
+from fetcher.login_limits import LoginLimiter
 
 log = structlog.get_logger(__name__)
 
@@ -62,8 +63,8 @@ class LocalExchange(Protocol):
 
     user: str | None
 
-    def step(self, token: bytes) -> tuple[str | None, bytes, bool]:
-        """(error message or None, server bytes, done)."""
+    async def step(self, token: bytes) -> tuple[str | None, bytes, bool]:
+        """(error message or None, server bytes, done); password hashing runs off the event loop."""
         ...
 
 
@@ -143,11 +144,35 @@ def principal_of(mechanism: str, token: bytes) -> str | None:
     name = fields[2][2:]
     if not name or "=" in name.replace("=2C", "").replace("=3D", ""):
         return None
+    if fields[1] and fields[1] != f"a={name}":  # an authzid other than the user (as Kafka refuses)
+        return None
     return name.replace("=2C", ",").replace("=3D", "=")
 
 
+@dataclass
+class _Exchange:
+    """One login in progress: what its handshake chose and what its messages established so far.
+    Kept whole per exchange (never shared fields on the session), so the principal that completes
+    is the one this exchange's own first message named."""
+
+    mechanism: str
+    relay: BrokerSession | None = None  # relay mode: the broker connection this login runs on
+    local: LocalExchange | None = None  # standalone mode
+    refused: str | None = None  # rate-limited at the handshake: refuse the first message unchecked
+    step: int = 0
+    user: str | None = None
+
+
 class SaslSession:
-    """The SASL state of one client connection (relay mode)."""
+    """The SASL state of one client connection.
+
+    One SASL request at a time: the listener reads nothing more from a connection while one of
+    its SASL requests (or any request before authentication) is being handled (the broker mutes
+    the channel likewise); a SASL request that nevertheless overlaps another is refused with
+    ILLEGAL_SASL_STATE and the connection closed. Every broker connection opened for a relay is
+    tracked until closed, so a failed, abandoned, cancelled or replaced login never leaves one
+    open (:meth:`close` closes all, also those of handlers still running).
+    """
 
     def __init__(
         self,
@@ -156,26 +181,40 @@ class SaslSession:
         peer: str,
         local: Callable[[str], LocalExchange] | None = None,
         max_reauth_ms: int = 0,
+        limits: LoginLimiter | None = None,
+        address: str = "",
     ) -> None:
         self.access = access
         self.max_reauth_ms = max_reauth_ms  # connections.max.reauth.ms: the endpoint's own cap
         self.local = local  # standalone mode: static users instead of the relay
-        self._exchange: LocalExchange | None = None
+        self.limits = limits
+        self.address = address  # the client's host, the key of its failed-login count
         self.mechanisms = mechanisms
         self.peer = peer
         self.state = _State.NEW
         self.principal: str | None = None
         self.session: BrokerSession | None = None
-        self._pending: BrokerSession | None = None
-        self._pending_user: str | None = None
+        self._exchange: _Exchange | None = None
+        self._busy = False
+        self._closed = False
+        self._opened: set[BrokerSession] = set()  # relay connections not closed yet
         self._mechanism = ""
-        self._step = 0
         self._expires: float | None = None
         self._reauth_ok = False
 
     @property
     def authenticated(self) -> bool:
         return self.state is _State.AUTHENTICATED
+
+    @property
+    def failed(self) -> bool:
+        """A SASL request was refused: its answer goes out, then the connection is closed."""
+        return self.state is _State.FAILED
+
+    @property
+    def relay_connections(self) -> int:
+        """Broker connections this client connection holds open (its session, a login in progress)."""
+        return len(self._opened)
 
     def admits(self, key: int) -> bool:
         """Whether a request of API ``key`` may be answered now (False: close the connection)."""
@@ -193,37 +232,62 @@ class SaslSession:
     async def handshake(self, req: Any, version: int) -> Any:
         cls = response_class(SASL_HANDSHAKE_KEY, version)
         mechanism = str(req.mechanism)
-        if self.state is _State.HANDSHAKEN or (self.state is _State.AUTHENTICATED and not self._reauth_ok):
+        if (
+            self._busy
+            or self._closed
+            or self.state is _State.HANDSHAKEN
+            or (self.state is _State.AUTHENTICATED and not self._reauth_ok)
+        ):
             self._fail("handshake_out_of_order")
             return make(cls, error_code=ErrorCode.illegal_sasl_state, mechanisms=self.mechanisms)
         if mechanism not in self.mechanisms:
             self._fail("unsupported_mechanism", mechanism=mechanism[:64])
             return make(cls, error_code=ErrorCode.unsupported_sasl_mechanism, mechanisms=self.mechanisms)
+        self._busy = True
+        try:
+            return await self._handshake(cls, mechanism)
+        finally:
+            self._busy = False
+
+    async def _handshake(self, cls: Any, mechanism: str) -> Any:
+        ok = make(cls, error_code=ErrorCode.none, mechanisms=self.mechanisms)
+        if self.limits is not None and not self.limits.allowed(self.address):
+            # refused at its first message, without a broker connection or a password hashed
+            self._begin(_Exchange(mechanism, refused="address"))
+            return ok
         if self.local is not None:
-            self._exchange, self._mechanism, self._step = self.local(mechanism), mechanism, 0
-            self.state = _State.HANDSHAKEN
-            return make(cls, error_code=ErrorCode.none, mechanisms=self.mechanisms)
+            self._begin(_Exchange(mechanism, local=self.local(mechanism)))
+            return ok
         assert self.access is not None
         try:
             conn, broker = await self.access.connect()
         except ConnectionError as e:
             log.warning("kafka_sasl_broker_unreachable", peer=self.peer, error=str(e))
             raise CloseConnection from e
-        pending = BrokerSession(conn, broker, self.access)
+        relay = self._track(BrokerSession(conn, broker, self.access))
         try:
-            resp = await pending.call(make(hs_req.SaslHandshakeRequest, mechanism=mechanism))
+            resp = await relay.call(make(hs_req.SaslHandshakeRequest, mechanism=mechanism))
         except (ConnectionError, TimeoutError, asyncio.IncompleteReadError) as e:
-            pending.close()
+            self._drop(relay)
             log.warning("kafka_sasl_broker_failed", peer=self.peer, broker=broker, error=str(e))
             raise CloseConnection from e
+        except BaseException:  # cancelled (the client left): the broker connection goes too
+            self._drop(relay)
+            raise
+        if self._closed:  # the client connection closed while the broker answered
+            self._drop(relay)
+            raise CloseConnection
         if resp.error_code != ErrorCode.none:
-            pending.close()
+            self._drop(relay)
             self._fail("broker_refused_mechanism", mechanism=mechanism)
             offered = tuple(m for m in self.mechanisms if m in resp.mechanisms)
             return make(cls, error_code=resp.error_code, mechanisms=offered)
-        self._pending, self._mechanism, self._step = pending, mechanism, 0
+        self._begin(_Exchange(mechanism, relay=relay))
+        return ok
+
+    def _begin(self, exchange: _Exchange) -> None:
+        self._exchange, self._mechanism = exchange, exchange.mechanism
         self.state = _State.HANDSHAKEN
-        return make(cls, error_code=ErrorCode.none, mechanisms=self.mechanisms)
 
     async def authenticate(self, req: Any, version: int) -> Any:
         cls = response_class(SASL_AUTHENTICATE_KEY, version)
@@ -231,69 +295,93 @@ class SaslSession:
         def answer(code: ErrorCode, message: str | None, data: bytes = b"", life: Any = _ZERO) -> Any:
             return make(cls, error_code=code, error_message=message, auth_bytes=data, session_lifetime=life)
 
-        if self._exchange is not None and self.state is _State.HANDSHAKEN:
-            err, data, done = self._exchange.step(bytes(req.auth_bytes))
-            if err is not None:
-                self._fail("login_refused", mechanism=self._mechanism)
-                return answer(ErrorCode.sasl_authentication_failed, err)
-            if not done:
-                return answer(ErrorCode.none, None, data)
-            user, self._exchange = self._exchange.user, None
-            assert user is not None
-            return self._finish(user, None, data, _ZERO, version, answer)
-        if self.state is not _State.HANDSHAKEN or self._pending is None:
-            self._fail("authenticate_before_handshake")
+        ex = self._exchange
+        if self._busy or self.state is not _State.HANDSHAKEN or ex is None:
+            self._fail("authenticate_out_of_order")
             return answer(ErrorCode.illegal_sasl_state, "SaslAuthenticate before SaslHandshake")
-        token = bytes(req.auth_bytes)
-        if self._step == 0:
-            user = principal_of(self._mechanism, token)
+        self._busy = True
+        try:
+            return await self._authenticate(ex, bytes(req.auth_bytes), version, answer)
+        finally:
+            self._busy = False
+
+    async def _authenticate(self, ex: _Exchange, token: bytes, version: int, answer: Any) -> Any:
+        if ex.step == 0:
+            if ex.refused is not None:
+                self._fail("too_many_failed_logins", address=self.address)
+                return answer(ErrorCode.sasl_authentication_failed, _TOO_MANY)
+            user = principal_of(ex.mechanism, token)
             if user is None:
-                self._fail("malformed_token", mechanism=self._mechanism, size=len(token))
+                self._count_failure(None)
+                self._fail("malformed_token", mechanism=ex.mechanism, size=len(token))
                 return answer(
                     ErrorCode.sasl_authentication_failed,
-                    f"Authentication failed: invalid {self._mechanism} client message",
+                    f"Authentication failed: invalid {ex.mechanism} client message",
                 )
-            self._pending_user = user
-        pending = self._pending
+            if self.limits is not None and not self.limits.allowed(self.address, user):
+                self._fail("too_many_failed_logins", address=self.address, principal=f"User:{user}")
+                return answer(ErrorCode.sasl_authentication_failed, _TOO_MANY)
+            ex.user = user
+        if ex.local is not None:
+            err, data, done = await ex.local.step(token)
+            if err is not None:
+                self._count_failure(ex.user)
+                self._fail("login_refused", mechanism=ex.mechanism)
+                return answer(ErrorCode.sasl_authentication_failed, err)
+            ex.step += 1
+            if not done:
+                return answer(ErrorCode.none, None, data)
+            user = ex.local.user
+            assert user is not None and user == ex.user
+            self._exchange = None
+            return self._finish(user, None, data, _ZERO, version, answer)
+        relay = ex.relay
+        assert relay is not None and ex.user is not None
         try:
-            resp = await pending.call(make(auth_req.SaslAuthenticateRequest, auth_bytes=token))
+            resp = await relay.call(make(auth_req.SaslAuthenticateRequest, auth_bytes=token))
         except (ConnectionError, TimeoutError, asyncio.IncompleteReadError) as e:
-            log.warning("kafka_sasl_broker_failed", peer=self.peer, broker=pending.broker, error=str(e))
+            log.warning("kafka_sasl_broker_failed", peer=self.peer, broker=relay.broker, error=str(e))
             self._fail("broker_connection_lost")
             raise CloseConnection from e
+        except BaseException:
+            self._fail("cancelled")
+            raise
         if resp.error_code != ErrorCode.none:
-            self._fail("broker_refused_login", principal=self._pending_user, mechanism=self._mechanism)
+            self._count_failure(ex.user)
+            self._fail("broker_refused_login", principal=f"User:{ex.user}", mechanism=ex.mechanism)
             return answer(resp.error_code, resp.error_message)
-        self._step += 1
-        if self._step < _STEPS[self._mechanism]:
+        ex.step += 1
+        if ex.step < _STEPS[ex.mechanism]:
             return answer(ErrorCode.none, None, bytes(resp.auth_bytes))
-        return self._complete(resp, version, answer)
+        self._exchange = None
+        return self._finish(ex.user, relay, bytes(resp.auth_bytes), resp.session_lifetime, version, answer)
 
-    def _complete(self, resp: Any, version: int, answer: Any) -> Any:
-        assert self._pending is not None and self._pending_user is not None
-        pending, self._pending = self._pending, None
-        return self._finish(
-            self._pending_user, pending, bytes(resp.auth_bytes), resp.session_lifetime, version, answer
-        )
+    def _count_failure(self, user: str | None) -> None:
+        if self.limits is not None:
+            self.limits.failed(self.address, user)
 
     def _finish(
         self, user: str, session: BrokerSession | None, data: bytes, life: Any, version: int, answer: Any
     ) -> Any:
         principal = f"User:{user}"
+        if self._closed:
+            self._drop(session)
+            raise CloseConnection
         if self.principal is not None and principal != self.principal:
             log.warning(
                 "kafka_sasl_reauth_principal_changed", peer=self.peer, old=self.principal, new=principal
             )
-            if session is not None:
-                session.close()
+            self._drop(session)
             self._fail("principal_changed")
             raise CloseConnection
         reauth = self.principal is not None
-        if self.session is not None:
-            self.session.close()
+        if self.session is not None and self.session is not session:
+            self._drop(self.session)
         self.session = session
         self.principal = principal
         self.state = _State.AUTHENTICATED
+        if self.limits is not None:
+            self.limits.succeeded(user)
         life_ms = int(life.total_seconds() * 1000)
         if self.max_reauth_ms > 0 and (life_ms <= 0 or self.max_reauth_ms < life_ms):
             # as a broker with connections.max.reauth.ms: the shorter of it and the credential's
@@ -312,15 +400,32 @@ class SaslSession:
         return answer(ErrorCode.none, None, data, life)
 
     def _fail(self, reason: str, **kw: Any) -> None:
-        """Refuse: the error response goes out, any further request closes the connection."""
+        """Refuse: the error response goes out, then the connection is closed."""
         log.warning("kafka_sasl_refused", peer=self.peer, reason=reason, **kw)
         self.state = _State.FAILED
-        if self._pending is not None:
-            self._pending.close()
-            self._pending = None
+        ex, self._exchange = self._exchange, None
+        if ex is not None:
+            self._drop(ex.relay)
+
+    def _track(self, session: BrokerSession) -> BrokerSession:
+        self._opened.add(session)
+        if self._closed:  # opened after the client connection closed: not kept a moment
+            self._drop(session)
+            raise CloseConnection
+        return session
+
+    def _drop(self, session: BrokerSession | None) -> None:
+        if session is not None:
+            self._opened.discard(session)
+            session.close()
 
     def close(self) -> None:
-        for s in (self._pending, self.session):
-            if s is not None:
-                s.close()
-        self._pending = self.session = None
+        """The client connection is gone: close every broker connection it opened, including one
+        a login still running is using (that handler then fails and opens no other)."""
+        self._closed = True
+        for s in list(self._opened):
+            self._drop(s)
+        self.session = self._exchange = None
+
+
+_TOO_MANY = "Authentication failed: too many failed logins, try again later"
