@@ -19,6 +19,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.protocol import Entity, RequestPayload, ResponsePayload
 
 from fetcher.fetch import RecordViews
+from fetcher.kafka.frame_bounds import check_entity
 
 API_VERSIONS_KEY = 18
 
@@ -74,6 +75,7 @@ def decode_request(frame: bytes, cls: type[RequestPayload]) -> tuple[Any, Reques
     """(header, body) of a frame; raises :class:`FrameError` on bytes that do not parse."""
     try:
         header, n = entity_reader(cls.__header_schema__)(frame, 0)
+        check_entity(cls, frame, n)  # no array longer than the frame: kio would abort the process
         body, _ = entity_reader(cls)(frame, n)
     except Exception as e:  # kio raises several types (struct, Unicode, its own) on bad bytes
         raise FrameError(f"cannot decode {cls.__name__} v{cls.__version__}: {e}") from e
