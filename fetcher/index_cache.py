@@ -17,6 +17,10 @@ write in progress), as are incomplete entries; a fetched entry is parsed from th
 not re-read from disk where another process may already have evicted it; a file that vanished is
 fetched again, not an error; and the byte bound is kept for the directory as a whole: eviction
 counts other processes' entries too (removing theirs oldest first, then ours least recently used).
+
+A directory that cannot be used (read-only work dir, a file in its place, a full disk) does not
+stop a read: the cache then keeps parsed entries in memory only, for this process (warning
+``index_cache_off_disk`` once, naming the path and the reason), as a reader without a cache would.
 """
 
 from __future__ import annotations
@@ -84,8 +88,21 @@ class RemoteIndexCache:
         self._total = 0
         self.hits = 0
         self.misses = 0
-        directory.mkdir(parents=True, exist_ok=True)
-        self._scan_existing()
+        self.on_disk = True  # False: the directory is unusable, entries live in memory only
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            if not os.access(directory, os.W_OK | os.X_OK):
+                raise PermissionError(13, "not writable by this user", str(directory))
+            self._scan_existing()
+        except OSError as e:
+            self._off_disk(e)
+
+    def _off_disk(self, e: OSError) -> None:
+        """Keep going without the directory: entries stay in memory (bounded the same way)."""
+        if self.on_disk:
+            log.warning("index_cache_off_disk", dir=str(self.directory), error=e.strerror or str(e),
+                        note="indexes are kept in memory for this process only")
+        self.on_disk = False
 
     @property
     def total_bytes(self) -> int:
@@ -163,7 +180,7 @@ class RemoteIndexCache:
             done.set()
 
     def _load(self, md: RemoteLogSegmentMetadata, stem: str) -> SegmentIndexes:
-        if stem in self._sizes or self._complete_on_disk(stem):  # ours, or another process's
+        if self.on_disk and (stem in self._sizes or self._complete_on_disk(stem)):  # ours or another's
             try:
                 return self._parse(md, stem, self._read_files(stem))
             except FileNotFoundError:
@@ -178,13 +195,27 @@ class RemoteIndexCache:
         self.misses += 1
         raw: dict[IndexType, bytes] = {}
         tag = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        for index_type, suffix in _SUFFIX.items():
-            raw[index_type] = data = self._fetch(md, index_type)
-            tmp = self.directory / f"{stem}{suffix}.{tag}.tmp"
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, self.directory / f"{stem}{suffix}")
+        for index_type in _SUFFIX:
+            raw[index_type] = self._fetch(md, index_type)
+        if self.on_disk:
+            self._store(stem, tag, raw)
         return self._parse(md, stem, raw)
+
+    def _store(self, stem: str, tag: str, raw: dict[IndexType, bytes]) -> None:
+        """Write one entry's files (temporary name, then rename); a file system that refuses
+        (full, read-only) turns the cache off for this process instead of failing the read."""
+        for index_type, suffix in _SUFFIX.items():
+            tmp = self.directory / f"{stem}{suffix}.{tag}.tmp"
+            try:
+                with open(tmp, "wb") as f:
+                    f.write(raw[index_type])
+                os.replace(tmp, self.directory / f"{stem}{suffix}")
+            except OSError as e:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+                self._remove_files(stem)
+                self._off_disk(e)
+                return
 
     def _complete_on_disk(self, stem: str) -> bool:
         return all((self.directory / f"{stem}{s}").exists() for s in _SUFFIX.values())
@@ -221,6 +252,12 @@ class RemoteIndexCache:
         """Drop entries until the directory is within the byte bound: other processes' entries
         first, oldest first (their readers keep their parsed copies in memory), then ours, least
         recently used first (caller holds the lock, or runs single-threaded at start-up)."""
+        if not self.on_disk:
+            while self._total > self.max_bytes and len(self._sizes) > 1:
+                stem = next(s for s in self._sizes if s != keep)
+                self._total -= self._sizes.pop(stem)
+                self._entries.pop(stem, None)
+            return
         on_disk = self._on_disk()
         for stem in [s for s in self._sizes if s not in on_disk and s != keep]:
             self._total -= self._sizes.pop(stem)  # removed by another process
@@ -250,9 +287,11 @@ class RemoteIndexCache:
             log.debug("index_cache_evicted", entry=stem)
 
     def _remove_files(self, stem: str) -> None:
+        if not self.on_disk:
+            return
         for suffix in _SUFFIX.values():
             p = self.directory / f"{stem}{suffix}"
-            with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
                 p.unlink()
 
     def invalidate(self, md: RemoteLogSegmentMetadata) -> None:

@@ -11,7 +11,8 @@ each other). The map is a contract in ``pyproject.toml``, checked by import-lint
     rlm.plugin_setup         builds the storage plugin and metadata manager from the configuration
     rsm_plugins | rlmm       storage plugins and metadata managers, each behind its ``api`` module
     rlm.log                  Kafka's on-disk formats (its ``_*`` modules are private)
-    rlm.config : rlm.config_errors : rlm.plugin_registry : rlm.exit_codes : rlm.lineage : rlm.logging_setup
+    rlm.config : rlm.config_errors : rlm.plugin_registry : rlm.exit_codes : rlm.environment : rlm.lineage
+    : rlm.logging_setup
     rlm.secrets : rlm.types
     rlm.errors
 

@@ -5,6 +5,9 @@ Each command module exposes ``register(subparsers)`` that adds its parser and se
 from this project (:class:`rlm.errors.RlmError`) are printed as one ``rlm: error: ...`` line,
 never as a traceback, with the status of their kind (:class:`rlm.exit_codes.ExitCode`): 3 for
 configuration, plugin-loading and preflight errors, 1 for the rest; 2 is left to argparse's usage errors.
+A file-system problem (read-only or missing work dir, a file where a directory belongs, a full
+disk) is one line too, naming the path and the fix (:mod:`rlm.environment`). Every subcommand's
+``--help`` ends with the exit-status table of :mod:`rlm.exit_codes`.
 """
 
 from __future__ import annotations
@@ -72,6 +75,9 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         if importlib.util.find_spec(name) is None:
             continue
         importlib.import_module(name).register(sub)
+    for command in sub.choices.values():  # one exit-status table, in every subcommand's --help
+        command.epilog = EPILOG
+        command.formatter_class = argparse.RawDescriptionHelpFormatter
     return parser
 
 
@@ -98,6 +104,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.INTERRUPTED
     except BrokenPipeError:
         return ExitCode.OK
+    except OSError as e:  # the environment (work dir, cache, disk), not a bug: no traceback
+        from rlm.environment import describe_os_error
+        from rlm.exit_codes import ENVIRONMENT
+
+        print(f"rlm: error: {describe_os_error(e)}", file=sys.stderr)
+        return ENVIRONMENT
 
 
 if __name__ == "__main__":

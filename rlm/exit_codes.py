@@ -1,5 +1,9 @@
-"""Exit statuses of the ``rlm`` command, one meaning each (documented in docs/operations.md and
-``rlm --help``), so that scripts, systemd and Kubernetes can tell a typo from an outage.
+"""Exit statuses of the ``rlm`` command, one meaning each, so that scripts, systemd and Kubernetes
+can tell a typo from an outage.
+
+This module is the one table: ``rlm --help`` and every subcommand's ``--help`` print
+:data:`EPILOG`, generated from :data:`MEANINGS`; :mod:`rlm.cli` maps each error kind to its
+status here; docs/operations.md lists the same lines (a test compares them).
 
 Ground floor: constants only, used by :mod:`rlm.cli` and the commands.
 """
@@ -12,21 +16,31 @@ import signal
 
 class ExitCode(enum.IntEnum):
     OK = 0
-    """Done: the command succeeded, or ``rlm run`` stopped cleanly after a first SIGTERM/SIGINT."""
     FAILURE = 1
-    """Runtime failure: a task failed (``--once``), a file or store is corrupt or unreachable."""
     USAGE = 2
-    """Bad command line (argparse's own status)."""
     CONFIG = 3
-    """The configuration is invalid, a plugin cannot be found, imported or configured, or the
-    start-up preflight failed (the message names the setting)."""
     ALREADY_RUNNING = 4
-    """``rlm run``: another ``rlm run`` holds the work dir's or a log dir's lock (two sidecars on
-    one node by mistake); the message names the path and the holder's pid. Nothing was written."""
     INTERRUPTED = 128 + signal.SIGINT
-    """130: forced stop by a second SIGINT (or Ctrl-C in a one-shot command)."""
     TERMINATED = 128 + signal.SIGTERM
-    """143: forced stop by a second SIGTERM."""
+
+
+#: status -> what it means, as ``--help`` prints it (keep each line short: it is a table)
+MEANINGS: dict[ExitCode, str] = {
+    ExitCode.OK: "success; `rlm run` stopped cleanly after a first SIGTERM/SIGINT",
+    ExitCode.FAILURE: "runtime failure (a --once task failed, corrupt or unreachable file or store, "
+                      "an offset outside the stored range, an unusable work dir or full disk)",
+    ExitCode.USAGE: "usage error (bad command line)",
+    ExitCode.CONFIG: "configuration error (invalid config, plugin not loadable, failed preflight)",
+    ExitCode.ALREADY_RUNNING: "another `rlm run` already holds this work dir or a log dir (lock)",
+    ExitCode.INTERRUPTED: "forced stop by a second SIGINT (Ctrl-C)",
+    ExitCode.TERMINATED: "forced stop by a second SIGTERM",
+}
+
+#: the status of a read outside the stored range (``rlm fetch``/``offsets``/``replay``): a runtime
+#: failure, not a usage error (2 is argparse's, for a malformed command line)
+OFFSET_OUT_OF_RANGE = ExitCode.FAILURE
+#: the status when the work dir or a cache cannot be written (read-only, not a directory, full disk)
+ENVIRONMENT = ExitCode.FAILURE
 
 
 def for_signal(signum: int) -> ExitCode:
@@ -34,11 +48,9 @@ def for_signal(signum: int) -> ExitCode:
     return ExitCode.TERMINATED if signum == signal.SIGTERM else ExitCode.INTERRUPTED
 
 
-EPILOG = """exit status:
-  0    success; `rlm run` stopped cleanly after a first SIGTERM/SIGINT
-  1    runtime failure (a --once task failed, corrupt or unreachable file or store)
-  2    usage error (bad command line)
-  3    configuration error (invalid config, plugin not loadable, failed preflight)
-  4    another `rlm run` already holds this work dir or a log dir (lock)
-  130  forced stop by a second SIGINT (Ctrl-C)
-  143  forced stop by a second SIGTERM"""
+def epilog() -> str:
+    """The ``exit status:`` section of every ``--help``, from :data:`MEANINGS`."""
+    return "exit status:\n" + "\n".join(f"  {int(code):<4} {text}" for code, text in MEANINGS.items())
+
+
+EPILOG = epilog()

@@ -14,7 +14,8 @@ it; with ``read_committed`` aborted and control batches are left out). ``arrow``
 Arrow IPC stream with Spark's Kafka schema. ``--until-*`` ends are exclusive; ``--timestamp``
 and ``--until-timestamp`` map to the first offset whose timestamp is >= TS (KIP-33).
 
-Only remote data is read: an offset outside the remote range exits 2 naming the valid range.
+Only remote data is read: an offset outside the remote range is a runtime failure (exit status 1,
+see the table below) and the message names the valid range as ``[start, end)``.
 """
 
 from __future__ import annotations

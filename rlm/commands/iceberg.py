@@ -26,7 +26,7 @@ from typing import Any
 
 from rlm.commands.iceberg_maint import PassHook, add_arguments, compact_command
 from rlm.config import DaemonConfig, load_config
-from rlm.errors import ConfigError
+from rlm.errors import ConfigError, IcebergTableError, RlmError
 from rlm.secrets import is_secret_key
 
 
@@ -73,6 +73,24 @@ def summary(config: DaemonConfig, sync: Any, added_segments: int, added_rows: in
             "waiting_segments": waiting, "orphan_files": orphans}
 
 
+def _open_catalog(config: DaemonConfig, open_catalog: Any) -> Any:
+    """The catalog, or one line naming it: a catalog's own errors (SQLAlchemy's ``database or
+    disk is full`` for the embedded one under the work dir) are not tracebacks for an operator."""
+    try:
+        return open_catalog(config)
+    except (OSError, RlmError):
+        raise
+    except Exception as e:
+        from fetcher.iceberg import catalog_properties
+
+        where = public_properties(catalog_properties(config)).get("uri", config.iceberg.catalog_name)
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise IcebergTableError(
+            f"cannot open the Iceberg catalog {config.iceberg.catalog_name!r} at {where}: {reason} "
+            "(the embedded catalog lives under work_dir/iceberg: it needs a writable file system with "
+            "free space; or set iceberg.catalog)") from e
+
+
 def iceberg(args: argparse.Namespace) -> int:
     if args.action == "compact":
         return compact_command(args)
@@ -93,7 +111,7 @@ def iceberg(args: argparse.Namespace) -> int:
             signal.signal(sig, lambda *_: stop.set())
     added_segments = added_rows = waiting = conflicts = 0
     with RemoteFetcher.from_config(config) as f:
-        catalog = open_catalog(config)
+        catalog = _open_catalog(config, open_catalog)
         spark = None
         own_spark = False
         sync: IcebergSync
