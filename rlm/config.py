@@ -451,6 +451,19 @@ class ReadConfig(_Strict):
         description="Kafka-protocol endpoint: a Fetch's partition_max_bytes is capped at this, so one "
         "request cannot read a whole segment from remote storage; the first batch is still returned whole.",
     )
+    kafka_fetch_session_cache_slots: int = Field(
+        1000, ge=0, json_schema_extra=_kafka("max.incremental.fetch.session.cache.slots"),
+        description="Kafka-protocol endpoint: incremental fetch sessions (KIP-227) kept at once, over all "
+        "connections (the broker's setting, same default); when full, a new session takes the slot of "
+        "one idle longer than kafka_fetch_session_eviction_ms, or of an older one with fewer partitions, "
+        "else the client fetches without a session. 0: no sessions.",
+    )
+    kafka_fetch_session_eviction_ms: int = Field(
+        120_000, ge=0, json_schema_extra=_kafka("min.incremental.fetch.session.eviction.ms"),
+        description="Kafka-protocol endpoint: a fetch session idle this long may be evicted for a new "
+        "one, and one younger than this is never evicted for a bigger one (the broker's setting, same "
+        "default).",
+    )
     kafka_event_loop: Literal["auto", "asyncio", "uvloop"] = Field(
         "auto",
         description="Kafka-protocol endpoint: the event loop that frames, encrypts and sends responses. "

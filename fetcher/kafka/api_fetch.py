@@ -9,7 +9,16 @@
 - A remote read that times out gives empty records and no error (Kafka's DelayedRemoteFetch
   expiry); out-of-range offsets get OFFSET_OUT_OF_RANGE so clients apply ``auto.offset.reset``.
 - Incremental fetch sessions (KIP-227, :mod:`fetcher.kafka.fetch_sessions`): a session's
-  requests carry only changed partitions, its answers only partitions with news.
+  requests carry only changed partitions, its answers only partitions with news. A session is
+  its connection's and principal's alone.
+- With SASL, every partition the answer may carry (a session's too, not only the request's) is
+  checked against the principal's READ on each request (:data:`~fetcher.kafka.requester.FETCH_ACCESS`,
+  the guard's cached ACL decisions): a partition without it answers TOPIC_AUTHORIZATION_FAILED
+  and is never read, so a revoked ACL ends an open session's access within the cache time.
+- Field values the protocol does not allow answer INVALID_REQUEST
+  (:class:`~fetcher.kafka.errors.InvalidRequest`): an isolation level other than 0/1 or a
+  negative ``max_bytes`` for the whole request, a negative partition index or
+  ``partition_max_bytes`` for that partition.
 """
 
 from __future__ import annotations
@@ -27,13 +36,16 @@ from fetcher.kafka import merged
 from fetcher.kafka.api_meta import ZERO
 from fetcher.kafka.codec import has_field, make, nested, response_class
 from fetcher.kafka.context import Catalog, EndpointContext
-from fetcher.kafka.errors import error_code_for
+from fetcher.kafka.errors import InvalidRequest, error_code_for
 from fetcher.kafka.fetch_sessions import FetchSession, SessionPartition
+from fetcher.kafka.requester import CONNECTION, FETCH_ACCESS, FetchAccess
 from rlm.errors import FetchTimeoutError, RlmError
 
 log = structlog.get_logger(__name__)
 
 _MAX_WAIT_CAP_MS = 5_000
+#: errors that only refuse a partition: they neither end a long-poll early nor count as news of a read
+_REFUSED = (ErrorCode.topic_authorization_failed, ErrorCode.invalid_request)
 
 
 @dataclass(slots=True)
@@ -73,7 +85,9 @@ def _wanted(req: Any, catalog: Catalog, partition_cap: int) -> list[tuple[Any, l
                 min(int(p.partition_max_bytes), partition_cap),
                 int(getattr(p, "current_leader_epoch", -1)),
             )
-            if entry is None:
+            if p.partition < 0 or p.partition_max_bytes < 0:
+                part.error = ErrorCode.invalid_request
+            elif entry is None:
                 part.error = missing
             elif all(tp.partition != p.partition for tp in entry.partitions):
                 part.error = ErrorCode.unknown_topic_or_partition
@@ -186,20 +200,24 @@ def _read(ctx: EndpointContext, parts: list[_Part], max_bytes: int, isolation: I
     return total
 
 
-def _session_request(ctx: EndpointContext, req: Any, version: int) -> tuple[
+def _session_request(ctx: EndpointContext, req: Any, version: int, access: FetchAccess | None) -> tuple[
         ErrorCode, FetchSession | None, bool]:
-    """(error, session, incremental) for the request's session id and epoch (KIP-227)."""
+    """(error, session, incremental) for the request's session id and epoch (KIP-227), as seen by
+    this connection and principal: another owner's session id is unknown here."""
     if version < 7:
         return ErrorCode.none, None, False
     sid, epoch = int(req.session_id), int(req.session_epoch)
     sessions = ctx.fetch_sessions
-    if sid == 0:
-        return ErrorCode.none, (sessions.new() if epoch == 0 else None), False
-    if epoch in (-1, 0):  # close it; epoch 0 also starts a new one
-        sessions.close(sid)
-        return ErrorCode.none, (sessions.new() if epoch == 0 else None), False
-    session = sessions.get(sid)
+    connection, principal = CONNECTION.get(), access.principal if access is not None else None
+    size = sum(len(t.partitions) for t in req.topics)
+    if epoch in (-1, 0):  # full: close the given session (if ours); epoch 0 also starts a new one
+        if sid:
+            sessions.close(sid, connection, principal)
+        return ErrorCode.none, (sessions.new(connection, principal, size) if epoch == 0 else None), False
+    session = sessions.get(sid, connection, principal)
     if session is None:
+        if access is not None and sessions.foreign(sid, connection, principal):
+            access.denied("fetch session of another connection or principal", [])
         return ErrorCode.fetch_session_id_not_found, None, False
     if epoch != session.epoch:
         return ErrorCode.invalid_fetch_session_epoch, None, False
@@ -228,13 +246,11 @@ def _merge_session(session: FetchSession, req: Any, incremental: bool) -> Any:
 
 async def handle_fetch(ctx: EndpointContext, req: Any, version: int, header: Any) -> Any:
     cls = response_class(1, version)
-    code, session, incremental = _session_request(ctx, req, version)
+    isolation, max_bytes = _request_limits(ctx, cls, req, version)
+    access = FETCH_ACCESS.get()
+    code, session, incremental = _session_request(ctx, req, version, access)
     if code is not ErrorCode.none:
         return make(cls, throttle_time=ZERO, error_code=code, session_id=0, responses=())
-    isolation = IsolationLevel(int(getattr(req, "isolation_level", 0)) or 0)
-    # client-sent limits are capped as a broker caps them (fetch.max.bytes): one request must
-    # not turn into a GET of a whole segment
-    max_bytes = min(int(getattr(req, "max_bytes", 0x7FFFFFFF)), ctx.settings.fetch_max_bytes)
     max_wait_ms = min(int(req.max_wait.total_seconds() * 1000), _MAX_WAIT_CAP_MS)
     deadline = time.monotonic() + max_wait_ms / 1000
     catalog = await ctx.topics()
@@ -243,17 +259,20 @@ async def handle_fetch(ctx: EndpointContext, req: Any, version: int, header: Any
         wanted = _wanted_in_session(session, version >= 13, catalog, ctx.settings.max_partition_fetch_bytes)
     else:
         wanted = _wanted(req, catalog, ctx.settings.max_partition_fetch_bytes)
+    if access is not None:
+        _authorize(wanted, access)
     flat = [p for _, ps in wanted for p in ps]
     if ctx.forwarder is not None:
         await merged.route(ctx, flat)
     got = await ctx.call(lambda: _read(ctx, flat, max_bytes, isolation))
     tail = [p for p in flat if p.forward]
+    served = [p for p in flat if p.error not in _REFUSED]
     if tail:
         await merged.forward(ctx, tail, isolation, 0 if got else max_wait_ms, max_bytes - got)
         back = [p for p in tail if not p.forward]  # below the broker's new local start: remote
         if back:
             await ctx.call(lambda: _read(ctx, back, max(1, max_bytes - got), isolation))
-    elif got < max(int(req.min_bytes), 1) and not any(p.error is not ErrorCode.none for p in flat):
+    elif served and got < max(int(req.min_bytes), 1) and all(p.error is ErrorCode.none for p in served):
         remaining = deadline - time.monotonic()
         if remaining > 0:
             await asyncio.sleep(remaining)
@@ -261,6 +280,49 @@ async def handle_fetch(ctx: EndpointContext, req: Any, version: int, header: Any
     if session is not None:
         wanted = _news(session, wanted, incremental)
     return _response(cls, wanted, ctx.settings.node_id, session.session_id if session is not None else 0)
+
+
+def _request_limits(ctx: EndpointContext, cls: Any, req: Any, version: int) -> tuple[IsolationLevel, int]:
+    """The request's isolation level and response limit (capped as a broker caps it,
+    ``fetch.max.bytes``: one request must not turn into a GET of a whole segment); values the
+    protocol does not allow raise :class:`InvalidRequest`."""
+    level = int(getattr(req, "isolation_level", 0) or 0)
+    if level not in (0, 1):
+        raise InvalidRequest("isolation_level", level, _invalid_response(cls, req, version))
+    requested = int(getattr(req, "max_bytes", 0x7FFFFFFF))
+    if requested < 0:
+        raise InvalidRequest("max_bytes", requested, _invalid_response(cls, req, version))
+    return IsolationLevel(level), min(requested, ctx.settings.fetch_max_bytes)
+
+
+def _invalid_response(cls: Any, req: Any, version: int) -> Any:
+    """Before v7 a Fetch answer has no top-level error: INVALID_REQUEST on every partition asked
+    (Kafka's ``getErrorResponse``); from v7 None, the top-level error."""
+    if has_field(cls, "error_code"):
+        return None
+    wanted = []
+    for t in req.topics:
+        parts = [_Part(None, p.partition, -1, 0, -1, error=ErrorCode.invalid_request) for p in t.partitions]
+        wanted.append((t.topic, parts))
+    return _response(cls, wanted, 0)
+
+
+def _authorize(wanted: list[tuple[Any, list[_Part]]], access: FetchAccess) -> None:
+    """TOPIC_AUTHORIZATION_FAILED, and no read, for every partition of a topic the principal may not
+    READ. A topic named in the request but unknown here is refused the same way (as a broker
+    does: no hint that it exists); an unknown topic id stays UNKNOWN_TOPIC_ID."""
+    refused = set()
+    for key, parts in wanted:
+        for p in parts:
+            name = p.topic if p.topic is not None else (key if isinstance(key, str) else None)
+            if name is None or p.error is ErrorCode.invalid_request or access.readable(name):
+                continue
+            p.error = ErrorCode.topic_authorization_failed
+            p.hw = p.lso = p.log_start = -1
+            p.records = b""
+            refused.add(name)
+    if refused:
+        access.denied("no READ on topic", sorted(refused))
 
 
 def _wanted_in_session(session: FetchSession, by_id: bool, catalog: Catalog,
@@ -271,7 +333,9 @@ def _wanted_in_session(session: FetchSession, by_id: bool, catalog: Catalog,
         entry = catalog.by_id.get(key) if by_id else catalog.by_name.get(key)
         part = _Part(entry.name if entry else None, partition, sp.fetch_offset,
                      min(sp.max_bytes, partition_cap), sp.leader_epoch)
-        if entry is None:
+        if partition < 0 or sp.max_bytes < 0:
+            part.error = ErrorCode.invalid_request
+        elif entry is None:
             part.error = ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition
         elif all(tp.partition != partition for tp in entry.partitions):
             part.error = ErrorCode.unknown_topic_or_partition

@@ -2,6 +2,10 @@
 
 A timestamp later than every remote record answers offset -1 / timestamp -1 (Kafka's "no such
 record"); ``max timestamp`` (-3) is answered the same way: not supported here.
+
+Values the protocol does not allow answer INVALID_REQUEST (ListOffsets has no top-level error, so
+on the partitions): an isolation level other than 0/1 on every partition of the request
+(:class:`~fetcher.kafka.errors.InvalidRequest`), a negative partition index on that partition.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from fetcher import IsolationLevel
 from fetcher.kafka.api_meta import ZERO
 from fetcher.kafka.codec import make, nested, response_class
 from fetcher.kafka.context import EndpointContext
-from fetcher.kafka.errors import error_code_for
+from fetcher.kafka.errors import InvalidRequest, error_code_for
 from rlm.errors import RlmError
 
 
@@ -23,28 +27,25 @@ async def handle_list_offsets(ctx: EndpointContext, req: Any, version: int, head
     cls = response_class(2, version)
     topic_cls = nested(cls, "ListOffsetsTopicResponse")
     part_cls = nested(cls, "ListOffsetsPartitionResponse")
+    level = int(getattr(req, "isolation_level", 0) or 0)
+    if level not in (0, 1):
+        raise InvalidRequest("isolation_level", level, _refused(cls, req, ErrorCode.invalid_request))
     catalog = await ctx.topics()
     topics = []
     for t in req.topics:
         entry = catalog.by_name.get(t.name)
         parts = []
         for p in t.partitions:
+            if p.partition_index < 0:
+                parts.append(_refused_partition(part_cls, p.partition_index, ErrorCode.invalid_request))
+                continue
             if entry is None or all(tp.partition != p.partition_index for tp in entry.partitions):
-                parts.append(
-                    make(
-                        part_cls,
-                        partition_index=p.partition_index,
-                        error_code=ErrorCode.unknown_topic_or_partition,
-                        timestamp=-1,
-                        offset=-1,
-                        leader_epoch=-1,
-                    )
-                )
+                unknown = ErrorCode.unknown_topic_or_partition
+                parts.append(_refused_partition(part_cls, p.partition_index, unknown))
                 continue
             try:
                 offset, ts, epoch = await ctx.call(
-                    partial(_lookup, ctx, t.name, int(p.partition_index), int(p.timestamp),
-                            int(getattr(req, "isolation_level", 0) or 0) == 1)
+                    partial(_lookup, ctx, t.name, int(p.partition_index), int(p.timestamp), level == 1)
                 )
                 code = ErrorCode.none
             except RlmError as e:
@@ -62,6 +63,22 @@ async def handle_list_offsets(ctx: EndpointContext, req: Any, version: int, head
             )
         topics.append(make(topic_cls, name=t.name, partitions=tuple(parts)))
     return make(cls, throttle_time=ZERO, topics=tuple(topics))
+
+
+def _refused_partition(part_cls: Any, partition: int, code: ErrorCode) -> Any:
+    return make(part_cls, partition_index=partition, error_code=code, timestamp=-1, offset=-1,
+                leader_epoch=-1)
+
+
+def _refused(cls: Any, req: Any, code: ErrorCode) -> Any:
+    """The answer with ``code`` on every partition of the request (Kafka's ``getErrorResponse``)."""
+    topic_cls, part_cls = nested(cls, "ListOffsetsTopicResponse"), nested(cls, "ListOffsetsPartitionResponse")
+    topics = tuple(
+        make(topic_cls, name=t.name,
+             partitions=tuple(_refused_partition(part_cls, p.partition_index, code) for p in t.partitions))
+        for t in req.topics
+    )
+    return make(cls, throttle_time=ZERO, topics=topics)
 
 
 def _lookup(ctx: EndpointContext, topic: str, partition: int, timestamp: int,

@@ -39,6 +39,7 @@ from kio.schema.metadata.v12 import request as md_req
 from fetcher.acl import DESCRIBE, READ
 from fetcher.kafka.codec import SUPPORTED, error_response, has_field, make, nested, response_class
 from fetcher.kafka.context import EndpointContext
+from fetcher.kafka.requester import FETCH_ACCESS, FetchAccess
 from fetcher.kafka.sasl import (
     SASL_AUTHENTICATE_KEY,
     SASL_HANDSHAKE_KEY,
@@ -343,50 +344,25 @@ class ConnectionGuard:
     async def _fetch(
         self, ctx: EndpointContext, req: Any, version: int, header: Any, handler: Handler
     ) -> Any:
+        """The handler decides per partition, a session's included, with this principal's cached
+        READ decisions (:class:`FetchAccess`); a request naming only topics it may read and one
+        naming none are the same to it."""
         ops = await self._ops(ctx)
-        by_id = (await ctx.topics()).by_id if version >= 13 else {}
-        allowed, refused = [], []
-        for t in req.topics:
-            name = t.topic if version < 13 else (by_id[t.topic_id].name if t.topic_id in by_id else None)
-            if name is None or ops.get(name, 0) & READ:
-                allowed.append(t)
-            else:
-                refused.append(t)
+        principal = self.sasl.principal
+        if principal is None:
+            raise CloseConnection
         wait = self._muted_until - time.monotonic()
         if wait > 0:  # KIP-219: the client was told to back off; one that did not waits here
             await asyncio.sleep(wait)
-        if not refused:
+        access = FetchAccess(principal, lambda name: bool(ops.get(name, 0) & READ), self._fetch_denied)
+        token = FETCH_ACCESS.set(access)
+        try:
             return self._throttle(await handler(ctx, req, version, header))
-        self._denied("Fetch", "no READ on topic", topics=sorted(_fetch_names(refused, by_id, version)))
-        cls = response_class(1, version)
-        if allowed:
-            resp = await handler(ctx, dataclasses.replace(req, topics=tuple(allowed)), version, header)
-        else:
-            resp = make(cls, throttle_time=_zero(), error_code=ErrorCode.none, session_id=0, responses=())
-        topic_cls, part_cls = nested(cls, "FetchableTopicResponse"), nested(cls, "PartitionData")
-        extra = tuple(
-            make(
-                topic_cls,
-                topic=getattr(t, "topic", None),
-                topic_id=getattr(t, "topic_id", None),
-                partitions=tuple(
-                    make(
-                        part_cls,
-                        partition_index=p.partition,
-                        error_code=ErrorCode.topic_authorization_failed,
-                        high_watermark=-1,
-                        last_stable_offset=-1,
-                        log_start_offset=-1,
-                        aborted_transactions=None,
-                        preferred_read_replica=-1,
-                        records=None,
-                    )
-                    for p in t.partitions
-                ),
-            )
-            for t in refused
-        )
-        return self._throttle(dataclasses.replace(resp, responses=tuple(resp.responses) + extra))
+        finally:
+            FETCH_ACCESS.reset(token)
+
+    def _fetch_denied(self, reason: str, topics: list[str]) -> None:
+        self._denied("Fetch", reason, topics=topics)
 
     def _throttle(self, resp: Any) -> Any:
         """Charge the record bytes of a Fetch answer to the principal; over its rate the answer
@@ -692,12 +668,6 @@ _GROUP_API = {
 
 def req_wants_ops(req: Any) -> bool:
     return bool(getattr(req, "include_topic_authorized_operations", False))
-
-
-def _fetch_names(topics: list[Any], by_id: dict[uuid.UUID, Any], version: int) -> list[str]:
-    if version < 13:
-        return [str(t.topic) for t in topics]
-    return [by_id[t.topic_id].name if t.topic_id in by_id else str(t.topic_id) for t in topics]
 
 
 def _zero() -> Any:

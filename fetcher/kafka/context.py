@@ -50,6 +50,10 @@ class ListenerSettings:
     #: limit so one request cannot make the reader GET a whole segment)
     fetch_max_bytes: int = 57_671_680
     max_partition_fetch_bytes: int = 16 * 1024 * 1024
+    #: incremental fetch sessions kept, and the idle time after which one may be evicted (Kafka's
+    #: max.incremental.fetch.session.cache.slots, min.incremental.fetch.session.eviction.ms)
+    fetch_session_slots: int = 1000
+    fetch_session_eviction_ms: int = 120_000
     #: Fetch reads through the chunk cache with read-ahead (consumers read forward)
     sequential_reads: bool = True
     #: "auto" (uvloop when importable), "asyncio" or "uvloop"
@@ -79,6 +83,8 @@ class ListenerSettings:
             idle_timeout_ms=rc.kafka_idle_timeout_ms,
             fetch_max_bytes=rc.kafka_fetch_max_bytes,
             max_partition_fetch_bytes=rc.kafka_max_partition_fetch_bytes,
+            fetch_session_slots=rc.kafka_fetch_session_cache_slots,
+            fetch_session_eviction_ms=rc.kafka_fetch_session_eviction_ms,
             sequential_reads=rc.kafka_sequential_reads,
             event_loop=rc.kafka_event_loop,
             merged=None if rc.kafka_merged else False,
@@ -132,7 +138,8 @@ class EndpointContext:
             settings.consumer_session_timeout_ms, settings.consumer_heartbeat_interval_ms)
         self.groups = GroupCoordinator(settings.group_initial_rebalance_delay_ms,
                                        also_tick=self.consumer_groups.tick)
-        self.fetch_sessions = FetchSessionCache()
+        self.fetch_sessions = FetchSessionCache(
+            settings.fetch_session_slots, settings.fetch_session_eviction_ms / 1000)
         self.advertised_port = settings.port
         merged = settings.merged if settings.merged is not None else fetcher.broker is not None
         if merged and fetcher.broker is None:

@@ -64,7 +64,9 @@ from fetcher.kafka.codec import (
     response_class,
 )
 from fetcher.kafka.context import EndpointContext, ListenerSettings
+from fetcher.kafka.errors import InvalidRequest
 from fetcher.kafka.groups import CLIENT_HOST
+from fetcher.kafka.requester import CONNECTION
 from fetcher.kafka.sasl import CloseConnection
 from fetcher.kafka.security import EndpointSecurity
 
@@ -243,6 +245,7 @@ class Connection:
                 await self.writer.wait_closed()
             if self.guard is not None:
                 self.guard.close()
+            self.ctx.fetch_sessions.close_connection(self)  # its fetch sessions are no one else's
 
     async def _unless_draining(self, read: Coroutine[Any, Any, bytes | None]) -> bytes | None:
         """The next frame, or None as soon as :meth:`drain` is called (the partial read is dropped:
@@ -361,6 +364,7 @@ class Connection:
             )
             raise _Close from None
         try:
+            CONNECTION.set(self)  # fetch sessions belong to the connection (fetcher.kafka.requester)
             if self.guard is not None:
                 resp = await self.guard.dispatch(self.ctx, key, version, header, body, HANDLERS.get(key))
             else:
@@ -368,6 +372,10 @@ class Connection:
             return encode_response(corr, resp)
         except CloseConnection:
             raise _Close from None
+        except InvalidRequest as e:  # a field out of its range: the client's fault, no traceback
+            log.warning("kafka_request_field_invalid", peer=self.peer, api_key=key, api_version=version,
+                        error=str(e))
+            return encode_response(corr, e.answer(response_class(key, version)))
         except Exception as e:
             log.exception(
                 "kafka_handler_failed", peer=self.peer, api_key=key, api_version=version, error=str(e)
