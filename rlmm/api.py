@@ -158,6 +158,12 @@ class RemoteLogMetadataManager(abc.ABC):
         """Load the metadata of every user partition, not only registered ones (a read tier that
         serves any partition). The default does nothing: a store that always holds everything."""
 
+    def follow(self, partitions: Set[TopicIdPartition]) -> None:
+        """Load, for reading, the metadata of ``partitions`` only (a cold read of a few
+        partitions need not load every one). The default loads everything (:meth:`follow_all`);
+        the topic store loads just the metadata partitions they map to."""
+        self.follow_all()
+
     @abc.abstractmethod
     def close(self) -> None:
         """Releases resources; idempotent. Later calls raise :class:`RemoteLogMetadataError`."""

@@ -17,7 +17,12 @@ Unavailable cluster: writes fail with retriable :class:`MetadataTimeoutError` /
 :class:`MetadataUnavailableError`; the consumer keeps retrying and catches up later. Reads are
 served from memory; a partition whose metadata has not been read up to the end yet waits up
 to ``remote.log.metadata.consume.wait.ms`` and then raises :class:`MetadataUnavailableError`
-(Kafka raises its retriable ``ReplicaNotAvailableException`` at once).
+naming the metadata partitions and how far each got (Kafka raises its retriable
+``ReplicaNotAvailableException`` at once).
+
+Readers load only what they read: :meth:`follow` consumes just the metadata partitions the given
+user partitions map to, :meth:`follow_all` every one; either way all of them are assigned to the
+one consumer at once and each is read up to the end offset captured before its fetches begin.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from rlmm.cache import RemoteLogMetadataCache
 from rlmm.partitioner import RemoteLogMetadataTopicPartitioner
 from rlmm.serde import RemoteLogMetadata, serialize
 from rlmm.topic_admin import ensure_metadata_topic
-from rlmm.topic_config import TopicRlmmConfig
+from rlmm.topic_config import CONSUME_WAIT_MS, TopicRlmmConfig
 from rlmm.topic_consumer import ConsumerStats, MetadataConsumer
 from rlmm.topic_producer import MetadataPublisher
 from rlmm.topic_snapshots import TopicSnapshotStore
@@ -63,7 +68,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self._lock = threading.RLock()
         self._cache = RemoteLogMetadataCache()
         self._managed: set[TopicIdPartition] = set()
-        self._follow_all = False
+        self._read_mps: set[int] = set()  # metadata partitions loaded for reads (follow, follow_all)
         self._leaders: set[TopicIdPartition] = set()
         self._catch_up: set[TopicIdPartition] = set()  # new leaders: re-read to the end before use
         self._write_locks: dict[int, threading.Lock] = {}
@@ -144,21 +149,59 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             # after the old leader's last segment (Kafka waits for the same before copying).
             self._catch_up |= set(leaders) - self._leaders
             self._leaders = (self._leaders | set(leaders)) - set(followers)
-            wanted = {partitioner.metadata_partition(tp) for tp in self._managed}
-            if self._follow_all:
-                wanted = set(range(partitioner.num_metadata_partitions))
+            wanted = self._wanted_locked(partitioner)
         consumer.set_wanted(wanted)
 
+    def _wanted_locked(self, partitioner: RemoteLogMetadataTopicPartitioner) -> set[int]:
+        """The metadata partitions to consume: those of managed partitions and those loaded for reads."""
+        return {partitioner.metadata_partition(tp) for tp in self._managed} | self._read_mps
+
+    def follow(self, partitions: Set[TopicIdPartition]) -> None:
+        """Load, for reading, only the metadata partitions ``partitions`` map to (Kafka's
+        partitioner): a cold read of one partition consumes one of the topic's 50 partitions, not
+        all of them. Returns once each has been read up to the end offset it had when assigned."""
+        _, _, partitioner, _ = self._started()
+        needed = {partitioner.metadata_partition(tp) for tp in partitions}
+        shown = sorted(partitions, key=lambda tp: (tp.topic, tp.partition))
+        what = ", ".join(f"{tp.topic}-{tp.partition}" for tp in shown[:5])
+        what += " ..." if len(shown) > 5 else ""
+        self._load_for_reads(needed, f"the metadata of {what}")
+
     def follow_all(self) -> None:
-        """Consume every metadata partition and allow reads of any user partition (read tier)."""
-        cfg, consumer, _, _ = self._started()
+        """Consume every metadata partition, all at once, and allow reads of any user partition
+        (a read tier serving any partition, or a command listing every topic)."""
+        cfg = self._started()[0]
+        self._load_for_reads(set(range(cfg.num_partitions)), "every metadata partition")
+
+    def _load_for_reads(self, needed: set[int], what: str) -> None:
+        cfg, consumer, partitioner, _ = self._started()
         with self._lock:
-            self._follow_all = True
-        consumer.set_wanted(set(range(cfg.num_partitions)))
-        deadline = time.monotonic() + cfg.consume_wait_ms / 1000
-        if not consumer.await_ready(set(range(cfg.num_partitions)), deadline):
-            raise MetadataUnavailableError(
-                f"{cfg.topic_name} is not loaded after {cfg.consume_wait_ms} ms; try again")
+            self._read_mps |= needed
+            wanted = self._wanted_locked(partitioner)
+        consumer.set_wanted(wanted)
+        self._await_loaded(needed, time.monotonic() + cfg.consume_wait_ms / 1000, what)
+
+    def _await_loaded(self, needed: set[int], deadline: float, what: str) -> None:
+        """Waits until ``needed`` are loaded; else a :class:`MetadataUnavailableError` that says
+        what was waited for, how far each partition got and which setting to change."""
+        cfg, consumer, _, _ = self._started()
+        if consumer.await_ready(needed, deadline):
+            return
+        self._started()  # a stopped consumer says so instead
+        progress = consumer.progress(needed)
+        late = {mp: p for mp, p in progress.items() if not p.ready}
+        detail = "; ".join(p.describe(mp) for mp, p in sorted(late.items())[:10])
+        more = f" (and {len(late) - 10} more)" if len(late) > 10 else ""
+        if all(p.end is None for p in late.values()):
+            hint = (f"the cluster at {cfg.bootstrap_servers} did not say where they end: check that it "
+                    f"is reachable and that {cfg.topic_name}'s partitions have leaders")
+        else:
+            hint = (f"they were still loading: raise {CONSUME_WAIT_MS} (in rlm.yaml "
+                    "metadata_request_timeout_ms, which it defaults to)")
+        raise MetadataUnavailableError(
+            f"{what} was not loaded within {cfg.consume_wait_ms} ms ({CONSUME_WAIT_MS}): "
+            f"{len(late)} of {len(needed)} {cfg.topic_name} partitions not read to their end offset "
+            f"(partition: offset reached/end offset) {detail}{more}; {hint}")
 
     def known_partitions(self) -> set[TopicIdPartition]:
         self._started()
@@ -170,32 +213,26 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             self._managed -= set(partitions)
             self._leaders -= set(partitions)
             self._catch_up -= set(partitions)
-            wanted = {partitioner.metadata_partition(tp) for tp in self._managed}
-            if self._follow_all:
-                wanted = set(range(partitioner.num_metadata_partitions))
+            wanted = self._wanted_locked(partitioner)
         consumer.set_wanted(wanted)
 
     def _managed_partition(self, tp: TopicIdPartition, *, for_write: bool) -> int:
         cfg, consumer, partitioner, _ = self._started()
+        mp = partitioner.metadata_partition(tp)
         with self._lock:
-            managed = tp in self._managed or (self._follow_all and not for_write)
+            managed = tp in self._managed or (mp in self._read_mps and not for_write)
         if not managed:
             what = "written" if for_write else "read"
             raise RemoteLogMetadataError(
                 f"{tp} is not managed by this metadata manager and cannot be {what}: "
-                "call on_partition_leadership_changes first")
-        mp = partitioner.metadata_partition(tp)
+                "call on_partition_leadership_changes (or, to read, follow) first")
         deadline = time.monotonic() + cfg.consume_wait_ms / 1000
         with self._lock:
             needs_catch_up = tp in self._catch_up
             self._catch_up.discard(tp)
         if needs_catch_up:
             consumer.require_catch_up(mp)
-        if not consumer.await_ready({mp}, deadline):
-            self._started()
-            raise MetadataUnavailableError(
-                f"metadata of {tp} ({cfg.topic_name}-{mp}) is not loaded yet after "
-                f"{cfg.consume_wait_ms} ms; try again")
+        self._await_loaded({mp}, deadline, f"the metadata of {tp.topic}-{tp.partition}")
         return mp
 
     # ---- writes ------------------------------------------------------------------------------

@@ -72,7 +72,10 @@ class TopicRlmmConfig(BaseModel):
     replication_factor: int | None = Field(
         None, alias="remote.log.metadata.topic.replication.factor", ge=1, le=32767)
     retention_ms: int = Field(-1, alias="remote.log.metadata.topic.retention.ms")
-    consume_wait_ms: int = Field(120_000, alias="remote.log.metadata.consume.wait.ms", ge=0)
+    # 10 s, not Kafka's 120 s: what rlm.yaml's metadata_request_timeout_ms gives it too, so there is
+    # one default; a cold read loads its metadata partitions in well under a second, and a command
+    # should fail fast, saying which partitions were late, when the cluster is not answering.
+    consume_wait_ms: int = Field(10_000, alias="remote.log.metadata.consume.wait.ms", ge=0)
     init_retry_max_timeout_ms: int = Field(
         120_000, alias="remote.log.metadata.initialization.retry.max.timeout.ms", ge=0)
     init_retry_interval_ms: int = Field(

@@ -42,6 +42,8 @@ _KAFKA_LOG = logging.getLogger("rlmm.kafka.consumer")  # librdkafka's own log li
 _POLL_S = 0.1
 _BATCH = 1000
 _WATERMARK_RETRY_S = 1.0
+_LIST_OFFSETS_TIMEOUT_S = 5.0
+_LATEST, _EARLIEST = -1, -2  # ListOffsets' special timestamps: end offset, log start
 _REJECTED_KEEP = 1024
 _ERROR_BACKOFF_S = 1.0
 
@@ -60,6 +62,25 @@ class ConsumerStats:
     replays_from_beginning: set[int] = field(default_factory=set)
 
 
+@dataclass(frozen=True)
+class LoadProgress:
+    """One metadata partition's loading: the next offset to apply (``reached``) against the end
+    offset captured when it was assigned (``end``; ``None``: the cluster has not said yet)."""
+
+    assigned: bool
+    reached: int
+    end: int | None
+    ready: bool
+
+    def describe(self, mp: int) -> str:
+        if not self.assigned:
+            return f"{mp}: not assigned yet"
+        if self.end is None:
+            return f"{mp}: end offset unknown (ListOffsets not answered), at offset {self.reached}"
+        state = "done" if self.ready else f"{max(self.reached, 0)}/{self.end}"
+        return f"{mp}: {state}"
+
+
 @dataclass
 class _PartitionState:
     applied: int = -1  # offset of the last record applied (-1: none)
@@ -69,6 +90,15 @@ class _PartitionState:
     next_watermark_try: float = 0.0
     reassign: bool = True  # position the consumer at applied + 1 on the next assign()
     rejected: OrderedDict[int, None] = field(default_factory=OrderedDict)
+    log_start: int | None = None  # the partition's first offset, when asked with its end offset
+
+    def start_position(self) -> int:
+        """Where the consumer starts: after the last applied record, else at the log start when
+        known (an explicit offset is fetched at once; OFFSET_BEGINNING first costs the client a
+        ListOffsets of its own per partition, which can wait behind a Fetch held by the broker)."""
+        if self.applied >= 0:
+            return self.applied + 1
+        return self.log_start if self.log_start is not None else OFFSET_BEGINNING
 
 
 class MetadataConsumer:
@@ -150,6 +180,19 @@ class MetadataConsumer:
         with self._cond:
             return {mp: st.applied for mp, st in self._states.items()}
 
+    def progress(self, partitions: set[int]) -> dict[int, LoadProgress]:
+        """How far each of ``partitions`` got (for a timeout message that says so)."""
+        with self._cond:
+            out: dict[int, LoadProgress] = {}
+            for mp in sorted(partitions):
+                st = self._states.get(mp)
+                if st is None:
+                    out[mp] = LoadProgress(assigned=False, reached=-1, end=None, ready=False)
+                else:
+                    out[mp] = LoadProgress(assigned=True, reached=st.applied + 1, end=st.end_target,
+                                           ready=st.ready)
+            return out
+
     def close(self, timeout: float = 30.0) -> None:
         with self._cond:
             self._closing = True
@@ -227,8 +270,14 @@ class MetadataConsumer:
                 del self._states[mp]
             for mp in sorted(wanted - set(self._states)):
                 self._states[mp] = self._load(mp)
-            assignment = [TopicPartition(self._cfg.topic_name, mp,
-                                         st.applied + 1 if st.applied >= 0 else OFFSET_BEGINNING)
+        # The end offsets of the partitions about to be (re)assigned are asked now, in one
+        # batched ListOffsets, before assign() starts their fetches: asked afterwards, each would
+        # queue on the broker connection behind a Fetch that the broker holds for
+        # fetch.wait.max.ms once the partitions are at their end (~0.5 s per partition, one
+        # after the other: 50 partitions took 25 s).
+        self._check_ready(force=True)
+        with self._cond:
+            assignment = [TopicPartition(self._cfg.topic_name, mp, st.start_position())
                           for mp, st in sorted(self._states.items())]
             for st in self._states.values():
                 st.reassign = False
@@ -254,24 +303,44 @@ class MetadataConsumer:
             if self._partitioner.metadata_partition(tp) == mp:
                 self._cache.drop_partition(tp)
 
-    def _check_ready(self) -> None:
+    def _list_offsets(self, mps: list[int], spec: int) -> dict[int, int]:
+        """One batched ListOffsets (``spec`` -1: end offset, -2: log start) for ``mps``; the
+        partitions the cluster did not answer for are missing from the result."""
+        if not mps:
+            return {}
+        got = self._consumer.offsets_for_times(
+            [TopicPartition(self._cfg.topic_name, mp, spec) for mp in mps], timeout=_LIST_OFFSETS_TIMEOUT_S)
+        out: dict[int, int] = {}
+        for tp in got:
+            if tp.error is None and tp.offset >= 0:
+                out[tp.partition] = tp.offset
+            else:
+                log.warning("rlmm_list_offsets_failed", partition=tp.partition, error=str(tp.error))
+        return out
+
+    def _check_ready(self, *, force: bool = False) -> None:
+        """Capture the end offset of every partition that has none yet (all in one request);
+        ``force`` ignores the retry back-off (a fresh assignment)."""
         now = time.monotonic()
         with self._cond:
-            pending = [(mp, st.applied) for mp, st in self._states.items()
-                       if st.end_target is None and st.next_watermark_try <= now]
-        for mp, applied in pending:
-            try:
-                low, high = self._consumer.get_watermark_offsets(
-                    TopicPartition(self._cfg.topic_name, mp), timeout=2.0, cached=False)
-            except KafkaException as e:
-                log.warning("rlmm_watermarks_unavailable", partition=mp, error=str(e))
-                with self._cond:
-                    if (st := self._states.get(mp)) is not None:
-                        st.next_watermark_try = now + _WATERMARK_RETRY_S
-                continue
-            with self._cond:
+            pending = {mp: st.applied for mp, st in self._states.items()
+                       if st.end_target is None and (force or st.next_watermark_try <= now)}
+        if not pending:
+            return
+        try:
+            ends = self._list_offsets(sorted(pending), _LATEST)
+            starts = self._list_offsets(sorted(mp for mp in pending if mp in ends), _EARLIEST)
+        except KafkaException as e:
+            log.warning("rlmm_watermarks_unavailable", partitions=sorted(pending), error=str(e))
+            ends, starts = {}, {}
+        with self._cond:
+            for mp in pending:
                 st = self._states.get(mp)
                 if st is None:
+                    continue
+                high = ends.get(mp)
+                if high is None:
+                    st.next_watermark_try = now + _WATERMARK_RETRY_S
                     continue
                 if st.applied + 1 > high:
                     # Our snapshot is ahead of the topic: it belongs to an older incarnation.
@@ -281,13 +350,17 @@ class MetadataConsumer:
                     self.stats.replays_from_beginning.add(mp)
                     self._changed = True
                     continue
-                if applied >= 0 and applied + 1 < low:
-                    log.warning("rlmm_records_lost_to_retention", partition=mp, applied=applied, start=low)
+                low = starts.get(mp)
+                if low is not None and st.applied >= 0 and st.applied + 1 < low:
+                    log.warning("rlmm_records_lost_to_retention", partition=mp, applied=st.applied, start=low)
+                st.log_start = low
                 st.end_target = high
-                if st.applied + 1 >= high and not st.ready:
+                # nothing left to read: caught up, or every record is gone to retention
+                if (st.applied + 1 >= high or (st.applied < 0 and low is not None and low >= high)) \
+                        and not st.ready:
                     st.ready = True
                     log.info("rlmm_partition_ready", partition=mp, offset=st.applied)
-                self._cond.notify_all()
+            self._cond.notify_all()
 
     def _handle(self, msgs: list[Message]) -> None:
         decoded: list[tuple[int, int, RemoteLogMetadata | None]] = []

@@ -18,7 +18,16 @@ def test_defaults_are_kafkas() -> None:
     c = TopicRlmmConfig.from_mapping(BASE)
     assert (c.topic_name, c.num_partitions, c.replication_factor, c.retention_ms) == (
         "__remote_log_metadata", 50, None, -1)
-    assert (c.consume_wait_ms, c.init_retry_max_timeout_ms, c.init_retry_interval_ms) == (120000, 120000, 100)
+    assert (c.init_retry_max_timeout_ms, c.init_retry_interval_ms) == (120000, 100)
+
+
+def test_consume_wait_has_one_default() -> None:
+    """Not Kafka's 120 s: the 10 s rlm.yaml's metadata_request_timeout_ms gives it, so the docs
+    and the code say one value (docs/metadata.md, docs/configuration.md)."""
+    from rlm.config import DaemonConfig
+
+    assert TopicRlmmConfig.from_mapping(BASE).consume_wait_ms == 10000
+    assert DaemonConfig.model_fields["metadata_request_timeout_ms"].default == 10000
 
 
 def test_broker_prefixed_names_and_client_prefixes() -> None:
