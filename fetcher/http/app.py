@@ -29,6 +29,7 @@ from fetcher.http.auth import BearerAuth
 from fetcher.http.errors import ApiError, BadParameter, CatchAll, handle_exception, handle_http_exception
 from fetcher.http.metrics import CONTENT_TYPE, ApiMetrics, Timing
 from fetcher.http.openapi import openapi_document
+from fetcher.login_limits import LoginLimiter
 from fetcher.planning import PartitionPlan
 from rlm.errors import OffsetOutOfRangeError, RlmError
 from rlm.log import KAFKA_SCHEMA
@@ -42,8 +43,10 @@ SCAN_START_TIMEOUT_MS = 30_000
 EXTRA_THREADS = 16
 
 
-def create_app(fetcher: RemoteFetcher, *, token: str | None = None) -> Starlette:
-    """The ASGI application over ``fetcher`` (which the caller owns and closes)."""
+def create_app(fetcher: RemoteFetcher, *, token: str | None = None,
+               login_limits: LoginLimiter | None = None) -> Starlette:
+    """The ASGI application over ``fetcher`` (which the caller owns and closes); ``login_limits``
+    counts wrong tokens per client address (default: ``read.http_security``'s limits)."""
     api = _Api(fetcher)
     routes = [
         Route("/v1/topics", api.topics),
@@ -56,7 +59,8 @@ def create_app(fetcher: RemoteFetcher, *, token: str | None = None) -> Starlette
     ]
     middleware = [Middleware(CatchAll), Middleware(Timing, metrics=api.stats, routes=routes)]
     if token is not None:
-        middleware.append(Middleware(BearerAuth, token=token))
+        limits = login_limits or LoginLimiter.from_security(fetcher.read_config.http_security)
+        middleware.append(Middleware(BearerAuth, token=token, limits=limits))
     return Starlette(routes=routes, middleware=middleware,
                      exception_handlers={HTTPException: handle_http_exception, RlmError: handle_exception,
                                          ApiError: handle_exception})

@@ -12,6 +12,12 @@ Two ways in, one authorization (:class:`fetcher.http.topic_auth.TopicGate`):
   no broker login; its topics follow the cluster's ACL bindings, read with the sidecar's own
   login (:class:`~fetcher.kafka.broker_acls.BrokerAcls`) and evaluated for that principal and the
   client's address.
+
+Failed logins are limited per client address and per user (``login_failures_*`` of
+``read.http_security``, :class:`fetcher.login_limits.LoginLimiter`): over the limit, Basic
+credentials are answered 429 before the login cache or the broker is consulted, so the sidecar
+is no brute-force proxy for the cluster's passwords (and a guess matching a cached login is
+refused like any other). A broker that cannot be reached is not the client's failure: not counted.
 """
 
 from __future__ import annotations
@@ -27,17 +33,17 @@ import structlog
 from starlette.types import ASGIApp, Scope
 
 from fetcher.acl import BearerTokens
-from fetcher.http.topic_auth import TopicGate, TopicOps, Unavailable, authorization, bearer_principal
+from fetcher.http.auth import authorization, client_address
+from fetcher.http.topic_auth import TooManyLogins, TopicGate, TopicOps, Unavailable
 from fetcher.kafka.authz import AuthzCache
 from fetcher.kafka.broker_acls import BrokerAcls
 from fetcher.kafka.broker_login import BrokerLogin, LoginRefusedError
 from fetcher.kafka.sasl import BrokerAccess, BrokerSession
+from fetcher.login_limits import LoginLimiter
 from rlm.config import ListenerSecurity
 from rlm.errors import ConfigError, DependencyUnavailableError
 
 log = structlog.get_logger(__name__)
-
-OPEN_PATHS = frozenset({"/health"})
 
 
 class HttpBrokerAuth(TopicGate):
@@ -45,9 +51,10 @@ class HttpBrokerAuth(TopicGate):
     principals; topics authorized by the broker's ACLs."""
 
     def __init__(
-        self, app: ASGIApp, sec: ListenerSecurity, access: BrokerAccess, tokens: BearerTokens | None = None
+        self, app: ASGIApp, sec: ListenerSecurity, access: BrokerAccess, tokens: BearerTokens | None = None,
+        limits: LoginLimiter | None = None,
     ) -> None:
-        super().__init__(app)
+        super().__init__(app, limits if limits is not None else LoginLimiter.from_security(sec))
         self.tokens = tokens if tokens else None
         if not sec.sasl and self.tokens is None:
             raise ConfigError(
@@ -64,14 +71,12 @@ class HttpBrokerAuth(TopicGate):
         )
         self._key = os.urandom(32)  # keys the credential cache; never leaves the process
         self._logins: dict[bytes, tuple[float, str, BrokerSession]] = {}
+        self.broker_logins = 0  # logins relayed to the broker (what the failed-login limits save)
 
     async def identify(self, scope: Scope) -> tuple[str, TopicOps] | None:
         auth = authorization(scope)
-        if auth is not None and auth[0] == "bearer" and self.tokens is not None and self.acls is not None:
+        if self.tokens is not None and (not self.basic or (auth is not None and auth[0] == "bearer")):
             return self._bearer(scope)
-        if not self.basic:
-            self.denied(None, None, "no bearer token")
-            return None
         who = await self._authenticate(scope)
         if who is None:
             return None
@@ -89,12 +94,10 @@ class HttpBrokerAuth(TopicGate):
 
     def _bearer(self, scope: Scope) -> tuple[str, TopicOps] | None:
         assert self.tokens is not None and self.acls is not None
-        _, principal = bearer_principal(scope, self.tokens)
+        principal = self.bearer(scope, self.tokens)
         if principal is None:
-            self.denied(None, None, "unknown bearer token")
             return None
-        client = scope.get("client")
-        host = str(client[0]) if client else ""
+        host = client_address(scope)
         acls = self.acls
 
         async def ops() -> dict[str, int]:
@@ -107,11 +110,20 @@ class HttpBrokerAuth(TopicGate):
         return principal, ops
 
     async def _authenticate(self, scope: Scope) -> tuple[str, BrokerSession] | None:
-        creds = _basic(scope)
+        auth = authorization(scope)
+        address = client_address(scope)
+        creds = _basic(auth)
         if creds is None:
             self.denied(None, None, "no Basic credentials")
+            if auth is not None:  # something was sent: a failed attempt of this address
+                if not self.limits.allowed(address):
+                    raise TooManyLogins
+                self.limits.failed(address)
             return None
         user, password = creds
+        if not self.limits.allowed(address, user):  # before the cache: no oracle for cached passwords
+            self.denied(f"User:{user}", None, "too many failed logins")
+            raise TooManyLogins
         key = hmac.digest(self._key, user.encode() + b"\0" + password.encode(), hashlib.sha256)
         hit = self._logins.get(key)
         if hit is not None and time.monotonic() < hit[0] and hit[2].conn.reusable(3600):
@@ -125,12 +137,19 @@ class HttpBrokerAuth(TopicGate):
             log.warning("http_auth_broker_unreachable", error=str(e))
             return None
         login = BrokerLogin("SASL_SSL", self.mechanism, user, password)
+        self.broker_logins += 1
         try:
             await login.authenticate(lambda req: conn.call(req, self.access.timeout_s), broker)
-        except (LoginRefusedError, ConnectionError, TimeoutError, OSError):
+        except LoginRefusedError:
             conn.close()
+            self.limits.failed(address, user)
             self.denied(f"User:{user}", None, "login refused by the broker")
             return None
+        except (ConnectionError, TimeoutError, OSError) as e:
+            conn.close()
+            log.warning("http_auth_broker_lost", error=str(e))
+            return None
+        self.limits.succeeded(user)
         session = BrokerSession(conn, broker, self.access)
         if len(self._logins) > 10_000:
             for _, _, s in self._logins.values():
@@ -153,8 +172,8 @@ class HttpBrokerAuth(TopicGate):
             self.acls.close()
 
 
-def _basic(scope: Scope) -> tuple[str, str] | None:
-    auth = authorization(scope)
+def _basic(auth: tuple[str, bytes] | None) -> tuple[str, str] | None:
+    """(user, password) of ``Authorization: Basic`` credentials; None when absent or malformed."""
     if auth is None or auth[0] != "basic":
         return None
     try:

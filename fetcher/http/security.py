@@ -29,16 +29,19 @@ from starlette.types import ASGIApp
 from fetcher.acl import AllowRules, BearerTokens
 from fetcher.core import RemoteFetcher
 from fetcher.http.topic_auth import LocalTokenAuth, TopicGate
+from fetcher.login_limits import LoginLimiter
 from fetcher.tls import ReloadingServerContext
 from rlm.config import ListenerSecurity
 from rlm.errors import ConfigError
 
 
 def secure_app(
-    app: ASGIApp, sec: ListenerSecurity, fetcher: RemoteFetcher
+    app: ASGIApp, sec: ListenerSecurity, fetcher: RemoteFetcher, limits: LoginLimiter | None = None
 ) -> tuple[ReloadingServerContext | None, ASGIApp, TopicGate | None, threading.Event]:
     """(TLS context, app wrapped in broker authentication, the middleware, stop-event of the
-    certificate watch) for ``read.http_security``."""
+    certificate watch) for ``read.http_security``; ``limits`` counts failed logins (default: the
+    ``login_failures_*`` keys of ``sec``)."""
+    limits = limits if limits is not None else LoginLimiter.from_security(sec)
     tls = ReloadingServerContext(sec, "http api") if sec.tls else None
     stop = tls.watch(sec.ssl_reload_interval_ms / 1000) if tls is not None else threading.Event()
     tokens = BearerTokens.load(((t.sha256, t.principal) for t in sec.bearer_tokens), sec.bearer_tokens_file)
@@ -49,7 +52,7 @@ def secure_app(
     if not sec.sasl and (fetcher.broker is None or sec.allow):
         # standalone: bearer tokens and the allow rules, no broker asked
         rules = AllowRules((r.principal, r.topics, r.groups) for r in sec.allow)
-        local = LocalTokenAuth(app, tokens, rules, fetcher.topics)
+        local = LocalTokenAuth(app, tokens, rules, fetcher.topics, limits)
         return tls, local, local, stop
     assert fetcher.broker is not None
     # needs the kafka extra (the relay to the broker): imported only here
@@ -59,5 +62,5 @@ def secure_app(
 
     login = BrokerLogin.from_client_config(fetcher.broker.client_config)
     access = BrokerAccess.from_client(fetcher.broker.bootstrap_servers, login)
-    auth = HttpBrokerAuth(app, sec, access, tokens)
+    auth = HttpBrokerAuth(app, sec, access, tokens, limits)
     return tls, auth, auth, stop

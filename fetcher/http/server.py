@@ -19,6 +19,8 @@ from fetcher.core import RemoteFetcher
 from fetcher.http.app import create_app
 from fetcher.http.auth import load_token
 from fetcher.http.security import secure_app
+from fetcher.http.topic_auth import TopicGate
+from fetcher.login_limits import LoginLimiter
 from rlm.config import DaemonConfig, ListenerSecurity
 from rlm.errors import ConfigError
 
@@ -40,7 +42,12 @@ class HttpApiServer:
         if token is not None and (sec.bearer_tokens or sec.bearer_tokens_file is not None):
             raise ConfigError("read.http_token_* (one token for everything) and read.http_security bearer "
                               "tokens (per principal) exclude each other: keep one")
-        tls, app, self._auth, self._stop_watch = secure_app(create_app(fetcher, token=token), sec, fetcher)
+        #: failed logins of this server, whichever authentication checked them (static token, Basic, bearer)
+        self.login_limits = LoginLimiter.from_security(sec)
+        #: the authenticating middleware of read.http_security (None: open, or the static token only)
+        self.gate: TopicGate | None
+        tls, app, self.gate, self._stop_watch = secure_app(
+            create_app(fetcher, token=token, login_limits=self.login_limits), sec, fetcher, self.login_limits)
         self.tls = tls
         config = uvicorn.Config(app, host=host, port=port, log_config=None,
                                 access_log=False, lifespan="off", server_header=False,
@@ -109,7 +116,7 @@ class HttpApiServer:
 
     def _close_fetcher(self) -> None:
         self._stop_watch.set()
-        if self._auth is not None:
-            self._auth.close()
+        if self.gate is not None:
+            self.gate.close()
         if self._owns:
             self.fetcher.close()

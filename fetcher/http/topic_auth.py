@@ -5,7 +5,9 @@
 as the Kafka endpoint does: no or wrong credentials -> 401, a topic without READ -> 403 (JSON,
 no detail that would help an attacker), ``/v1/topics`` lists only topics with DESCRIBE,
 ``/health`` stays open. Each denial is logged once a minute with principal, topic and reason,
-never the credentials.
+never the credentials. Failed logins are limited per client address (and, for Basic, per user:
+:class:`fetcher.login_limits.LoginLimiter`); a client over its limit gets 429 with
+``Retry-After`` before its credentials are checked (:func:`fetcher.http.auth.too_many_logins`).
 
 :class:`LocalTokenAuth` is standalone mode (no broker): bearer tokens mapped to principals
 (:class:`fetcher.acl.BearerTokens`) and the allow rules of ``read.http_security.allow``.
@@ -16,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -25,10 +26,12 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fetcher.acl import DESCRIBE, READ, AllowRules, BearerTokens
+from fetcher.http.auth import OPEN_PATHS, authorization, client_address, too_many_logins
+from fetcher.log_once import first_in_window
+from fetcher.login_limits import LoginLimiter
 
 log = structlog.get_logger(__name__)
 
-OPEN_PATHS = frozenset({"/health"})
 _TOPIC_PATH = re.compile(r"^/v1/topics/([^/]+)(/|$)")
 
 #: the topic -> operation bits of one principal
@@ -39,13 +42,19 @@ class Unavailable(Exception):
     """The authority (the broker) could not be asked: 503, the client may retry."""
 
 
+class TooManyLogins(Exception):
+    """The client (its address, or the user it logs in as) is over its failed-login limit: 429,
+    the credentials were not checked."""
+
+
 class TopicGate:
     """ASGI middleware: authenticate (:meth:`identify`), then authorize per topic."""
 
     challenge = 'Bearer realm="rlm"'
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, limits: LoginLimiter | None = None) -> None:
         self.app = app
+        self.limits = limits if limits is not None else LoginLimiter()
         self._denials: dict[tuple[Any, ...], float] = {}
 
     async def identify(self, scope: Scope) -> tuple[str, TopicOps] | None:
@@ -66,6 +75,9 @@ class TopicGate:
                 return
             principal, topic_ops = who
             ops = await topic_ops()
+        except TooManyLogins:
+            await too_many_logins(self.limits)(scope, receive, send)
+            return
         except Unavailable:
             await JSONResponse({"error": "unavailable", "message": "try again"}, 503)(scope, receive, send)
             return
@@ -86,55 +98,56 @@ class TopicGate:
     def denied(self, principal: str | None, topic: str | None, reason: str) -> None:
         """Log a denial once a minute per (principal, topic, reason): a client retrying in a loop
         repeats the same request, one line says all there is (bounded memory)."""
-        key = (principal, topic, reason)
-        now = time.monotonic()
-        if now - self._denials.get(key, -1e18) < 60.0:
-            return
-        if len(self._denials) > 10_000:
-            self._denials.clear()
-        self._denials[key] = now
-        log.warning("http_request_denied", principal=principal, topic=topic, reason=reason)
+        if first_in_window(self._denials, (principal, topic, reason)):
+            log.warning("http_request_denied", principal=principal, topic=topic, reason=reason)
+
+    def bearer(self, scope: Scope, tokens: BearerTokens) -> str | None:
+        """The principal of the request's credentials as a bearer token, or None (logged, and
+        counted against the client's address when credentials were sent). Raises
+        :class:`TooManyLogins` for an address over its limit, before the token is looked up."""
+        auth = authorization(scope)
+        if auth is None:
+            self.denied(None, None, "no credentials")
+            return None
+        address = client_address(scope)
+        if not self.limits.allowed(address):
+            self.denied(None, None, "too many failed logins from the address")
+            raise TooManyLogins
+        principal = _token_principal(auth, tokens)
+        if principal is None:
+            self.limits.failed(address)
+            self.denied(None, None, "unknown bearer token" if auth[0] == "bearer" else "not a bearer token")
+        return principal
 
     def close(self) -> None:
         """Release what the gate holds (broker connections); nothing here."""
 
 
-def authorization(scope: Scope) -> tuple[str, bytes] | None:
-    """(scheme in lowercase, credentials) of the Authorization header, if any."""
-    for name, value in scope.get("headers", ()):
-        if name == b"authorization":
-            scheme, _, given = value.partition(b" ")
-            return scheme.decode("latin-1").lower(), given.strip()
-    return None
-
-
-def bearer_principal(scope: Scope, tokens: BearerTokens) -> tuple[bool, str | None]:
-    """(whether a bearer token was sent, the principal it maps to or None)."""
-    auth = authorization(scope)
-    if auth is None or auth[0] != "bearer":
-        return False, None
+def _token_principal(auth: tuple[str, bytes], tokens: BearerTokens) -> str | None:
+    if auth[0] != "bearer":
+        return None
     try:
         token = auth[1].decode("ascii")
     except UnicodeDecodeError:
-        return True, None
-    return True, tokens.principal(token)
+        return None
+    return tokens.principal(token)
 
 
 class LocalTokenAuth(TopicGate):
     """Standalone mode: bearer tokens -> principals, topics by the allow rules."""
 
     def __init__(
-        self, app: ASGIApp, tokens: BearerTokens, rules: AllowRules, topics: Callable[[], Any]
+        self, app: ASGIApp, tokens: BearerTokens, rules: AllowRules, topics: Callable[[], Any],
+        limits: LoginLimiter | None = None,
     ) -> None:
-        super().__init__(app)
+        super().__init__(app, limits)
         self.tokens = tokens
         self.rules = rules
         self._topics = topics  # the read core's topic names (fetcher.topics)
 
     async def identify(self, scope: Scope) -> tuple[str, TopicOps] | None:
-        sent, principal = bearer_principal(scope, self.tokens)
+        principal = self.bearer(scope, self.tokens)
         if principal is None:
-            self.denied(None, None, "unknown bearer token" if sent else "no credentials")
             return None
 
         async def ops() -> dict[str, int]:

@@ -205,7 +205,8 @@ _TOPIC_PATHS = [p for p in openapi_document()["paths"] if "{topic}" in p]
 @pytest.mark.parametrize("who", ["alice", "forged", "bob"])
 @pytest.mark.parametrize("path", _TOPIC_PATHS)
 def test_schemathesis_with_bearer_tokens(secured: Secured, bearer: str, who: str, path: str) -> None:
-    """Generated requests pinned to topic B with a token: no 5xx; a forged token always 401;
+    """Generated requests pinned to topic B with a token: no 5xx; a forged token always 401 (429
+    after the per-address failed-login limit, test_http_bruteforce.py);
     alice's token (no ACL on B) always 403 and never B's data; bob's token may read B."""
     schema = schemathesis.openapi.from_dict(openapi_document())
     schema.config.base_url = bearer
@@ -221,8 +222,8 @@ def test_schemathesis_with_bearer_tokens(secured: Secured, bearer: str, who: str
         r = case.call(timeout=30, headers=headers, verify=str(secured.ca.path))
         assert r.status_code < 500, (case.formatted_path, r.status_code, r.text[:300])
         assert token.encode() not in r.content
-        if who == "forged":
-            assert r.status_code == 401, (case.formatted_path, r.status_code)
+        if who == "forged":  # refused: 401, or 429 once the address is over its failed-login limit
+            assert r.status_code in (401, 429), (case.formatted_path, r.status_code)
         elif who == "alice":
             assert r.status_code == 403, (case.formatted_path, r.status_code)
             assert b.encode() not in r.content
