@@ -441,6 +441,33 @@ class ReadConfig(_Strict):
         description="Kafka-protocol endpoint: a connection idle this long, or a request or response "
         "stalled this long, is closed.",
     )
+    kafka_sasl_max_receive_size: int = Field(
+        524_288, ge=1024, json_schema_extra=_kafka("sasl.server.max.receive.size"),
+        description="Kafka-protocol endpoint: largest request before a connection has logged in (with "
+        "SASL; the broker's setting, same default); a bigger size prefix closes the connection.",
+    )
+    kafka_login_timeout_ms: int = Field(
+        10_000, ge=100,
+        description="Kafka-protocol endpoint: a connection must complete its SASL login (without SASL: "
+        "send its first request) within this time, or it is closed.",
+    )
+    kafka_max_connections_per_ip: int = Field(
+        128, ge=0, json_schema_extra=_kafka("max.connections.per.ip"),
+        description="Kafka-protocol endpoint: open connections from one client address; more are closed "
+        "at once (0 = no limit).",
+    )
+    kafka_max_unauthenticated_connections: int = Field(
+        128, ge=1,
+        description="Kafka-protocol endpoint: connections not logged in yet (counted within "
+        "kafka_max_connections, so the rest stay for logged-in clients); when full, the oldest one not "
+        "logged in is closed for a new one, so a flood of idle sockets cannot keep a client out.",
+    )
+    kafka_queued_max_request_bytes: int = Field(
+        128 * 1024 * 1024, ge=1024, json_schema_extra=_kafka("queued.max.request.bytes"),
+        description="Kafka-protocol endpoint: request bytes read and held, over all connections, before "
+        "their handlers finish; a request that would exceed it is not read (its connection waits, as "
+        "a broker's memory pool mutes channels) until others finish.",
+    )
     kafka_fetch_max_bytes: int = Field(
         57_671_680, ge=1024, json_schema_extra=_kafka("fetch.max.bytes"),
         description="Kafka-protocol endpoint: a Fetch's max_bytes is capped at this (the broker's "

@@ -45,6 +45,13 @@ class ListenerSettings:
     max_request_bytes: int = 100 * 1024 * 1024
     max_in_flight: int = 8
     idle_timeout_ms: int = 600_000
+    #: limits before login (docs/security.md, "Limits before login"): the largest request, the time
+    #: to log in, connections per client address and not logged in, request bytes held at once
+    sasl_max_receive_size: int = 524_288
+    login_timeout_ms: int = 10_000
+    max_connections_per_ip: int = 128
+    max_unauthenticated_connections: int = 128
+    queued_max_request_bytes: int = 128 * 1024 * 1024
     cluster_id: str = "rlm-remote-tier"
     #: caps on what a client may ask for in one Fetch (the broker's fetch.max.bytes; a partition
     #: limit so one request cannot make the reader GET a whole segment)
@@ -81,6 +88,11 @@ class ListenerSettings:
             max_request_bytes=rc.kafka_max_request_bytes,
             max_in_flight=rc.kafka_max_in_flight,
             idle_timeout_ms=rc.kafka_idle_timeout_ms,
+            sasl_max_receive_size=rc.kafka_sasl_max_receive_size,
+            login_timeout_ms=rc.kafka_login_timeout_ms,
+            max_connections_per_ip=rc.kafka_max_connections_per_ip,
+            max_unauthenticated_connections=rc.kafka_max_unauthenticated_connections,
+            queued_max_request_bytes=rc.kafka_queued_max_request_bytes,
             fetch_max_bytes=rc.kafka_fetch_max_bytes,
             max_partition_fetch_bytes=rc.kafka_max_partition_fetch_bytes,
             fetch_session_slots=rc.kafka_fetch_session_cache_slots,

@@ -19,6 +19,7 @@ from fetcher.kafka.authz import AuthzCache, ConnectionGuard, PrincipalLimits
 from fetcher.kafka.broker_login import BrokerLogin
 from fetcher.kafka.local_auth import LocalUsers
 from fetcher.kafka.sasl import BrokerAccess
+from fetcher.login_limits import LoginLimiter
 from fetcher.tls import ReloadingServerContext
 from rlm.config import ListenerSecurity
 from rlm.errors import ConfigError
@@ -34,6 +35,7 @@ class EndpointSecurity:
         self.access = access
         self.cache = AuthzCache(sec.authz_cache_ms / 1000)
         self.limits = PrincipalLimits(sec.connections_per_principal, sec.read_bytes_per_second_per_principal)
+        self.logins = LoginLimiter.from_security(sec)  # failed logins per client address and user
         self.tls = ReloadingServerContext(sec) if sec.tls else None
         self.local: LocalUsers | None = LocalUsers(sec) if sec.sasl and sec.users else None
         if sec.sasl and access is None and self.local is None:
@@ -56,7 +58,9 @@ class EndpointSecurity:
     def ssl_context(self) -> ssl.SSLContext | None:
         return self.tls.context if self.tls is not None else None
 
-    def guard(self, peer: str) -> ConnectionGuard | None:
+    def guard(self, peer: str, address: str = "") -> ConnectionGuard | None:
+        """A new connection's SASL state (None without SASL); ``address``: the client's host, the
+        key of its failed-login count."""
         if not self.settings.sasl:
             return None
         mechanisms = tuple(self.settings.sasl_enabled_mechanisms)
@@ -68,6 +72,8 @@ class EndpointSecurity:
             self.limits,
             self.local,
             self.settings.connections_max_reauth_ms,
+            self.logins,
+            address or peer,
         )
 
     def start(self) -> None:
@@ -82,6 +88,8 @@ class EndpointSecurity:
             tls.maybe_reload()
 
     async def stop(self) -> None:
+        if self.local is not None:
+            self.local.close()
         if self._reloader is not None:
             self._reloader.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -6,12 +6,21 @@ then the request), checks it against the limits and starts its handler; at most
 socket: back-pressure), and the writer sends responses strictly in request order, as Kafka does.
 
 What closes a connection, as on a broker: a size prefix below a request header or above
-``max_request_bytes``, a request that does not parse, an API key no Kafka version knows, a
-version of a known API that the codec cannot even frame an error for, a connection idle (or a
-request or response stalled) longer than ``idle_timeout_ms``, and connections beyond
-``max_connections`` (closed on accept). Everything else gets an answer: a supported API its
-response, any other API or version the UNSUPPORTED_VERSION error response, ApiVersions of an
+``max_request_bytes`` (before login: above ``sasl_max_receive_size``), a request that does not
+parse, an API key no Kafka version knows, a version of a known API that the codec cannot even
+frame an error for, a connection idle (or a request or response stalled) longer than
+``idle_timeout_ms``, a connection not logged in within ``login_timeout_ms`` (without SASL: that
+has not sent its first request), and connections beyond ``max_connections`` or
+``max_connections_per_ip`` (closed on accept). Everything else gets an answer: a supported API
+its response, any other API or version the UNSUPPORTED_VERSION error response, ApiVersions of an
 unknown version the KIP-511 v0 answer.
+
+Before login a connection is anybody's, so it gets less (:mod:`fetcher.kafka.admission`): one
+request handled at a time (the next is read only after the answer is ready, as the broker mutes
+a channel during SASL; SASL requests are handled one at a time after login too), its own share of
+the connection slots (the oldest such connection gives way to a new one), and the request bytes
+all connections hold at once are bounded (``queued_max_request_bytes``: a request that does not
+fit waits unread).
 
 TLS, SASL and ACLs come from ``read.kafka_security`` (:mod:`fetcher.kafka.security`): asyncio
 wraps the stream in the (reloading) TLS context, and with SASL each connection gets a
@@ -24,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ssl
 import struct
 from collections.abc import Awaitable, Callable, Coroutine
@@ -34,6 +44,7 @@ import structlog
 from kio.schema.errors import ErrorCode
 
 from fetcher.core import RemoteFetcher
+from fetcher.kafka.admission import ByteBudget, ConnectionSlots
 from fetcher.kafka.api_consumer_groups import handle_consumer_group_describe, handle_consumer_group_heartbeat
 from fetcher.kafka.api_coordinator import handle_find_coordinator, handle_offset_commit, handle_offset_fetch
 from fetcher.kafka.api_epochs import handle_offset_for_leader_epoch
@@ -64,10 +75,8 @@ from fetcher.kafka.codec import (
     response_class,
 )
 from fetcher.kafka.context import EndpointContext, ListenerSettings
-from fetcher.kafka.errors import InvalidRequest
 from fetcher.kafka.groups import CLIENT_HOST
-from fetcher.kafka.requester import CONNECTION
-from fetcher.kafka.sasl import CloseConnection
+from fetcher.kafka.sasl import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY, CloseConnection
 from fetcher.kafka.security import EndpointSecurity
 
 log = structlog.get_logger(__name__)
@@ -98,6 +107,7 @@ assert set(HANDLERS) == set(SUPPORTED)
 _SIZE = struct.Struct(">i")
 _MIN_REQUEST = 8  # api key, version, correlation id
 _TLS_SLICE = 256 * 1024  # bytes of a response handed to the TLS transport at once (16 TLS records)
+_SASL_KEYS = (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY)
 
 
 class KafkaEndpoint:
@@ -116,12 +126,25 @@ class KafkaEndpoint:
         self._ssl = ssl_context or self.security.ssl_context
         self._server: asyncio.Server | None = None
         self._conns: dict[asyncio.Task[None], Connection] = {}
+        self.slots = ConnectionSlots(
+            settings.max_connections,
+            settings.max_connections_per_ip,
+            settings.max_unauthenticated_connections,
+        )
+        self.budget = ByteBudget(settings.queued_max_request_bytes)
         self.port = settings.port
         self._frontier: BrokerFetchFrontier | None = None
 
     async def start(self) -> KafkaEndpoint:
+        # a TLS handshake not done within the login deadline is dropped before it takes a slot
+        handshake_s = self.settings.login_timeout_ms / 1000 if self._ssl is not None else None
         self._server = await asyncio.start_server(
-            self._accept, self.settings.host, self.settings.port, ssl=self._ssl, limit=1 << 16
+            self._accept,
+            self.settings.host,
+            self.settings.port,
+            ssl=self._ssl,
+            limit=1 << 16,
+            ssl_handshake_timeout=handshake_s,
         )
         self.port = self._server.sockets[0].getsockname()[1]
         self.security.start()
@@ -168,26 +191,26 @@ class KafkaEndpoint:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
-        if len(self._conns) >= self.settings.max_connections:
-            log.warning(
-                "kafka_connection_refused",
-                peer=str(peer),
-                reason="max_connections",
-                limit=self.settings.max_connections,
-            )
-            writer.close()
-            return
+        address = str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
         task = asyncio.current_task()
         assert task is not None
-        conn = Connection(self.ctx, reader, writer, str(peer))
-        conn.guard = self.security.guard(str(peer))
+        conn = Connection(self.ctx, reader, writer, str(peer), self.slots, self.budget)
+        refused = self.slots.admit(conn, address)
+        if refused is not None:
+            s = self.settings
+            limit = s.max_connections_per_ip if refused == "max_connections_per_ip" else s.max_connections
+            log.warning("kafka_connection_refused", peer=str(peer), reason=refused, limit=limit)
+            writer.transport.abort()
+            return
+        conn.guard = self.security.guard(str(peer), address)
         self._conns[task] = conn
         try:
             await conn.run()
         except asyncio.CancelledError:
-            pass  # stop(): asyncio's stream callback would otherwise report the cancellation
+            pass  # stop() or close_now(): asyncio's stream callback would otherwise report it
         finally:
             self._conns.pop(task, None)
+            self.slots.release(conn)
 
 
 class _Close(Exception):
@@ -198,7 +221,13 @@ class Connection:
     """One client connection: a reader loop feeding ordered handler tasks to a writer loop."""
 
     def __init__(
-        self, ctx: EndpointContext, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str
+        self,
+        ctx: EndpointContext,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        peer: str,
+        connections: ConnectionSlots | None = None,
+        budget: ByteBudget | None = None,
     ) -> None:
         self.ctx = ctx
         self.reader = reader
@@ -206,6 +235,12 @@ class Connection:
         self.peer = peer
         s = ctx.settings
         self.idle_s = s.idle_timeout_ms / 1000
+        self.connections = connections or ConnectionSlots(s.max_connections, 0, s.max_connections)
+        self.budget = budget or ByteBudget(s.queued_max_request_bytes)
+        self.logged_in = False  # SASL: authenticated; without: its first request was read
+        self._task: asyncio.Task[Any] | None = None
+        self._login_timer: asyncio.TimerHandle | None = None
+        self._aborted = False
         self.slots = asyncio.Semaphore(s.max_in_flight)
         self.pending: asyncio.Queue[asyncio.Task[ResponseFrame] | None] = asyncio.Queue()
         self._draining = asyncio.Event()
@@ -216,17 +251,62 @@ class Connection:
         """Read no further request; answer those already read, then close (listener shutdown)."""
         self._draining.set()
 
+    def close_now(self, reason: str) -> None:
+        """Close at once, dropping requests in progress (login deadline, a slot given to a newer
+        connection): nothing this connection holds outlives it."""
+        if self._aborted:
+            return
+        self._aborted = True
+        log.info("kafka_connection_closed", peer=self.peer, reason=reason)
+        self.writer.transport.abort()
+        if self._task is not None:
+            self._task.cancel()
+
+    def _release(self, held: int, _task: object) -> None:
+        """A handler is done (or was cancelled before it started): its request's bytes go back."""
+        self.budget.release(held)
+
+    def _login_expired(self) -> None:
+        if not self.logged_in:
+            self.close_now("login_timeout")
+
+    def _note_login(self) -> None:
+        """Count the connection as logged in once it is (its slot leaves the not-logged-in cap)."""
+        if self.logged_in or (self.guard is not None and not self.guard.authenticated):
+            return
+        self.logged_in = True
+        if self._login_timer is not None:
+            self._login_timer.cancel()
+        self.connections.logged_in(self)
+
     async def run(self) -> None:
         peer = self.writer.get_extra_info("peername")  # (host, port[, ...]) as Kafka shows "/host"
         CLIENT_HOST.set(f"/{peer[0]}" if isinstance(peer, tuple) and peer else "/")  # tasks inherit it
+        self._task = asyncio.current_task()
+        login_s = self.ctx.settings.login_timeout_ms / 1000
+        self._login_timer = asyncio.get_running_loop().call_later(login_s, self._login_expired)
         writer_task = asyncio.create_task(self._write_loop())
         try:
             while not writer_task.done() and not self._draining.is_set():
                 await self.slots.acquire()
-                frame = await self._unless_draining(self._read_frame())
-                if frame is None:
+                got = await self._unless_draining(self._read_frame())
+                if got is None:
                     break
-                await self.pending.put(asyncio.create_task(self._answer(frame)))
+                frame, held = got
+                if self.guard is None:
+                    self._note_login()  # no SASL: a first whole request is the login
+                key = int.from_bytes(frame[:2], "big", signed=True)
+                # before login, and for SASL requests always, one request at a time: the next is
+                # read only when this one's answer is ready (the broker mutes the channel likewise)
+                serial = self.guard is not None and (not self.logged_in or key in _SASL_KEYS)
+                task = asyncio.create_task(self._answer(frame))
+                task.add_done_callback(functools.partial(self._release, held))
+                await self.pending.put(task)
+                if serial:
+                    await asyncio.wait((task,))
+                    if self.guard is not None and self.guard.failed:
+                        break  # a refused login: its answer goes out, then the connection closes
+                    self._note_login()
         except (_Close, ConnectionError, asyncio.IncompleteReadError):
             pass
         except TimeoutError:
@@ -234,34 +314,44 @@ class Connection:
                 "kafka_connection_idle_closed", peer=self.peer, idle_ms=self.ctx.settings.idle_timeout_ms
             )
         finally:
-            await self.pending.put(None)
+            if self._login_timer is not None:
+                self._login_timer.cancel()
+            if self._aborted:
+                writer_task.cancel()
+            self.pending.put_nowait(None)
             try:
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(Exception, asyncio.CancelledError):
                     await writer_task  # the answers of requests already read (drain)
             finally:
                 self._drain_pending()  # requests read after the writer stopped (it closed): dropped
                 self.writer.close()  # also when stop() cancels a drain that took too long
-            with contextlib.suppress(Exception):
+                if self.guard is not None:
+                    self.guard.close()  # the broker connections go with the client's, whatever happened
+            with contextlib.suppress(Exception, asyncio.CancelledError):
                 await self.writer.wait_closed()
-            if self.guard is not None:
-                self.guard.close()
-            self.ctx.fetch_sessions.close_connection(self)  # its fetch sessions are no one else's
 
-    async def _unless_draining(self, read: Coroutine[Any, Any, bytes | None]) -> bytes | None:
+    async def _unless_draining(
+        self, read: Coroutine[Any, Any, tuple[bytes, int] | None]
+    ) -> tuple[bytes, int] | None:
         """The next frame, or None as soon as :meth:`drain` is called (the partial read is dropped:
         that request was never started)."""
         reading = asyncio.ensure_future(read)
         draining = asyncio.ensure_future(self._draining.wait())
-        await asyncio.wait((reading, draining), return_when=asyncio.FIRST_COMPLETED)
-        draining.cancel()
-        if reading.done():
+        try:
+            await asyncio.wait((reading, draining), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            draining.cancel()
+            if not reading.done():
+                reading.cancel()  # also when this connection is closed meanwhile (close_now)
+        if not reading.cancelled():
             return reading.result()
-        reading.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await reading
         return None
 
-    async def _read_frame(self) -> bytes | None:
+    async def _read_frame(self) -> tuple[bytes, int] | None:
+        """The next request and the bytes of the listener's budget it holds (until its handler is
+        done), or None at the end of the stream."""
         try:
             head = await asyncio.wait_for(self.reader.readexactly(4), self.idle_s)
         except asyncio.IncompleteReadError as e:
@@ -269,19 +359,28 @@ class Connection:
                 log.warning("kafka_request_truncated", peer=self.peer, got=len(e.partial), expected=4)
             return None
         (size,) = _SIZE.unpack(head)
-        if size < _MIN_REQUEST or size > self.ctx.settings.max_request_bytes:
+        s = self.ctx.settings
+        # before login (SASL) Kafka's sasl.server.max.receive.size: nobody buffers 100 MiB unasked
+        limit = s.max_request_bytes if self.logged_in or self.guard is None else s.sasl_max_receive_size
+        if size < _MIN_REQUEST or size > limit:
             log.warning(
                 "kafka_request_size_refused",
                 peer=self.peer,
                 size=size,
-                max=self.ctx.settings.max_request_bytes,
+                max=limit,
+                logged_in=self.logged_in,
             )
             raise _Close
+        held = await asyncio.wait_for(self.budget.acquire(size), self.idle_s)
         try:
-            return await asyncio.wait_for(self.reader.readexactly(size), self.idle_s)
+            return await asyncio.wait_for(self.reader.readexactly(size), self.idle_s), held
         except asyncio.IncompleteReadError as e:
+            self.budget.release(held)
             log.warning("kafka_request_truncated", peer=self.peer, got=len(e.partial), expected=size)
             raise _Close from None
+        except BaseException:
+            self.budget.release(held)
+            raise
 
     async def _write_loop(self) -> None:
         while True:
@@ -364,7 +463,6 @@ class Connection:
             )
             raise _Close from None
         try:
-            CONNECTION.set(self)  # fetch sessions belong to the connection (fetcher.kafka.requester)
             if self.guard is not None:
                 resp = await self.guard.dispatch(self.ctx, key, version, header, body, HANDLERS.get(key))
             else:
@@ -372,10 +470,6 @@ class Connection:
             return encode_response(corr, resp)
         except CloseConnection:
             raise _Close from None
-        except InvalidRequest as e:  # a field out of its range: the client's fault, no traceback
-            log.warning("kafka_request_field_invalid", peer=self.peer, api_key=key, api_version=version,
-                        error=str(e))
-            return encode_response(corr, e.answer(response_class(key, version)))
         except Exception as e:
             log.exception(
                 "kafka_handler_failed", peer=self.peer, api_key=key, api_version=version, error=str(e)

@@ -277,6 +277,10 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
                 "ssl.keystore.location": str(keystore),
                 "authz_cache_ms": AUTHZ_CACHE_MS,
                 "ssl_reload_interval_ms": 200,
+                # the suite makes many failed logins from 127.0.0.1 on purpose; the failed-login
+                # limits have tests of their own (test_sasl_attacks.py)
+                "login_failures_per_address": 10_000,
+                "login_failures_per_user": 10_000,
             },
         )
         fetcher = RemoteFetcher.from_config(cfg)
