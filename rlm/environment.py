@@ -26,8 +26,9 @@ _FIXES = {
 
 def describe_os_error(e: OSError) -> str:
     """``<path>: <strerror> (<ERRNO>); <fix>`` for an ``OSError`` from the local file system."""
-    path = e.filename if e.filename is not None else "(path not known)"
     name = errno.errorcode.get(e.errno or 0, "")
     what = f"{e.strerror or e}" + (f" ({name})" if name else "")
+    if e.filename is None:  # a socket or a pipe: no path to name, and the fixes below are for paths
+        return what
     fix = _FIXES.get(e.errno or 0)
-    return f"{path}: {what}" + (f"; {fix}" if fix else "")
+    return f"{e.filename}: {what}" + (f"; {fix}" if fix else "")

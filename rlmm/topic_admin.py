@@ -33,6 +33,15 @@ def topic_configs(cfg: TopicRlmmConfig) -> dict[str, str]:
             "remote.storage.enable": "false"}
 
 
+def new_metadata_topic(cfg: TopicRlmmConfig, live_brokers: int) -> NewTopic:
+    """The CreateTopics request the daemon sends (``rlm check`` sends the same one validate-only,
+    so what it accepts is what the daemon will create): the configured partitions, the configured
+    replication factor or ``min(3, live brokers)``, and :func:`topic_configs`."""
+    rf = cfg.replication_factor or min(3, max(1, live_brokers))
+    return NewTopic(cfg.topic_name, num_partitions=cfg.num_partitions, replication_factor=rf,
+                    config=topic_configs(cfg))
+
+
 def _existing_partitions(admin: AdminClient, topic: str, timeout: float) -> int | None:
     md = admin.list_topics(topic=topic, timeout=timeout)
     t = md.topics.get(topic)
@@ -87,9 +96,8 @@ def _ensure_once(cfg: TopicRlmmConfig, admin: AdminClient, *, timeout: float) ->
             "remote.log.metadata.topic.create is false (a reader of a broker's own tiered storage "
             "never creates it): check the bootstrap servers and the topic name")
     if existing is None:
-        rf = cfg.replication_factor or min(3, _broker_count(admin, timeout))
-        new = NewTopic(cfg.topic_name, num_partitions=cfg.num_partitions, replication_factor=rf,
-                       config=topic_configs(cfg))
+        new = new_metadata_topic(cfg, _broker_count(admin, timeout))
+        rf = new.replication_factor
         fut = admin.create_topics([new], request_timeout=timeout)[cfg.topic_name]
         try:
             fut.result(timeout=timeout + 5)

@@ -12,6 +12,16 @@ and ``DeleteRecords`` move it; the daemon publishes it to readers);
 LAG = offsets in rolled segments below the LSO not yet copied (the active segment never counts);
 GAP = offsets missing from remote storage because the broker deleted them before they were copied.
 
+Every offset range is written ``[start, end)``: start inclusive, end exclusive, Kafka's convention
+(a log end offset is the next offset to be written). ``--json`` gives each partition's ranges the
+same way under ``ranges`` (``local``, ``remote``, ``gaps``: ``[start, end)`` pairs); its other
+fields are the status file's, where ``remote_end`` is the last remote offset (inclusive) and
+``local_end`` the log end offset (exclusive).
+
+A restarted daemon starts from the ranges its previous run wrote (storage and metadata still hold
+them) until its first pass has looked at each partition again, so a partition tiered before is
+never shown empty while the pass runs or after it was interrupted.
+
 Iceberg tables kept by ``rlm iceberg`` with this work dir are listed after the partitions: the
 segments and offsets each is behind the remote tier, as its writer measured them after its last
 pass (``<work_dir>/iceberg/lag/``; the age of that measure is shown), and its last commit.
@@ -29,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from rlm.config import load_config
-from rlm.daemon.status import DaemonStatus, PartitionStatus, pid_alive, read_status
+from rlm.daemon.status import CARRIED_NOTE, DaemonStatus, PartitionStatus, pid_alive, read_status
 
 # A heartbeat may be late by a health check's own timeouts; this many missed beats means stale.
 STALE_HEARTBEATS = 4
@@ -79,13 +89,30 @@ def log_start_of(p: PartitionStatus) -> int:
     return max(p.log_start, first)
 
 
+RANGE_NOTE = "offset ranges are [start, end): start inclusive, end exclusive, as in Kafka"
+
+
+def span(start: int, end: int) -> str:
+    """``[start, end)``, the one way an offset range is shown (``end`` exclusive); ``-`` when unknown."""
+    return f"[{start}, {end})" if start >= 0 and end >= 0 else "-"
+
+
+def ranges_of(p: PartitionStatus) -> dict[str, Any]:
+    """The partition's ranges as ``[start, end)`` pairs (``--json``'s ``ranges``)."""
+    return {
+        "local": [p.local_start, p.local_end] if p.local_end >= 0 else None,
+        "remote": [p.remote_start, p.remote_end + 1] if p.remote_end >= 0 else None,
+        "gaps": [[a, b + 1] for a, b in p.gaps],
+    }
+
+
 def render_table(st: DaemonStatus, now: int | None = None) -> str:
     now = int(time.time() * 1000) if now is None else now
     state, why = liveness(st, now)
     head = f"node {st.node_id}  state {state}  pid {st.pid}  updated {_ago(st.updated_ms, now)}" + (
         f"  http :{st.http_port}" if st.http_port else ""
     )
-    out = [head]
+    out = [head, f"  ({RANGE_NOTE})"]
     if why:
         out.append(f"  {state}: {why}")
     for dep, prob in sorted(st.problems.items()):
@@ -95,13 +122,13 @@ def render_table(st: DaemonStatus, now: int | None = None) -> str:
     rows = [cols]
     for key in sorted(st.partitions):
         p = st.partitions[key]
-        remote = f"{p.remote_start}..{p.remote_end}" if p.remote_end >= 0 else "-"
+        remote = span(p.remote_start, p.remote_end + 1) if p.remote_end >= 0 else "-"
         rows.append(
             (
                 key,
                 p.role,
                 str(log_start_of(p)),
-                f"{p.local_start}..{p.local_end}",
+                span(p.local_start, p.local_end),
                 str(p.lso),
                 remote,
                 str(p.remote_segments),
@@ -113,14 +140,21 @@ def render_table(st: DaemonStatus, now: int | None = None) -> str:
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(cols))]
     out += ["  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in rows]
+    carried = sorted(k for k, p in st.partitions.items() if p.note == CARRIED_NOTE)
+    if carried and state != "stopped":
+        out.append(f"{len(carried)} partition(s) shown as of the previous run: this run's first pass "
+                   "has not looked at them yet")
+    elif carried:
+        out.append(f"{len(carried)} partition(s) shown as of an earlier run: the last run stopped before "
+                   "looking at them")
     for key in sorted(st.partitions):
         p = st.partitions[key]
         if p.gaps:
-            ranges = ", ".join(f"{a}..{b}" for a, b in p.gaps[:5]) + (" ..." if len(p.gaps) > 5 else "")
+            ranges = ", ".join(span(a, b + 1) for a, b in p.gaps[:5]) + (" ..." if len(p.gaps) > 5 else "")
             out.append(f"gaps {key}: {ranges} (never copied: deleted locally first)")
         if p.quarantined:
             held = ", ".join(
-                f"{sid} {a}..{b} (deleted in {_until(int(until), now)})"
+                f"{sid} {span(int(a), int(b) + 1)} (deleted in {_until(int(until), now)})"
                 for sid, a, b, until in p.quarantined[:5]
             )
             more = " ..." if len(p.quarantined) > 5 else ""
@@ -170,6 +204,9 @@ def status(args: argparse.Namespace) -> int:
         doc = asdict(st)
         doc["liveness"] = {"state": state, "alive": why is None and state != "stopped", "reason": why}
         doc["iceberg"] = lags
+        doc["range_convention"] = "[start, end)"
+        for key, part in doc["partitions"].items():
+            part["ranges"] = ranges_of(st.partitions[key])
         json.dump(doc, sys.stdout, indent=1, sort_keys=True)
         sys.stdout.write("\n")
     else:

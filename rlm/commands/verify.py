@@ -180,8 +180,9 @@ def _print_text(source: object, plugin: str, reports: list[tuple[TopicIdPartitio
         for p in r.off_lineage:
             print(f"  note {p.kind}: {p.message}")
         if cov is not None:
-            print(f"  remote {cov.remote_start}..{cov.remote_end - 1}, local ({cov.local_dir}) "
-                  f"{cov.local_start}..{'?' if cov.local_end is None else cov.local_end - 1}")
+            local_end = "?" if cov.local_end is None else cov.local_end
+            print(f"  remote [{cov.remote_start}, {cov.remote_end}), local ({cov.local_dir}) "
+                  f"[{cov.local_start}, {local_end})")
     for rep in repairs:
         verb = "deleted" if rep["deleted"] else "would delete"
         print(f"repair: {verb} orphan segment {rep['segment_id']} of {rep['partition']} "

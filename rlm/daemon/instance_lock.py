@@ -50,7 +50,9 @@ class InstanceLock:
                 self.work_dir.mkdir(parents=True, exist_ok=True)
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
             except OSError as e:
-                raise ConfigError(f"work_dir: cannot create the lock file {path}: {e.strerror}") from e
+                from rlm.environment import describe_os_error
+
+                raise ConfigError(f"work_dir: cannot create the lock file: {describe_os_error(e)}") from e
             self._fds.append(fd)
             self._lock(fd, path, holder=_read_pid(fd))
             _write_pid(fd)

@@ -5,13 +5,18 @@ or thousands of raw librdkafka lines, after the daemon had already created or wr
 metadata topic. The preflight runs first (``rlm run`` and ``rlm check``), each step bounded by
 the configured per-request timeout, in this order:
 
+0. the work dir is (or can be made) a writable directory: the daemon's lock, status file and
+   state live there (a read-only mount or a file in its place stops ``rlm run`` at once);
 1. every log dir exists and is readable (a typo'd path is a configuration error, not a warning);
 2. the node id (configured or from ``meta.properties``);
 3. storage: the plugin loads, a read of a segment that cannot exist answers "not found", and a
-   tiny synthetic segment can be copied and deleted (bucket exists and is writable);
+   tiny synthetic segment can be copied and deleted (bucket exists and is writable; a missing
+   bucket names the command that creates it, refused credentials name the credential settings);
 4. the Kafka cluster answers (when ``bootstrap_servers`` is set or the topic store is used);
-5. the metadata store: the topic exists with the configured partition count or a validate-only
-   CreateTopics accepts it; the file store's directory is writable.
+5. the metadata store: the topic exists with the configured partition count (and is not
+   compacted), or a validate-only CreateTopics of exactly the daemon's request (partitions,
+   replication factor against the live brokers, configs) accepts it; the file store's directory
+   is writable.
 
 Nothing is written to the metadata store here. A failure is one line naming the setting.
 """
@@ -19,6 +24,7 @@ Nothing is written to the metadata store here. A failure is one line naming the 
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,10 +91,46 @@ def resolve_node_id(config: DaemonConfig) -> int:
     )
 
 
+def check_work_dir(work_dir: Path) -> str:
+    """Make ``work_dir`` if needed and write (then remove) a probe file in it, as the daemon's
+    lock and status file will; returns what was found, raises ``OSError`` naming the path."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    probe = work_dir / f".rlm-check-{os.getpid()}.tmp"
+    try:
+        probe.write_bytes(b"rlm check\n")
+    finally:
+        probe.unlink(missing_ok=True)
+    return f"{work_dir} writable, {shutil.disk_usage(work_dir).free / 2**20:.0f} MiB free"
+
+
+_CREDENTIAL_WORDS = ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "Forbidden", "403",
+                     "ExpiredToken", "no usable AWS credentials", "InvalidToken")
+
+
+def storage_hint(config: DaemonConfig, error: str) -> str:
+    """What to do about a storage failure, when it is one an operator fixes by hand: the command
+    that creates a missing bucket, or the credential settings."""
+    c = config.storage.config
+    if config.storage.plugin != "s3":
+        return ""
+    if "NoSuchBucket" in error or ("bucket" in error and "does not exist" in error):
+        endpoint = c.get("endpoint_url", c.get("endpoint.url"))
+        region = c.get("region")
+        cmd = f"aws s3 mb s3://{c.get('bucket')}" + (f" --endpoint-url {endpoint}" if endpoint else "") + (
+            f" --region {region}" if region else "")
+        return f"; create the bucket first: {cmd}"
+    if any(w in error for w in _CREDENTIAL_WORDS):
+        return ("; the store refused the credentials: check storage.config.access_key_id / "
+                "secret_access_key (or the AWS_* environment, profile or instance role they default to)")
+    return ""
+
+
 def _storage_setting(config: DaemonConfig, error: str) -> str:
     """The storage setting a failure most likely points at, with its value."""
     c = config.storage.config
     if config.storage.plugin == "s3":
+        if any(w in error for w in _CREDENTIAL_WORDS[:3] + _CREDENTIAL_WORDS[5:]):
+            return "storage.config.access_key_id"
         if any(w in error for w in ("bucket", "NoSuchBucket", "AccessDenied", "Forbidden")):
             return f"storage.config.bucket = {c.get('bucket')!r}"
         return f"storage.config.endpoint_url = {c.get('endpoint_url', c.get('endpoint.url'))!r}"
@@ -116,6 +158,12 @@ class Preflight:
     def run(self) -> list[Check]:
         """Every check that can run (one failing does not hide the independent others)."""
         cfg = self.config
+        try:
+            self._add("work dir", "work_dir", True, check_work_dir(cfg.work_dir))
+        except OSError as e:
+            from rlm.environment import describe_os_error
+
+            self._add("work dir", "work_dir", False, describe_os_error(e))
         try:
             check_log_dirs(cfg)
             self._add("log dirs", "log_dirs", True, ", ".join(str(d) for d in cfg.log_dirs))
@@ -158,7 +206,7 @@ class Preflight:
                 where = self._storage_call(lambda fn=fn: fn(self.rsm))  # type: ignore[misc]
             except Exception as e:
                 detail = f"{type(e).__name__}: {e}"
-                self._add(what, _storage_setting(cfg, detail), False, detail)
+                self._add(what, _storage_setting(cfg, detail), False, detail + storage_hint(cfg, detail))
                 return
             done = "reachable" if what == "storage read" else f"copied and deleted a probe segment ({where})"
             self._add(what, f"storage.plugin = {cfg.storage.plugin!r}", True, done)
@@ -214,7 +262,7 @@ class Preflight:
         try:
             failures = LoginFailures()
             admin = admin_client(tcfg.admin_config(), "preflight", failures)
-            state = metadata_topic_check(admin, tcfg.topic_name, tcfg.num_partitions, timeout, failures)
+            state = metadata_topic_check(admin, tcfg, timeout, failures)
         except Exception as e:
             self._add("metadata topic", setting, False, str(e))
             return

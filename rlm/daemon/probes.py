@@ -130,6 +130,19 @@ def storage_write_check(rsm: Any) -> str:
     return f"{PROBE_TOPIC}-{PROBE_TOPIC_ID.text}, segment {md.remote_log_segment_id.id.text}"
 
 
+def listen_check(host: str, port: int) -> str:
+    """Bind ``host:port`` and let it go again, as the daemon's HTTP server will bind it (with
+    ``SO_REUSEADDR``, like :mod:`http.server`); raises ``OSError`` (EADDRINUSE, ...) when it cannot."""
+    import socket
+
+    family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                      flags=socket.AI_PASSIVE)[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+    return f"{host}:{port} can be bound"
+
+
 def kafka_logger(name: str) -> Any:
     """A stdlib logger for librdkafka's own lines (``logger=`` config); :mod:`rlm.logging_setup`
     routes the ``rlm.kafka`` tree through structlog, rate-limited."""
@@ -219,9 +232,17 @@ def metadata_topic_online_check(admin: Any, topic: str, timeout_s: float) -> Non
 
 
 def metadata_topic_check(
-    admin: Any, topic: str, partitions: int, timeout_s: float, failures: LoginFailures | None = None
+    admin: Any, tcfg: Any, timeout_s: float, failures: LoginFailures | None = None
 ) -> str:
-    """``present (N partitions)`` or ``creatable`` (a validate-only CreateTopics succeeds); raises else.
+    """``present (...)`` or ``absent, creatable (...)``; raises what would stop ``rlm run``.
+
+    ``tcfg`` is the metadata store's :class:`rlmm.topic_config.TopicRlmmConfig`. An absent topic
+    is tried with a validate-only CreateTopics of exactly the request the daemon sends
+    (:func:`rlmm.topic_admin.new_metadata_topic`: partitions, replication factor, configs), so a
+    replication factor the live brokers cannot reach fails here, not at ``rlm run``; with
+    ``remote.log.metadata.topic.create`` false an absent topic fails. A present topic must have
+    the configured partition count and must not be compacted (the metadata events have no keys);
+    other configs that differ from what the daemon would set are named in the detail.
 
     Sidecars started together race to create the topic (issue 20): when another one created it
     between our listing and our validate-only create, the create answers TOPIC_ALREADY_EXISTS,
@@ -230,14 +251,22 @@ def metadata_topic_check(
     as before (dependency unavailable) only if it still has no leader then.
     """
     from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.cimpl import NewTopic
 
+    from rlmm.topic_admin import new_metadata_topic
+
+    topic, partitions = tcfg.topic_name, tcfg.num_partitions
     leaderless = (KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION)
 
-    def present(count: int, how: str = "") -> str:
+    def present(count: int, how: str = "", replicas: int = 0, brokers: int = 0) -> str:
         if count and count != partitions:
-            raise PreflightError(f"topic {topic!r} has {count} partitions, configured {partitions}")
-        return f"present ({count} partitions{how})" if count else f"present ({how.lstrip(', ')})"
+            raise PreflightError(
+                f"topic {topic!r} has {count} partitions, configured {partitions} "
+                "(remote.log.metadata.topic.num.partitions must match the existing topic)")
+        notes = [] if not count else _existing_topic_notes(admin, tcfg, timeout_s)
+        if replicas > brokers > 0:
+            notes.append(f"replication factor {replicas} but only {brokers} live broker(s): under-replicated")
+        extra = f"; {'; '.join(notes)}" if notes else ""
+        return (f"present ({count} partitions{how}){extra}" if count else f"present ({how.lstrip(', ')})")
 
     try:
         deadline = time.monotonic() + timeout_s
@@ -249,18 +278,27 @@ def metadata_topic_check(
             if time.monotonic() >= deadline:
                 raise KafkaException(t.error)
             time.sleep(0.2)
+        brokers = len(md.brokers)
         if t is not None and t.error is None:
-            return present(len(t.partitions))
+            replicas = max((len(p.replicas) for p in t.partitions.values()), default=0)
+            return present(len(t.partitions), replicas=replicas, brokers=brokers)
         if t is not None and t.error is not None and t.error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
             raise KafkaException(t.error)
-        rf = min(3, max(1, len(md.brokers)))
-        fut = admin.create_topics(
-            [NewTopic(topic, partitions, rf)], request_timeout=timeout_s, validate_only=True
-        )[topic]
+        if not tcfg.create_topic:
+            raise PreflightError(
+                f"topic {topic!r} does not exist and remote.log.metadata.topic.create is false: "
+                "check the bootstrap servers and the topic name")
+        new = new_metadata_topic(tcfg, brokers)
+        fut = admin.create_topics([new], request_timeout=timeout_s, validate_only=True)[topic]
         try:
             fut.result(timeout=timeout_s + 1)
         except KafkaException as e:
             err = e.args[0] if e.args else None
+            if isinstance(err, KafkaError) and err.code() == KafkaError.INVALID_REPLICATION_FACTOR:
+                raise PreflightError(
+                    f"topic {topic!r} cannot be created with replication factor {new.replication_factor}: "
+                    f"{brokers} live broker(s); set remote.log.metadata.topic.replication.factor to at most "
+                    f"{brokers} (or leave it unset: min(3, live brokers)) or start more brokers") from e
             if not (isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS):
                 raise
             # another sidecar created it since our listing: check what it created, if listed yet
@@ -268,7 +306,9 @@ def metadata_topic_check(
             listed = t is not None and (t.error is None or t.error.code() in leaderless)
             count = len(t.partitions) if listed and t is not None else 0
             return present(count, ", just created by another client")
-        return "absent, creatable"
+        configs = ", ".join(f"{k}={v}" for k, v in sorted((new.config or {}).items()))
+        return (f"absent, creatable ({partitions} partitions, replication factor {new.replication_factor} "
+                f"of {brokers} live broker(s), {configs})")
     except KafkaException as e:
         admin.poll(0)
         if failures is not None:
@@ -276,3 +316,25 @@ def metadata_topic_check(
         raise DependencyUnavailableError(f"metadata topic {topic!r}: {e.args[0]}") from e
     finally:
         admin.poll(0)
+
+
+def _existing_topic_notes(admin: Any, tcfg: Any, timeout_s: float) -> list[str]:
+    """How the existing topic's configs differ from what the daemon would create; a compacted
+    topic raises (the daemon's keyless metadata events would be refused by the broker)."""
+    from confluent_kafka.admin import ConfigResource, ResourceType  # type: ignore[attr-defined]
+
+    from rlmm.topic_admin import topic_configs
+
+    res = ConfigResource(ResourceType.TOPIC, tcfg.topic_name)
+    try:
+        entries = admin.describe_configs([res], request_timeout=timeout_s)[res].result(timeout=timeout_s + 1)
+    except Exception as e:  # DescribeConfigs denied or unsupported: say so, it does not stop the daemon
+        return [f"configs not checked ({e})"]
+    actual = {name: entry.value for name, entry in entries.items()}
+    if "compact" in str(actual.get("cleanup.policy", "")):
+        raise PreflightError(
+            f"topic {tcfg.topic_name!r} has cleanup.policy={actual['cleanup.policy']}: the metadata "
+            "events have no keys, so the broker refuses them; set cleanup.policy=delete on the topic")
+    differ = [f"{k}={actual.get(k)} (the daemon would create {v})"
+              for k, v in sorted(topic_configs(tcfg).items()) if k in actual and actual.get(k) != v]
+    return [f"configs differ: {', '.join(differ)}"] if differ else []

@@ -36,7 +36,7 @@ from rlm.daemon.scheduler import PartitionScheduler
 from rlm.daemon.signals import FORCED_CLOSE_S
 from rlm.daemon.status import StatusBoard
 from rlm.daemon.workdir import atomic_write
-from rlm.errors import LogFileGoneError, RlmError, WorkDirError
+from rlm.errors import ConfigError, LogFileGoneError, RlmError, WorkDirError
 from rlm.log.partition import PartitionDir
 from rlm.plugin_setup import load_rlmm
 from rlm.types import KafkaUuid, TopicIdPartition, TopicPartition
@@ -142,7 +142,12 @@ class Daemon:
         )
         self.refresh()
         if cfg.http.enabled and not self.once:
-            self.http = MetricsServer(cfg.http.host, cfg.http.port, self.metrics, self.health, self.ready)
+            try:
+                self.http = MetricsServer(cfg.http.host, cfg.http.port, self.metrics, self.health, self.ready)
+            except OSError as e:  # the port is taken (another sidecar, or anything else)
+                raise ConfigError(
+                    f"{cfg.source}: http.host/http.port: cannot listen on {cfg.http.host}:{cfg.http.port} "
+                    f"({e.strerror})") from e
             self.http.start()
             self._opened.append(("http", self.http.stop))
             status.status.http_port = self.http.port
@@ -216,6 +221,7 @@ class Daemon:
             else:
                 followers.add(tip)
         self.ctx.status.set_untiered(untiered)
+        self.ctx.status.settle_carried({f"{t.topic}-{t.partition}" for t in set(managed) | followers})
         self._reconcile_deletions(scan.partitions, scan.deleting, view, set(managed), followers)
         leaders = set(managed) | self.remover.pending()
         if leaders != self._rlmm_leaders or followers != self._rlmm_followers:
@@ -353,7 +359,7 @@ class Daemon:
         ctx = self.ctx
         started = time.monotonic()
         st = ctx.status.partition(key.topic, key.partition)
-        st.topic_id, st.role, st.tiered = key.topic_id.text, "leader", True
+        st.topic_id, st.role, st.tiered, st.note = key.topic_id.text, "leader", True, None
         try:
             try:
                 view = LocalLogView.load(m.found.dir)

@@ -2,6 +2,13 @@
 
 ``rlm status`` reads the file, so it works without talking to the daemon (and after it exits).
 The file is replaced atomically (write + fsync + rename), never half-written.
+
+A restarted daemon starts from the partitions its previous run wrote (their ranges, segments and
+bytes are still what storage and the metadata store hold) instead of empty entries, each with the
+note :data:`CARRIED_NOTE` until its first run in this process looks at it again; entries for
+partitions no longer found on this node are dropped at the first refresh. Without this, a
+restarted daemon's status showed ``-1`` ranges and 0 segments for tiered partitions during its
+first pass, and kept them after a stop in the middle of it.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from rlm.daemon.workdir import atomic_write
 from rlm.errors import ConfigError
 
 STATUS_FILE = "status.json"
+CARRIED_NOTE = "as of the previous run: not looked at again yet"
 
 
 @dataclass
@@ -85,6 +93,15 @@ class StatusBoard:
             host=socket.gethostname(),
             proc_start=process_start(os.getpid()),
         )
+        self.status.partitions = carried_over(work_dir)
+        self._carried = set(self.status.partitions)
+
+    def settle_carried(self, present: set[str]) -> None:
+        """First refresh: drop carried-over entries of partitions not on this node any more."""
+        with self._lock:
+            for key in self._carried - present:
+                self.status.partitions.pop(key, None)
+            self._carried = set()
 
     def partition(self, topic: str, partition: int) -> PartitionStatus:
         with self._lock:
@@ -152,6 +169,17 @@ def pid_alive(pid: int, proc_start: str = "") -> bool:
     if fields[0] in ("Z", "X"):
         return False
     return not proc_start or fields[19] == proc_start
+
+
+def carried_over(work_dir: Path) -> dict[str, PartitionStatus]:
+    """The previous run's partitions, noted as carried over ({} without a readable file)."""
+    try:
+        previous = read_status(work_dir).partitions
+    except (ConfigError, TypeError):
+        return {}
+    for p in previous.values():
+        p.note = CARRIED_NOTE
+    return previous
 
 
 def read_status(work_dir: Path) -> DaemonStatus:

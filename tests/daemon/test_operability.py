@@ -173,7 +173,7 @@ def test_gaps_shown_and_kept_across_restarts(tmp_path: Path) -> None:
         header, row = [ln for ln in table.splitlines() if ln.startswith(("PARTITION", "g-0"))]
         gap_col = header.index("GAP")
         assert row[gap_col:].split()[0] == str(bases[5] - bases[2]), table
-        assert f"gaps g-0: {bases[2]}..{bases[5] - 1}" in table
+        assert f"gaps g-0: [{bases[2]}, {bases[5]})" in table  # [start, end), as every range
 
 
 def test_version() -> None:

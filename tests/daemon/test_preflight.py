@@ -83,7 +83,7 @@ def test_check_prints_what_it_checked(
         assert any(ln.startswith("ok ") and f" {name} " in ln for ln in lines), res.stdout
     assert f"metadata topic {topic!r}: absent, creatable" in res.stdout
     assert any(ln.startswith("ok ") and " security:kafka " in ln for ln in lines), res.stdout
-    assert lines[-1] == "8 passed, 0 failed"  # 6 dependencies + the 2 read faces' security
+    assert lines[-1] == "9 passed, 0 failed"  # the work dir, 6 dependencies, the 2 read faces' security
     assert not topic_exists(kafka.bootstrap, topic), "a check must not create the metadata topic"
     listed = seaweedfs.boto3_client().list_objects_v2(Bucket=seaweedfs_bucket)
     keys = [o["Key"] for o in listed.get("Contents", [])]

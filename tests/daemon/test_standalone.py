@@ -23,6 +23,7 @@ import rsm_plugins
 from rlm.config import DaemonConfig, load_config
 from rlm.daemon.service import Daemon
 from rlm.daemon.status import read_status
+from rlm.errors import ConfigError
 from rlm.exit_codes import ExitCode
 from rlm.log.checkpoints import MetaProperties
 from rlm.log.partition import PartitionDir
@@ -441,7 +442,7 @@ def test_start_failing_late_closes_plugins_and_says_failed(tmp_path: Path) -> No
                       storage={"plugin": "tests.daemon.slow_rsm:HangingLocalRSM",
                                "config": {"root": str(tmp_path / "r")}})
         daemon = Daemon(cfg)
-        with pytest.raises(OSError):
+        with pytest.raises(ConfigError, match=r"http\.host/http\.port: cannot listen on"):
             daemon.start()
     assert (tmp_path / "r" / ".closed").exists()
     assert daemon.stop() is True
