@@ -533,6 +533,28 @@ class ReadConfig(_Strict):
         "coordinator asks members for (the broker's setting, same default); new assignments reach "
         "members at their next heartbeat.",
     )
+    kafka_group_max_size: int = Field(
+        1000, ge=1, le=1_000_000, json_schema_extra=_kafka("group.max.size"),
+        description="Kafka-protocol endpoint: members of one consumer group (classic or KIP-848), "
+        "counting the member ids handed out by JoinGroup and not yet used; more get "
+        "GROUP_MAX_SIZE_REACHED (Kafka's classic default is unbounded: a bound keeps a flood finite).",
+    )
+    kafka_offsets_retention_minutes: int = Field(
+        10080, ge=1, json_schema_extra=_kafka("offsets.retention.minutes"),
+        description="Kafka-protocol endpoint: committed offsets of a group without members are "
+        "removed this long after both their commit and the group becoming empty (the broker's "
+        "setting, same default: 7 days); a group with members keeps its offsets.",
+    )
+    kafka_offsets_retention_check_interval_ms: int = Field(
+        600_000, ge=10, json_schema_extra=_kafka("offsets.retention.check.interval.ms"),
+        description="Kafka-protocol endpoint: how often expired offsets are looked for (the broker's "
+        "setting, same default).",
+    )
+    kafka_offset_metadata_max_bytes: int = Field(
+        4096, ge=0, json_schema_extra=_kafka("offset.metadata.max.bytes"),
+        description="Kafka-protocol endpoint: the longest metadata string an OffsetCommit may carry; "
+        "a longer one is refused with OFFSET_METADATA_TOO_LARGE (the broker's setting, same default).",
+    )
     kafka_peers: list[str] = Field(
         default_factory=list,
         description="Kafka-protocol endpoint: the advertised host:port of every endpoint process "

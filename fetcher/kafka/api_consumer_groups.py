@@ -4,6 +4,10 @@
 The assignment names topics by id, so the tiered topics' ids (the real Kafka topic ids, from the
 remote metadata) come from the catalog. A group another endpoint process coordinates answers
 NOT_COORDINATOR; a live classic group of the same id answers GROUP_ID_NOT_FOUND (no mixed groups).
+
+A member's regex is resolved here, on the executor, once per (regex, catalog version): the
+heartbeat itself then only reads the cached names, so neither a slow pattern nor a large catalog
+holds the event loop that serves every other connection.
 """
 
 from __future__ import annotations
@@ -15,7 +19,12 @@ from kio.schema.errors import ErrorCode
 
 from fetcher.kafka.api_meta import ZERO
 from fetcher.kafka.codec import make, nested, response_class
-from fetcher.kafka.consumer_groups import HeartbeatRequest, HeartbeatResult, owned_from_request
+from fetcher.kafka.consumer_groups import (
+    VISIBLE_TOPICS,
+    HeartbeatRequest,
+    HeartbeatResult,
+    owned_from_request,
+)
 from fetcher.kafka.context import EndpointContext
 from fetcher.kafka.groups import CLIENT_HOST
 
@@ -31,15 +40,23 @@ async def handle_consumer_group_heartbeat(ctx: EndpointContext, req: Any, versio
         ctx.groups.ensure_ticker()
         catalog = await ctx.topics()
         topics = {name: (e.topic_id, len(e.partitions)) for name, e in catalog.by_name.items()}
+        at = catalog.version
+        asked = getattr(req, "subscribed_topic_regex", None)
+        regex = asked if asked is not None else ctx.consumer_groups.regex_of(req.group_id, req.member_id)
+        resolver = ctx.consumer_groups.regexes
+        if regex and resolver.cached(regex, at) is None:
+            names = tuple(topics)
+            await ctx.call(lambda: resolver.resolve(regex, names, at))
         timeout = req.rebalance_timeout
         r = ctx.consumer_groups.heartbeat(HeartbeatRequest(
             group_id=req.group_id, member_id=req.member_id, member_epoch=int(req.member_epoch),
             instance_id=req.instance_id, rack_id=req.rack_id,
             rebalance_timeout_ms=int(timeout.total_seconds() * 1000) if timeout is not None else -1,
             subscribed=tuple(req.subscribed_topic_names) if req.subscribed_topic_names is not None else None,
-            regex=getattr(req, "subscribed_topic_regex", None), assignor=req.server_assignor,
+            regex=asked, assignor=req.server_assignor,
             owned=owned_from_request(req.topic_partitions), client_id=header.client_id or "",
-            client_host=CLIENT_HOST.get(), version=version), topics)
+            client_host=CLIENT_HOST.get(), version=version), topics, version=at,
+            visible=VISIBLE_TOPICS.get())
     acls = nested(cls, "Assignment")
     tcls = nested(cls, "TopicPartitions")
     assignment = None

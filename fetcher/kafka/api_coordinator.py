@@ -4,18 +4,28 @@ librdkafka asks a coordinator even for ``assign``; pointing it at the real clust
 history reader's offsets into live groups, so the endpoint answers itself and keeps offsets in
 :class:`~fetcher.kafka.offset_store.OffsetStore`. Transaction coordinators (key type 1) are
 refused with COORDINATOR_NOT_AVAILABLE: the endpoint is read-only.
+
+OffsetCommit is checked per partition as a broker checks it: a topic or partition the endpoint
+does not serve answers UNKNOWN_TOPIC_OR_PARTITION, metadata longer than
+``offset.metadata.max.bytes`` OFFSET_METADATA_TOO_LARGE; the others of the same request are
+committed. Committed offsets expire (:class:`~fetcher.kafka.offset_store.OffsetRetention`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import structlog
 from kio.schema.errors import ErrorCode
 
 from fetcher.kafka.api_meta import ZERO
 from fetcher.kafka.codec import make, nested, response_class
 from fetcher.kafka.context import EndpointContext
 from fetcher.kafka.offset_store import Committed
+
+log = structlog.get_logger(__name__)
+
+_JAVA_CHAR_BYTES = 2  # Kafka measures metadata as a Java String: UTF-16 code units
 
 
 async def handle_find_coordinator(ctx: EndpointContext, req: Any, version: int, header: Any) -> Any:
@@ -124,29 +134,48 @@ async def handle_offset_commit(ctx: EndpointContext, req: Any, version: int, hea
     else:
         code = ctx.groups.commit_allowed(req.group_id, req.member_id, generation,
                                          getattr(req, "group_instance_id", None))
+    codes: dict[tuple[str, int], ErrorCode] = {}
     if code is ErrorCode.none:
-        entries = [
-            (
-                t.name,
-                int(p.partition_index),
-                Committed(
-                    int(p.committed_offset),
-                    int(getattr(p, "committed_leader_epoch", -1)),
-                    p.committed_metadata,
-                ),
-            )
-            for t in req.topics
-            for p in t.partitions
-        ]
-        await ctx.call(lambda: ctx.offsets.commit(req.group_id, entries))
+        ctx.groups.ensure_ticker()  # offsets expire even when no group request ever comes
+        catalog = await ctx.topics()
+        limit = ctx.settings.offset_metadata_max_bytes
+        entries = []
+        for t in req.topics:
+            entry = catalog.by_name.get(str(t.name))
+            for p in t.partitions:
+                part = int(p.partition_index)
+                why = _refusal(entry is not None and 0 <= part < len(entry.partitions), p.committed_metadata,
+                               limit)
+                codes[(str(t.name), part)] = why
+                if why is ErrorCode.none:
+                    entries.append((str(t.name), part, Committed(
+                        int(p.committed_offset), int(getattr(p, "committed_leader_epoch", -1)),
+                        p.committed_metadata)))
+        refused = sorted({f"{t}-{p}:{c.name}" for (t, p), c in codes.items() if c is not ErrorCode.none})
+        if refused:
+            log.info("kafka_offset_commit_refused", group=req.group_id, partitions=refused[:20],
+                     count=len(refused))
+        if entries:
+            await ctx.call(lambda: ctx.offsets.commit(req.group_id, entries))
     topics = tuple(
         make(
             tcls,
             name=t.name,
             partitions=tuple(
-                make(pcls, partition_index=p.partition_index, error_code=code) for p in t.partitions
+                make(pcls, partition_index=p.partition_index,
+                     error_code=codes.get((str(t.name), int(p.partition_index)), code))
+                for p in t.partitions
             ),
         )
         for t in req.topics
     )
     return make(cls, throttle_time=ZERO, topics=topics)
+
+
+def _refusal(known: bool, metadata: str | None, limit: int) -> ErrorCode:
+    """Why a broker would refuse to commit this partition's offset (``none``: it would not)."""
+    if not known:
+        return ErrorCode.unknown_topic_or_partition
+    if metadata is not None and len(metadata.encode("utf-16-le")) // _JAVA_CHAR_BYTES > limit:
+        return ErrorCode.offset_metadata_too_large
+    return ErrorCode.none

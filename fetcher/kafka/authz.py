@@ -38,6 +38,7 @@ from kio.schema.metadata.v12 import request as md_req
 
 from fetcher.acl import DESCRIBE, READ
 from fetcher.kafka.codec import SUPPORTED, error_response, has_field, make, nested, response_class
+from fetcher.kafka.consumer_groups import VISIBLE_TOPICS
 from fetcher.kafka.context import EndpointContext
 from fetcher.kafka.requester import FETCH_ACCESS, FetchAccess
 from fetcher.kafka.sasl import (
@@ -423,17 +424,38 @@ class ConnectionGuard:
         if self.local is not None and self.sasl.principal is not None:
             local, who = self.local, self.sasl.principal
             verdicts = {g: local.group_read(who, g) for g in _group_ids(key, req, version)}
-            return await self._group_verdicts(ctx, key, req, version, header, handler, verdicts)
-        principal, session = self._session()
-        try:
-            verdicts = {
-                g: bool(await self.cache.group_ops(principal, g, session) & need)
-                for g in _group_ids(key, req, version)
-            }
-        except (ConnectionError, TimeoutError, OSError) as e:
-            log.warning("kafka_authz_broker_lost", peer=self.peer, principal=principal, error=str(e))
-            raise CloseConnection from e
+        else:
+            principal, session = self._session()
+            try:
+                verdicts = {
+                    g: bool(await self.cache.group_ops(principal, g, session) & need)
+                    for g in _group_ids(key, req, version)
+                }
+            except (ConnectionError, TimeoutError, OSError) as e:
+                log.warning("kafka_authz_broker_lost", peer=self.peer, principal=principal, error=str(e))
+                raise CloseConnection from e
+        if key == 68 and all(verdicts.values()):
+            return await self._consumer_heartbeat(ctx, req, version, header, handler)
         return await self._group_verdicts(ctx, key, req, version, header, handler, verdicts)
+
+    async def _consumer_heartbeat(
+        self, ctx: EndpointContext, req: Any, version: int, header: Any, handler: Handler
+    ) -> Any:
+        """ConsumerGroupHeartbeat under the topics' ACLs, as Kafka's KafkaApis: subscribed names the
+        principal may not DESCRIBE answer TOPIC_AUTHORIZATION_FAILED (before the group sees them),
+        and the coordinator keeps of a regex's matches only what it may DESCRIBE
+        (:data:`~fetcher.kafka.consumer_groups.VISIBLE_TOPICS`, for this request only)."""
+        ops = await self._ops(ctx)
+        visible = frozenset(name for name, bits in ops.items() if bits & DESCRIBE)
+        denied = sorted({str(n) for n in req.subscribed_topic_names or ()} - visible)
+        if denied:
+            self._denied("ConsumerGroupHeartbeat", "no DESCRIBE on topic", topics=denied)
+            return error_response(response_class(68, version), ErrorCode.topic_authorization_failed)
+        token = VISIBLE_TOPICS.set(visible)
+        try:
+            return await handler(ctx, req, version, header)
+        finally:
+            VISIBLE_TOPICS.reset(token)
 
     async def _group_allowed(self, groups: list[str]) -> dict[str, bool]:
         principal = self.sasl.principal
@@ -455,13 +477,15 @@ class ConnectionGuard:
         principal may not use, ListGroups lists only the others, OffsetForLeaderEpoch answers
         TOPIC_AUTHORIZATION_FAILED for topics it may not DESCRIBE (nothing of theirs is sent)."""
         resp = await handler(ctx, req, version, header)
-        if key == 69:  # ConsumerGroupDescribe: the same rule as DescribeGroups
+        if key == 69:  # ConsumerGroupDescribe: the same rule as DescribeGroups, and Kafka's topic rule
             ok = await self._group_allowed([str(g.group_id) for g in resp.groups])
-            return dataclasses.replace(resp, groups=tuple(
-                g if ok[str(g.group_id)] else dataclasses.replace(
-                    g, error_code=ErrorCode.group_authorization_failed, error_message=None, group_state="",
-                    members=())
-                for g in resp.groups))
+            described = [g if ok[str(g.group_id)] else dataclasses.replace(
+                g, error_code=ErrorCode.group_authorization_failed, error_message=None, group_state="",
+                members=()) for g in resp.groups]
+            if any(g.error_code == ErrorCode.none and g.members for g in described):
+                ops = await self._ops(ctx)
+                described = [self._described_topics_visible(g, ops) for g in described]
+            return dataclasses.replace(resp, groups=tuple(described))
         if key == 15:
             ok = await self._group_allowed([str(g.group_id) for g in resp.groups])
             code = ErrorCode.group_authorization_failed
@@ -492,6 +516,24 @@ class ConnectionGuard:
             )
             topics.append(dataclasses.replace(t, partitions=parts))
         return dataclasses.replace(resp, topics=tuple(topics))
+
+    def _described_topics_visible(self, g: Any, ops: dict[str, int]) -> Any:
+        """A described KIP-848 group whose members subscribe to, hold or are to get a topic the
+        principal may not DESCRIBE is refused whole, as Kafka does (TOPIC_AUTHORIZATION_FAILED):
+        its members would name the topic."""
+        if g.error_code != ErrorCode.none:
+            return g
+        names = {str(n) for m in g.members for n in m.subscribed_topic_names or ()}
+        names |= {str(t.topic_name) for m in g.members for a in (m.assignment, m.target_assignment)
+                  if a is not None for t in a.topic_partitions}
+        hidden = sorted(n for n in names if not ops.get(n, 0) & DESCRIBE)
+        if not hidden:
+            return g
+        self._denied("ConsumerGroupDescribe", "group uses topics without DESCRIBE", group=str(g.group_id),
+                     topics=hidden)
+        return dataclasses.replace(
+            g, error_code=ErrorCode.topic_authorization_failed, group_state="", members=(),
+            error_message="The described group uses topics that the client is not authorized to describe.")
 
     async def _commit_topics(
         self, ctx: EndpointContext, req: Any, version: int, header: Any, handler: Handler

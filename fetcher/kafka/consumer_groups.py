@@ -24,15 +24,23 @@ a member must carry its current epoch (STALE_MEMBER_EPOCH otherwise).
 A group is either classic or consumer: a classic JoinGroup to a live consumer group, or a
 heartbeat to a live classic group, is refused (Kafka's ``group.consumer.migration.policy=disabled``
 behaviour; mixed groups are not supported). State lives in memory on the event loop.
+
+Bounds: at most ``max_size`` members per group (Kafka's ``group.consumer.max.size``); a group
+with no members and no committed offsets is removed on the next tick (Kafka deletes an empty
+group once its offsets are gone), and the wall-clock time a group became empty is kept for
+offset retention. Regex subscriptions are RE2 (:mod:`fetcher.kafka.topic_regex`), resolved by the
+handler on an executor before the heartbeat runs; each member keeps only the matches its
+principal may DESCRIBE (:data:`VISIBLE_TOPICS`), so neither its assignment nor a describe of the
+group names a topic it may not see.
 """
 
 from __future__ import annotations
 
 import enum
-import re
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,10 +48,15 @@ import structlog
 from kio.schema.errors import ErrorCode
 
 from fetcher.kafka.assignors import ASSIGNORS, Assignment, assign
+from fetcher.kafka.groups import GROUP_MAX_SIZE
+from fetcher.kafka.topic_regex import InvalidRegex, RegexResolver
 
 log = structlog.get_logger(__name__)
 
-_MAX_MEMBERS = 1000
+#: the topic names the principal of the request being handled may DESCRIBE (set per request by the
+#: authorization layer); None: no authorization, every topic is visible
+VISIBLE_TOPICS: ContextVar[frozenset[str] | None] = ContextVar("visible_topics", default=None)
+
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
 
@@ -63,6 +76,8 @@ class ConsumerMember:
     rebalance_timeout_ms: int
     subscribed: tuple[str, ...] = ()
     regex: str = ""
+    #: the topics its regex matched at its last heartbeat that its principal may DESCRIBE
+    regex_topics: frozenset[str] = frozenset()
     rack_id: str | None = None
     assignor: str | None = None
     epoch: int = 0
@@ -84,6 +99,8 @@ class ConsumerGroup:
     target: dict[str, Assignment] = field(default_factory=dict)
     #: the subscribed topics' (id, partition count) the target was computed from
     topics: dict[str, tuple[uuid.UUID, int]] = field(default_factory=dict)
+    #: wall-clock time (s) the last member left; offsets' retention counts from it
+    empty_since: float | None = None
 
     @property
     def state(self) -> str:
@@ -135,29 +152,58 @@ class ConsumerGroupCoordinator:
     """Every KIP-848 group this endpoint process coordinates."""
 
     def __init__(self, session_timeout_ms: int = 45_000, heartbeat_interval_ms: int = 5_000,
-                 default_assignor: str = "uniform") -> None:
+                 default_assignor: str = "uniform", max_size: int = GROUP_MAX_SIZE,
+                 has_offsets: Callable[[str], bool] | None = None) -> None:
         self.session_timeout_ms = session_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.default_assignor = default_assignor
+        self.max_size = max_size
         self.groups: dict[str, ConsumerGroup] = {}
+        self.regexes = RegexResolver()
+        self._has_offsets = has_offsets or (lambda _group: False)
 
     # ---- the heartbeat ------------------------------------------------------------------
     def heartbeat(self, req: HeartbeatRequest, topics: Mapping[str, tuple[uuid.UUID, int]],
-                  now: float | None = None) -> HeartbeatResult:
-        """One ConsumerGroupHeartbeat; ``topics`` are the tiered topics (name -> (id, partitions))."""
+                  now: float | None = None, *, version: Hashable | None = None,
+                  visible: frozenset[str] | None = None) -> HeartbeatResult:
+        """One ConsumerGroupHeartbeat; ``topics`` are the tiered topics (name -> (id, partitions)),
+        ``version`` identifies that catalog for the regex cache (the handler resolves the member's
+        regex for it beforehand, off the event loop; None: the topic names are the key), ``visible``
+        the names the member's principal may DESCRIBE (None: all)."""
         now = time.monotonic() if now is None else now
         try:
             _validate(req)
             if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
                 return self._leave(req)
-            return self._heartbeat(req, topics, now)
+            matched = self._regex_matches(req, topics, frozenset(topics) if version is None else version)
+            return self._heartbeat(req, topics, now, matched, visible)
         except ConsumerGroupError as e:
             log.info("kafka_consumer_group_heartbeat_refused", group=req.group_id, member=req.member_id,
                      epoch=req.member_epoch, error=e.code.name, reason=str(e))
             return HeartbeatResult(e.code, str(e), req.member_id or None, -1)
 
+    def regex_of(self, group_id: str, member_id: str) -> str:
+        """The member's current regex ("" when it has none, or is not a member)."""
+        g = self.groups.get(group_id)
+        m = g.members.get(member_id) if g is not None else None
+        return m.regex if m is not None else ""
+
+    def _regex_matches(self, req: HeartbeatRequest, topics: Mapping[str, object],
+                       version: Hashable) -> frozenset[str]:
+        """What the member's regex (the request's, else the one it has) matches in ``topics``;
+        INVALID_REGULAR_EXPRESSION when it does not compile (before any state changes, as Kafka)."""
+        regex = req.regex if req.regex is not None else self.regex_of(req.group_id, req.member_id)
+        if not regex:
+            return frozenset()
+        got = self.regexes.cached(regex, version)
+        if got is None:  # not resolved by the handler (a direct caller): RE2 is linear, run it here
+            got = self.regexes.resolve(regex, topics, version)
+        if isinstance(got, InvalidRegex):
+            raise ConsumerGroupError(ErrorCode.invalid_regular_expression, str(got))
+        return got
+
     def _heartbeat(self, req: HeartbeatRequest, topics: Mapping[str, tuple[uuid.UUID, int]],
-                   now: float) -> HeartbeatResult:
+                   now: float, matched: frozenset[str], visible: frozenset[str] | None) -> HeartbeatResult:
         joining = req.member_epoch == 0
         g = self.groups.get(req.group_id)
         if g is None:
@@ -166,9 +212,9 @@ class ConsumerGroupCoordinator:
                                          f"group {req.group_id} has no member {req.member_id}")
             g = self.groups[req.group_id] = ConsumerGroup(req.group_id)
         member_id = req.member_id or str(uuid.uuid4())
-        if len(g.members) >= _MAX_MEMBERS and member_id not in g.members:
+        if len(g.members) >= self.max_size and member_id not in g.members:
             raise ConsumerGroupError(ErrorCode.group_max_size_reached,
-                                     f"group {g.group_id} has reached its maximum of {_MAX_MEMBERS} members")
+                                     f"group {g.group_id} has reached its maximum of {self.max_size} members")
         m, bump = self._member(g, req, member_id, now)
         before = (m.epoch, _frozen(m.assigned))
         if req.rebalance_timeout_ms != -1:
@@ -182,6 +228,10 @@ class ConsumerGroupCoordinator:
             bump = True
         if req.regex is not None and req.regex != m.regex:
             m.regex = req.regex
+            bump = True
+        mine = matched if visible is None else matched & visible
+        if mine != m.regex_topics:  # the catalog, the regex or the principal's DESCRIBE changed
+            m.regex_topics = mine
             bump = True
         m.client_id, m.client_host, m.last_seen = req.client_id, req.client_host, now
         wanted = {t for mm in g.members.values() for t in _topics_of(mm, topics)}
@@ -238,6 +288,7 @@ class ConsumerGroupCoordinator:
             m = ConsumerMember(member_id, req.instance_id, req.client_id, req.client_host,
                                req.rebalance_timeout_ms, last_seen=now)
             g.members[member_id] = m
+            g.empty_since = None
             if req.instance_id is not None:
                 g.static[req.instance_id] = member_id
             log.info("kafka_consumer_group_member_joined", group=g.group_id, member=member_id)
@@ -325,18 +376,32 @@ class ConsumerGroupCoordinator:
             del g.static[m.instance_id]
         g.target.pop(m.member_id, None)
         g.epoch += 1
+        if not g.members:
+            g.empty_since = time.time()
         log.info("kafka_consumer_group_member_removed", group=g.group_id, member=m.member_id, reason=why,
                  epoch=g.epoch)
 
     def tick(self, now: float) -> None:
         """Remove members past their session timeout, or past their rebalance timeout while
-        holding partitions they were asked to revoke (Kafka fences both)."""
-        for g in self.groups.values():
+        holding partitions they were asked to revoke (Kafka fences both); then remove the groups
+        left with no member and no committed offset."""
+        for g in list(self.groups.values()):
             for m in list(g.members.values()):
                 if now - m.last_seen >= self.session_timeout_ms / 1000:
                     self._remove(g, m, "session_timeout")
                 elif m.revoke_deadline is not None and now >= m.revoke_deadline:
                     self._remove(g, m, "rebalance_timeout")
+            if not g.members and not self._has_offsets(g.group_id):
+                del self.groups[g.group_id]
+                log.info("kafka_consumer_group_removed", group=g.group_id, reason="empty, no offsets")
+
+    def live_since(self, group_id: str) -> float | None:
+        """For offset retention: +inf while the group has members, the wall-clock time it became
+        empty, or None when there is no such group (a standalone consumer's commits)."""
+        g = self.groups.get(group_id)
+        if g is None:
+            return None
+        return float("inf") if g.members else g.empty_since
 
     # ---- offsets and tools ----------------------------------------------------------------
     def is_consumer_group(self, group_id: str) -> bool:
@@ -361,12 +426,11 @@ class ConsumerGroupCoordinator:
 
 
 def _topics_of(m: ConsumerMember, topics: Mapping[str, object]) -> tuple[str, ...]:
-    """The member's topics: its names, plus the tiered topics its regex matches (Kafka resolves
-    regexes on the coordinator; Java's ``Pattern`` syntax and Python's agree on the common subset)."""
-    if not m.regex:
+    """The member's topics: its names, plus the tiered topics its regex matched that its principal
+    may DESCRIBE (resolved at its heartbeat; a topic gone from the catalog since is dropped)."""
+    if not m.regex_topics:
         return m.subscribed
-    pattern = re.compile(m.regex)
-    return tuple(sorted(set(m.subscribed) | {t for t in topics if pattern.fullmatch(t)}))
+    return tuple(sorted(set(m.subscribed) | {t for t in m.regex_topics if t in topics}))
 
 
 def _validate(req: HeartbeatRequest) -> None:
@@ -377,12 +441,6 @@ def _validate(req: HeartbeatRequest) -> None:
         raise ConsumerGroupError(ErrorCode.invalid_request, "InstanceId can't be empty.")
     if req.rack_id == "":
         raise ConsumerGroupError(ErrorCode.invalid_request, "RackId can't be empty.")
-    if req.regex:
-        try:
-            re.compile(req.regex)
-        except re.error as e:
-            raise ConsumerGroupError(ErrorCode.invalid_regular_expression,
-                                     f"SubscribedTopicRegex {req.regex!r} is not a valid regex: {e}") from e
     if req.version >= 1 and not req.member_id:
         raise ConsumerGroupError(ErrorCode.invalid_request, "MemberId can't be empty.")
     if req.member_epoch > 0 or req.member_epoch == LEAVE_EPOCH:

@@ -22,7 +22,7 @@ from fetcher.kafka.consumer_groups import ConsumerGroupCoordinator
 from fetcher.kafka.fetch_sessions import FetchSessionCache
 from fetcher.kafka.forward import BrokerForwarder
 from fetcher.kafka.groups import GroupCoordinator, coordinator_index
-from fetcher.kafka.offset_store import OffsetStore
+from fetcher.kafka.offset_store import OffsetRetention, OffsetStore
 from fetcher.kafka.prefetch import Prefetcher
 from rlm.config import ReadConfig
 from rlm.errors import ConfigError
@@ -71,6 +71,12 @@ class ListenerSettings:
     group_initial_rebalance_delay_ms: int = 3000
     consumer_session_timeout_ms: int = 45_000
     consumer_heartbeat_interval_ms: int = 5_000
+    #: group and offset bounds (docs/kafka-endpoint.md, "Consumer groups"): members and pending
+    #: member ids per group, offsets' retention and how often it is checked, a commit's metadata
+    group_max_size: int = 1000
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    offsets_retention_check_interval_ms: int = 600_000
+    offset_metadata_max_bytes: int = 4096
     #: every endpoint process behind one address ("host:port", in the same order everywhere);
     #: empty: this one coordinates every group
     peers: tuple[str, ...] = ()
@@ -103,6 +109,10 @@ class ListenerSettings:
             group_initial_rebalance_delay_ms=rc.kafka_group_initial_rebalance_delay_ms,
             consumer_session_timeout_ms=rc.kafka_consumer_session_timeout_ms,
             consumer_heartbeat_interval_ms=rc.kafka_consumer_heartbeat_interval_ms,
+            group_max_size=rc.kafka_group_max_size,
+            offsets_retention_ms=rc.kafka_offsets_retention_minutes * 60_000,
+            offsets_retention_check_interval_ms=rc.kafka_offsets_retention_check_interval_ms,
+            offset_metadata_max_bytes=rc.kafka_offset_metadata_max_bytes,
             peers=tuple(rc.kafka_peers),
         )
 
@@ -122,6 +132,8 @@ class Catalog:
         self._at = -1.0
         self.by_name: dict[str, TopicEntry] = {}
         self.by_id: dict[uuid.UUID, TopicEntry] = {}
+        #: bumped when the set of topics changes (regex subscriptions are cached per version)
+        self.version = 0
 
     def refresh(self) -> Catalog:
         """Blocking (reads metadata): call it through :meth:`EndpointContext.call`."""
@@ -132,6 +144,8 @@ class Catalog:
         for name, tps in self._fetcher.topics().items():
             if tps:
                 by_name[name] = TopicEntry(name, uuid.UUID(bytes=tps[0].topic_id.raw), tuple(tps))
+        if by_name.keys() != self.by_name.keys():
+            self.version += 1
         self.by_name = by_name
         self.by_id = {e.topic_id: e for e in by_name.values()}
         self._at = now
@@ -145,11 +159,17 @@ class EndpointContext:
         self.fetcher = fetcher
         self.settings = settings
         self.catalog = Catalog(fetcher)
-        self.offsets = OffsetStore(state_dir / "committed-offsets.json")
+        self.offsets = OffsetStore(state_dir / "committed-offsets.log",
+                                   legacy=state_dir / "committed-offsets.json")
         self.consumer_groups = ConsumerGroupCoordinator(
-            settings.consumer_session_timeout_ms, settings.consumer_heartbeat_interval_ms)
-        self.groups = GroupCoordinator(settings.group_initial_rebalance_delay_ms,
-                                       also_tick=self.consumer_groups.tick)
+            settings.consumer_session_timeout_ms, settings.consumer_heartbeat_interval_ms,
+            max_size=settings.group_max_size, has_offsets=self.offsets.has_group)
+        self.groups = GroupCoordinator(
+            settings.group_initial_rebalance_delay_ms, also_tick=self.consumer_groups.tick,
+            max_size=settings.group_max_size, has_offsets=self.offsets.has_group,
+            housekeeping=OffsetRetention(
+                self.offsets, settings.offsets_retention_ms, settings.offsets_retention_check_interval_ms,
+                (lambda g: self.groups.live_since(g), self.consumer_groups.live_since), self.call))
         self.fetch_sessions = FetchSessionCache(
             settings.fetch_session_slots, settings.fetch_session_eviction_ms / 1000)
         self.advertised_port = settings.port
@@ -201,6 +221,7 @@ class EndpointContext:
 
     def close(self) -> None:
         self.groups.close()
+        self.offsets.close()
         if self.forwarder is not None:
             self.forwarder.close()
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -15,6 +15,14 @@ client retrying a timed-out join does not leave a ghost member behind. A new gro
 ``initial_delay_ms`` (Kafka's ``group.initial.rebalance.delay.ms``) for more members before its
 first rebalance completes.
 
+Bounds (a client may send any number of JoinGroups): members and pending member ids together
+are at most ``max_size`` per group (Kafka's ``group.max.size``; GROUP_MAX_SIZE_REACHED past it);
+a pending id (answered MEMBER_ID_REQUIRED, not yet used) expires after the session timeout the
+JoinGroup asked for, as Kafka's pending-member expiration; an *Empty* group with no pending ids
+and no committed offsets is removed on the next tick (Kafka deletes an empty group once its
+offsets are gone). The wall-clock time a group became empty is kept: offsets' retention counts
+from it.
+
 State lives in memory, on the event loop (no locking); committed offsets are kept by
 :mod:`fetcher.kafka.offset_store`. Several endpoint processes split groups between them by hash
 (:func:`coordinator_index`), so each group has exactly one coordinator.
@@ -27,9 +35,10 @@ import enum
 import time
 import uuid
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 from kio.schema.errors import ErrorCode
@@ -40,7 +49,9 @@ log = structlog.get_logger(__name__)
 CLIENT_HOST: ContextVar[str] = ContextVar("client_host", default="")
 
 _TICK_S = 0.1
-_MAX_MEMBERS = 1000  # group.max.size (Kafka's default is unbounded; a bound keeps a flood finite)
+#: members (and pending member ids) of one group, classic or KIP-848, unless configured
+#: (``read.kafka_group_max_size``; Kafka's classic default is unbounded: a bound keeps a flood finite)
+GROUP_MAX_SIZE = 1000
 
 
 class GroupState(enum.Enum):
@@ -103,9 +114,11 @@ class Group:
     leader: str | None = None
     members: dict[str, Member] = field(default_factory=dict)
     static: dict[str, str] = field(default_factory=dict)  # group.instance.id -> member id
-    pending: dict[str, float] = field(default_factory=dict)  # MEMBER_ID_REQUIRED ids -> when
+    pending: dict[str, float] = field(default_factory=dict)  # MEMBER_ID_REQUIRED ids -> expiry (monotonic)
     join_deadline: float = 0.0
     new_group: bool = True  # the initial rebalance delay applies
+    #: wall-clock time (s) the group last became empty; offsets' retention counts from it
+    empty_since: float | None = None
 
     def supports(self, protocol_type: str, protocols: Sequence[tuple[str, bytes]]) -> bool:
         if not self.members:
@@ -125,12 +138,19 @@ class GroupCoordinator:
     """Every classic group of one endpoint process (event loop only)."""
 
     def __init__(self, initial_delay_ms: int = 3000,
-                 also_tick: Callable[[float], None] | None = None) -> None:
+                 also_tick: Callable[[float], None] | None = None, *, max_size: int = GROUP_MAX_SIZE,
+                 has_offsets: Callable[[str], bool] | None = None,
+                 housekeeping: Callable[[], Coroutine[Any, Any, None]] | None = None) -> None:
         self.groups: dict[str, Group] = {}
         self.initial_delay_s = initial_delay_ms / 1000
+        self.max_size = max_size
         self._ticker: asyncio.Task[None] | None = None
         #: another coordinator's expiry (the KIP-848 groups) run by the same ticker
         self._also_tick = also_tick
+        self._has_offsets = has_offsets or (lambda _group: False)
+        #: slower work (offset expiry, on an executor) started by the ticker, one run at a time
+        self._housekeeping = housekeeping
+        self._housework: asyncio.Task[None] | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------
     def ensure_ticker(self) -> None:
@@ -144,10 +164,13 @@ class GroupCoordinator:
             self.tick(now)
             if self._also_tick is not None:
                 self._also_tick(now)
+            if self._housekeeping is not None and (self._housework is None or self._housework.done()):
+                self._housework = asyncio.get_running_loop().create_task(self._housekeeping())
 
     def close(self) -> None:
-        if self._ticker is not None:
-            self._ticker.cancel()
+        for task in (self._ticker, self._housework):
+            if task is not None:
+                task.cancel()
         for g in self.groups.values():
             for m in g.members.values():
                 for fut in (m.joining, m.syncing):
@@ -155,9 +178,10 @@ class GroupCoordinator:
                         fut.cancel()
 
     def tick(self, now: float) -> None:
-        """Expire silent members and end join phases whose time is up."""
+        """Expire silent members and pending member ids, end join phases whose time is up, and
+        remove empty groups that have nothing left (no pending id, no committed offset)."""
         for g in list(self.groups.values()):
-            g.pending = {mid: t for mid, t in g.pending.items() if now - t < 300}
+            g.pending = {mid: until for mid, until in g.pending.items() if now < until}
             gone = [m for m in g.members.values() if m.expired(now)]
             for m in gone:
                 log.info("kafka_group_member_expired", group=g.group_id, member=m.member_id,
@@ -168,6 +192,18 @@ class GroupCoordinator:
             if g.state is GroupState.PREPARING_REBALANCE and (
                     now >= g.join_deadline or self._all_joined(g, now)):
                 self._complete_join(g)
+            if (g.state is GroupState.EMPTY and not g.members and not g.pending
+                    and not self._has_offsets(g.group_id)):
+                del self.groups[g.group_id]
+                log.info("kafka_group_removed", group=g.group_id, reason="empty, no offsets")
+
+    def live_since(self, group_id: str) -> float | None:
+        """For offset retention: +inf while the group has members, the wall-clock time it became
+        empty, or None when there is no such group (a standalone consumer's commits)."""
+        g = self.groups.get(group_id)
+        if g is None:
+            return None
+        return float("inf") if g.members else g.empty_since
 
     # ---- JoinGroup -------------------------------------------------------------------------
     async def join(self, group_id: str, member_id: str, instance_id: str | None, protocol_type: str,
@@ -204,17 +240,21 @@ class GroupCoordinator:
         if m is None:
             if member_id and member_id not in g.pending:
                 return JoinResult(ErrorCode.unknown_member_id, member_id=member_id)
-            if len(g.members) >= _MAX_MEMBERS:
+            # a pending id already holds its place; any other newcomer needs a free one
+            if len(g.members) + len(g.pending) - (member_id in g.pending) >= self.max_size:
+                log.info("kafka_group_full", group=g.group_id, members=len(g.members),
+                         pending=len(g.pending), max_size=self.max_size)
                 return JoinResult(ErrorCode.group_max_size_reached, member_id=member_id)
             if not member_id and require_known_id and instance_id is None:
                 new_id = f"{client_id or 'consumer'}-{uuid.uuid4()}"
-                g.pending[new_id] = now
+                g.pending[new_id] = now + session_timeout_ms / 1000
                 return JoinResult(ErrorCode.member_id_required, member_id=new_id)
             member_id = member_id or f"{client_id or 'consumer'}-{uuid.uuid4()}"
             g.pending.pop(member_id, None)
             m = Member(member_id, instance_id, client_id, CLIENT_HOST.get(), protocol_type, protocols,
                        session_timeout_ms, rebalance_timeout_ms, now)
             g.members[member_id] = m
+            g.empty_since = None
             if instance_id is not None:
                 g.static[instance_id] = member_id
             changed = True
@@ -263,6 +303,7 @@ class GroupCoordinator:
         g.generation += 1
         if not g.members:
             g.state, g.protocol_type, g.protocol_name, g.leader = GroupState.EMPTY, None, None, None
+            g.empty_since = time.time()
             return
         g.protocol_type = next(iter(g.members.values())).protocol_type
         g.protocol_name = self._vote(g)

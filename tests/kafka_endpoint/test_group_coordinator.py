@@ -182,10 +182,8 @@ def test_sync_of_a_stale_generation_and_bad_requests() -> None:
 
 def test_a_join_flood_is_bounded_and_other_groups_unaffected() -> None:
     async def t(c: GroupCoordinator) -> None:
-        import fetcher.kafka.groups as groups
-
         other = await join(c, group="quiet")
-        limit = groups._MAX_MEMBERS
+        limit = c.max_size
         flood: list[Any] = [asyncio.ensure_future(join(c, group="flood", client=f"f{i}"))
                             for i in range(limit + 5)]
         done = await asyncio.gather(*flood)
