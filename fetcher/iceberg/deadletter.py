@@ -5,10 +5,11 @@ segments it decodes the rows (:mod:`fetcher.iceberg.decode`), returns the main t
 (Kafka columns + decoded columns) and commits the rows that did not decode, with the reason, to
 ``<table><dead_letter_suffix>`` — *before* the main table's commit.
 
-Exactly once over two tables without a transaction spanning both: both tables keep a ledger of
-segment ids in their snapshots (:mod:`fetcher.iceberg.ledger`), and the main table's is the one
-that says a segment is done. The dead-letter commit of a group records the group's segments
-that had dead letters; it leaves out the rows of any segment its ledger already holds. So:
+Exactly once over two tables without a transaction spanning both: both tables keep a ledger
+(:mod:`fetcher.iceberg.ledger`: a table property set by each commit), and the main table's is
+the one that says a segment is done. The dead-letter commit of a group records the group's
+segments that had dead letters; it leaves out the rows of any segment its ledger already covers
+(by offsets: the dead-letter table records some segments only). So:
 
 * a crash before the dead-letter commit: neither table has the segment; the rerun does both;
 * a crash between the two commits: the dead-letter table has the segment, the main table not;
@@ -23,6 +24,8 @@ A row is in exactly one of the two tables, once.
 from __future__ import annotations
 
 import contextlib
+import copy
+import uuid
 from typing import Any
 
 import numpy as np
@@ -32,6 +35,7 @@ import structlog
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import (
     CommitFailedException,
+    CommitStateUnknownException,
     NamespaceAlreadyExistsError,
     NoSuchTableError,
     TableAlreadyExistsError,
@@ -41,7 +45,14 @@ from pyiceberg.table import Table
 from pyiceberg.types import IntegerType, NestedField, StringType
 
 from fetcher.iceberg.decode import Decoder, decoded_schema, make_decoder
-from fetcher.iceberg.ledger import SegmentWork, read_ledger, summary_properties
+from fetcher.iceberg.ledger import (
+    SegmentWork,
+    commit_keeping_files,
+    ledger_transaction,
+    read_ledger,
+    stage_ledger,
+    summary_properties,
+)
 from fetcher.iceberg.table import NO_COMMIT_RETRY, SCHEMA, SORT_ORDER, table_identifier, topic_property
 from rlm.config import IcebergConfig
 from rlm.errors import IcebergTableError
@@ -109,15 +120,17 @@ class Decoding:
         return {"dead_letter_table": self.identifier, "dead_letter_rows": int(rows)}
 
     # ---- one group ---------------------------------------------------------------------------
-    def split(self, group: list[SegmentWork], data: pa.Table, topic_id: str, table: Table) -> pa.Table:
-        """Decode ``data`` (rows of ``group``, Kafka columns); commit its dead letters; return the
-        rows for the main ``table`` (decoded columns added, in the table's schema)."""
+    def split(self, group: list[SegmentWork], data: pa.Table, topic_id: str, table: Table,
+              writer: str = "") -> pa.Table:
+        """Decode ``data`` (rows of ``group``, Kafka columns); commit its dead letters (named by
+        the pass ``writer``); return the rows for the main ``table`` (decoded columns added, in
+        the table's schema)."""
         decoded = self.decoder.decode(data.column("value").combine_chunks())
         n = data.num_rows
         bad = np.zeros(n, dtype=bool)
         if decoded.errors:
             bad[list(decoded.errors)] = True
-            self._commit_dead(group, data, decoded.errors, decoded.schema_ids, bad, topic_id)
+            self._commit_dead(group, data, decoded.errors, decoded.schema_ids, bad, topic_id, writer)
         good = pa.array(~bad)
         out = data
         if not self.cfg.keep_value:  # decoded rows only here: the raw bytes are not kept
@@ -128,7 +141,7 @@ class Decoding:
         return _conform(out.filter(good), table.schema().as_arrow())
 
     def _commit_dead(self, group: list[SegmentWork], data: pa.Table, errors: dict[int, str],
-                     schema_ids: dict[int, int], bad: Any, topic_id: str) -> None:
+                     schema_ids: dict[int, int], bad: Any, topic_id: str, writer: str) -> None:
         idx = np.flatnonzero(bad)
         dead = data.take(pa.array(idx))
         dead = dead.append_column(DEAD_LETTER_ARROW.field("reason"),
@@ -141,17 +154,24 @@ class Decoding:
         dead = _conform(dead, self.dead_letter.schema().as_arrow())
         for attempt in range(self.config.commit_retries + 1):
             self.dead_letter = self.catalog.load_table(self.identifier)
-            held = read_ledger(self.dead_letter, self.topic).segments
+            held = read_ledger(self.dead_letter, self.topic)
             segs = {w.segment_id for w in group} & set(dead.column("segment_id").to_pylist())
-            todo = [w for w in group if w.segment_id in segs and w.segment_id not in held]
+            todo = [w for w in group if w.segment_id in segs and not held.covers(w)]
             if not todo:
                 return  # a previous run (or another writer) committed these dead letters
             rows = dead.filter(pc.is_in(dead.column("segment_id"), pa.array([w.segment_id for w in todo])))
+            after = copy.deepcopy(held)
+            token = f"{writer}/dead-{uuid.uuid4().hex[:8]}"
+            after.add_commit(todo, token)
+            after.rows += rows.num_rows
+            after.topic_ids.add(topic_id)
             try:
-                tx = self.dead_letter.transaction()
-                tx.append(rows, snapshot_properties=summary_properties(todo, topic_id, self.topic))
-                self.dead_letter = tx.commit_transaction()
-            except CommitFailedException as e:
+                tx = ledger_transaction(self.dead_letter)
+                props = summary_properties(todo, topic_id, self.topic, writer, token)
+                tx.append(rows, snapshot_properties=props)
+                stage_ledger(tx, self.topic, after)
+                self.dead_letter = commit_keeping_files(tx)
+            except (CommitFailedException, CommitStateUnknownException) as e:  # a lost answer: covered next
                 log.info("iceberg_dead_letter_conflict", table=self.identifier, attempt=attempt, error=str(e))
                 continue
             self.dead_letters += rows.num_rows

@@ -8,35 +8,45 @@ offset any reader may still serve; remote retention moves it past the segments i
 copy-on-write (whole files dropped, files straddling the bound rewritten) — in one transaction.
 
 Its snapshots carry ``rlm.expired``: ``{"below": {partition: offset}, "segments": [[partition,
-segment id, first, end], ...]}`` (the recorded segments whose rows went, wholly or in part).
-The bound per partition is read back from the ancestry, so a rerun with the same log start does
-nothing (idempotent), and the append snapshots keep naming the expired segments, so the writer
-never adds them back. In a table of several topics (``iceberg.shared_tables``) the delete is
-``topic = t AND (...)``, the snapshot names its topic (``rlm.topic``) and the bounds read back
-are that topic's: one topic's expiry never touches another's rows.
+segment id, first, end], ...]}`` (the recorded segments known by id whose rows went, wholly or in
+part). The same commit writes the bounds into the topic's ledger property
+(:mod:`fetcher.iceberg.ledger`; with the rows left), so a rerun with the same log start does
+nothing (idempotent) even after the snapshots are expired, and the ledger keeps the expired
+offsets as written, so the writer never adds them back. In a table of several topics
+(``iceberg.shared_tables``) the delete is ``topic = t AND (...)``, the snapshot names its topic
+(``rlm.topic``) and the bounds are that topic's: one topic's expiry never touches another's rows.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
 from pyiceberg.expressions import And, BooleanExpression, EqualTo, LessThan, Or, Reference
 from pyiceberg.expressions.literals import literal
 from pyiceberg.table import Table
-from pyiceberg.table.snapshots import ancestors_of
+from pyiceberg.table.snapshots import Snapshot
 
 from fetcher import RemoteFetcher
-from fetcher.iceberg.ledger import TOPIC_KEY, read_ledger, snapshot_topic
+from fetcher.iceberg.ledger import (
+    EXPIRED_KEY,
+    TOPIC_KEY,
+    WRITER_KEY,
+    commit_keeping_files,
+    ledger_transaction,
+    read_ledger,
+    stage_ledger,
+)
 from rlm.errors import IcebergTableError
 
 log = structlog.get_logger(__name__)
 
-EXPIRED_KEY = "rlm.expired"
+__all__ = ["EXPIRED_KEY", "ExpireResult", "expire_deleted", "expired_bounds"]
 
 
 @dataclass(slots=True)
@@ -49,31 +59,24 @@ class ExpireResult:
 
 
 def expired_bounds(table: Table, topic: str) -> dict[int, int]:
-    """Per partition, the offset below which ``topic``'s rows were expired (from the snapshots)."""
-    out: dict[int, int] = {}
-    for snap in ancestors_of(table.current_snapshot(), table.metadata):
-        props = snap.summary.additional_properties if snap.summary is not None else {}
-        raw = props.get(EXPIRED_KEY)
-        if raw and snapshot_topic(props, table) == topic:
-            for p, off in json.loads(raw)["below"].items():
-                out[int(p)] = max(out.get(int(p), 0), int(off))
-    return out
+    """Per partition, the offset below which ``topic``'s rows were expired (from the ledger)."""
+    return dict(read_ledger(table, topic).expired)
 
 
 def expire_deleted(
-    fetcher: RemoteFetcher, catalog: Catalog, identifier: str, topic: str, retries: int = 5
+    fetcher: RemoteFetcher, catalog: Catalog, identifier: str, topic: str, retries: int = 5,
+    writer: str = "",
 ) -> ExpireResult:
-    """Delete the rows below each partition's log start that are still in the table."""
+    """Delete the rows below each partition's log start that are still in the table (``writer``:
+    the pass's identity, named in the commit's summary)."""
     for attempt in range(retries + 1):
         table = catalog.load_table(identifier)
         ledger = read_ledger(table, topic)
-        done = expired_bounds(table, topic)
         result = ExpireResult()
         for tp in fetcher.topics().get(topic, []):
             start = fetcher.log_start(tp).offset
-            if start > done.get(tp.partition, 0) and any(
-                w.partition == tp.partition and w.start < start for w in ledger.segments.values()
-            ):
+            low = ledger.low(tp.partition)
+            if start > ledger.expired.get(tp.partition, 0) and low is not None and low < start:
                 result.below[tp.partition] = start
         if not result.below:
             return ExpireResult()
@@ -97,16 +100,22 @@ def expire_deleted(
                 separators=(",", ":"),
             ),
             TOPIC_KEY: topic,
+            **({WRITER_KEY: writer} if writer else {}),
         }
-        before = read_ledger(table).rows
-        tx = table.transaction()
+        before = _total(table.current_snapshot())
+        tx = ledger_transaction(table)
         tx.delete(where, snapshot_properties=props)
+        result.rows_removed = before - _total(tx.table_metadata.current_snapshot())
+        after = copy.deepcopy(ledger)
+        after.expired.update(result.below)
+        after.rows -= result.rows_removed
+        stage_ledger(tx, topic, after)
         try:
-            table = tx.commit_transaction()
-        except CommitFailedException as e:
+            table = commit_keeping_files(tx)
+        except (CommitFailedException, CommitStateUnknownException) as e:
+            # a lost answer of a commit that landed: the next attempt finds the bounds recorded
             log.info("iceberg_expiry_conflict", table=identifier, attempt=attempt, error=str(e))
             continue
-        result.rows_removed = before - read_ledger(table).rows
         log.info(
             "iceberg_expired",
             table=identifier,
@@ -116,3 +125,10 @@ def expire_deleted(
         )
         return result
     raise IcebergTableError(f"{identifier}: expiry kept conflicting with writers ({retries} retries)")
+
+
+def _total(snap: Snapshot | None) -> int:
+    """The table's rows as of ``snap``."""
+    if snap is None or snap.summary is None:
+        return 0
+    return int(snap.summary.additional_properties.get("total-records", "0"))

@@ -65,13 +65,15 @@ class TableLag:
         }
 
 
-def last_commit_ms(table: Table, topic: str) -> int:
-    """When the newest snapshot that added segments of ``topic`` was committed (-1: none)."""
+def last_commit_ms(table: Table, topic: str, ledger: Ledger | None = None) -> int:
+    """When the newest snapshot that added segments of ``topic`` was committed (-1: none
+    retained; then the snapshot the topic's ledger is as of, when retained)."""
     for snap in ancestors_of(table.current_snapshot(), table.metadata):
         props = snap.summary.additional_properties if snap.summary is not None else {}
         if props.get(SUMMARY_KEY) and snapshot_topic(props, table) == topic:
             return int(snap.timestamp_ms)
-    return -1
+    anchor = table.metadata.snapshot_by_id(ledger.anchor[0]) if ledger and ledger.anchor else None
+    return int(anchor.timestamp_ms) if anchor is not None else -1
 
 
 def measure(
@@ -83,8 +85,8 @@ def measure(
         topic,
         identifier,
         int(time.time() * 1000),
-        last_commit_ms(table, topic),
-        len(ledger.segments),
+        last_commit_ms(table, topic, ledger),
+        ledger.segment_count,
         ledger.rows,
         waiting,
     )

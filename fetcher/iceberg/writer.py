@@ -16,18 +16,29 @@ One pass (:meth:`IcebergSync.run_once`):
 
 A crash between the data files and the commit leaves files no snapshot references (orphans,
 counted by :func:`orphan_files`) and no ledger entry: the rerun writes the segment again (files
-are never reused across passes: each pass writes its own). When
-the commit conflicts (another writer committed first: Iceberg's optimistic concurrency, the
-catalog swaps the metadata pointer only from the version this writer started from), the writer
-reloads the table and reads the ledger again: if another writer added any of the group's
-segments, its own files are deleted and the pass replans; otherwise the same files are
-committed on the new version. So two writers can never both add a segment.
+are never reused across passes: each pass writes its own).
+
+Each commit also sets the topic's ledger property (the cumulative state, see
+:mod:`fetcher.iceberg.ledger`) in the same transaction, and names in its summary the pass that
+made it (``rlm.writer``, a uuid per pass) and itself (``rlm.commit``, ``<writer>/<n>``).
+
+When the commit fails (another writer committed first: Iceberg's optimistic concurrency, the
+catalog swaps the metadata pointer only from the version this writer started from; or the
+catalog's answer was lost and its client, retrying, reports a conflict or an unknown state),
+the writer reloads the table and reads the ledger again. If the ledger holds the group's
+segments, it asks whose commit holds them: its own (the answer was lost, the commit landed)
+counts as committed and its files stay, they are the table's now; another writer's means its
+files are deleted and the pass replans. If the ledger does not hold them, the same files are
+committed on the new version. So two writers never both add a segment, and a writer never
+deletes a file its own snapshot references.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,14 +46,23 @@ from pathlib import Path
 import pyarrow as pa
 import structlog
 from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
 from pyiceberg.io.pyarrow import _dataframe_to_data_files
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
 from fetcher import IsolationLevel, RemoteFetcher
 from fetcher.iceberg.deadletter import Decoding
-from fetcher.iceberg.ledger import Ledger, SegmentWork, read_ledger, summary_properties
+from fetcher.iceberg.ledger import (
+    COMMIT_KEY,
+    Ledger,
+    SegmentWork,
+    commit_keeping_files,
+    ledger_transaction,
+    read_ledger,
+    stage_ledger,
+    summary_properties,
+)
 from fetcher.iceberg.table import (
     ARROW_SCHEMA,
     ROW_ORDER,
@@ -72,6 +92,8 @@ class PassResult:
     waiting: int = 0  # links past the read_committed bound (their transactions are undecided)
     commits: list[int] = field(default_factory=list)  # snapshot ids committed
     dead_letters: int = 0  # rows sent to the dead-letter table (``iceberg.decode``)
+    lost_answers: int = 0  # commits that landed though the catalog's answer said otherwise
+    writer: str = ""  # the pass's identity (``rlm.writer`` of its commits)
 
 
 class IcebergSync:
@@ -94,11 +116,15 @@ class IcebergSync:
         self.decoding = Decoding(catalog, config, topic) if config.decode is not None else None
         if self.decoding is not None:
             self.table = self.decoding.prepare(self.table)
+        self.writer = ""  # the running pass's identity (a new uuid per pass)
+        self._commits = 0  # commits of the running pass (numbers its commit tokens)
+        self.ledger = Ledger()  # the topic's ledger as of self.table
 
     # ---- planning --------------------------------------------------------------------------
     def refresh(self) -> Ledger:
         self.table = self.catalog.load_table(self.identifier)
-        return read_ledger(self.table, self.topic)  # this topic's (the table may hold several)
+        self.ledger = read_ledger(self.table, self.topic)  # this topic's (the table may hold several)
+        return self.ledger
 
     def pending(self, ledger: Ledger) -> tuple[str, list[SegmentWork], int]:
         """(topic id, links not in the table in (partition, offset) order, links waiting)."""
@@ -132,7 +158,8 @@ class IcebergSync:
     def run_once(self) -> PassResult:
         """Append every pending link, a group per snapshot, until none is left (replanning after a
         conflict with another writer)."""
-        result = PassResult()
+        self.writer, self._commits = uuid.uuid4().hex, 0
+        result = PassResult(writer=self.writer)
         for _ in range(self.config.commit_retries + 1):
             ledger = self.refresh()
             topic_id, todo, result.waiting = self.pending(ledger)
@@ -185,46 +212,68 @@ class IcebergSync:
         data = data.sort_by(ROW_ORDER)
         if self.decoding is not None:
             before = self.decoding.dead_letters
-            data = self.decoding.split(group, data, topic_id, self.table)
+            data = self.decoding.split(group, data, topic_id, self.table, self.writer)
             result.dead_letters += self.decoding.dead_letters - before
         files: list[DataFile] = (list(_dataframe_to_data_files(self.table.metadata, data, self.table.io))
                                  if data.num_rows else [])
         return files, int(data.num_rows)
 
     def _append(self, group: list[SegmentWork], topic_id: str, result: PassResult) -> int | None:
-        """Commit ``group`` as one snapshot: its rows, or ``None`` when another writer added any
-        of its segments first (this writer's files are then deleted)."""
+        """Commit ``group`` as one snapshot with the ledger that holds it: its rows, or ``None``
+        when another writer added any of its segments first (this writer's files are then
+        deleted)."""
         files, nrows = self.write_files(group, topic_id, result)
         _hold_before_commit()
-        props = summary_properties(group, topic_id, self.topic)
+        self._commits += 1
+        token = f"{self.writer}/{self._commits}"
+        props = summary_properties(group, topic_id, self.topic, self.writer, token)
         for attempt in range(self.config.commit_retries + 1):
-            tx = self.table.transaction()
+            after = copy.deepcopy(self.ledger)
+            after.add_commit(group, token)
+            after.rows += nrows
+            after.topic_ids.add(topic_id)
+            tx = ledger_transaction(self.table)
             with tx.update_snapshot(snapshot_properties=props).fast_append() as append:
                 for f in files:
                     append.append_data_file(f)
+            stage_ledger(tx, self.topic, after)
             try:
-                self.table = tx.commit_transaction()
-            except CommitFailedException as e:
+                self.table = commit_keeping_files(tx)
+                self.ledger = after
+            except (CommitFailedException, CommitStateUnknownException) as e:
                 result.conflicts += 1
                 ledger = self.refresh()
                 taken = [w for w in group if ledger.holds(w)]
-                log.info("iceberg_commit_conflict", table=self.identifier, attempt=attempt,
-                         taken_by_other=len(taken), error=str(e))
-                if taken:
+                mine = bool(taken) and self._landed(ledger, group, token)
+                log.info("iceberg_commit_conflict", table=self.identifier, attempt=attempt, commit=token,
+                         taken_by_other=0 if mine else len(taken), landed=mine, error=str(e))
+                if mine:
+                    result.lost_answers += 1
+                elif taken:
                     self._delete(files)
                     return None
-                continue
+                else:
+                    continue
             snap = self.table.current_snapshot()
             snap_id = snap.snapshot_id if snap is not None else -1
             result.commits.append(snap_id)
             log.info("iceberg_commit", table=self.identifier, snapshot=snap_id, segments=len(group),
-                     rows=nrows, files=len(files))
+                     rows=nrows, files=len(files), commit=token)
             if self.on_commit is not None:
                 self.on_commit(group, nrows)
             return nrows
         self._delete(files)
         raise IcebergTableError(f"{self.identifier}: commit of {len(group)} segments kept conflicting "
                                 f"({self.config.commit_retries} retries)")
+
+    def _landed(self, ledger: Ledger, group: list[SegmentWork], token: str) -> bool:
+        """True when the commit ``token`` of ``group`` is in the table (a commit that landed
+        though its answer was lost): the ledger's tail says whose commit holds the group; a
+        snapshot naming the token says so too (the tail keeps the last commits only)."""
+        if ledger.owner(group) == token:
+            return True
+        return any(s.summary is not None and s.summary.additional_properties.get(COMMIT_KEY) == token
+                   for s in self.table.metadata.snapshots)
 
     def _delete(self, files: list[DataFile]) -> None:
         for f in files:

@@ -66,8 +66,8 @@ def summary(config: DaemonConfig, sync: Any, added_segments: int, added_rows: in
     return {**decoding, "catalog": public_properties(catalog_properties(config)),
             "catalog_name": config.iceberg.catalog_name, "table": sync.identifier,
             "location": sync.table.location(), "topic": sync.topic,
-            "segments": sum(len(ledger.segments) for ledger in ledgers.values()), "rows": rows,
-            "topics": {t: {"segments": len(ledger.segments), "rows": ledger.rows}
+            "segments": sum(ledger.segment_count for ledger in ledgers.values()), "rows": rows,
+            "topics": {t: {"segments": ledger.segment_count, "rows": ledger.rows}
                        for t, ledger in sorted(ledgers.items())},
             "snapshots": snapshots, "added_segments": added_segments, "added_rows": added_rows,
             "waiting_segments": waiting, "orphan_files": orphans}
@@ -109,7 +109,7 @@ def iceberg(args: argparse.Namespace) -> int:
     if args.follow:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
-    added_segments = added_rows = waiting = conflicts = 0
+    added_segments = added_rows = waiting = conflicts = lost_answers = 0
     with RemoteFetcher.from_config(config) as f:
         catalog = _open_catalog(config, open_catalog)
         spark = None
@@ -134,6 +134,7 @@ def iceberg(args: argparse.Namespace) -> int:
             added_rows += r.added_rows
             waiting = r.waiting
             conflicts += r.conflicts
+            lost_answers += r.lost_answers
             after_pass(r, time.monotonic() - t0)
             if r.added_segments or not args.follow:
                 print(f"rlm iceberg: {sync.identifier}: +{r.added_segments} segments, +{r.added_rows} rows "
@@ -146,6 +147,7 @@ def iceberg(args: argparse.Namespace) -> int:
         orphans = orphan_files(sync.table)
         out = summary(config, sync, added_segments, added_rows, waiting, len(orphans))
         out["commit_conflicts"] = conflicts
+        out["commits_landed_without_answer"] = lost_answers
         out["expired_rows"] = after_pass.expired_rows
     if orphans:
         print(f"rlm iceberg: warning: {len(orphans)} data files under {out['location']}/data are in no "

@@ -54,7 +54,8 @@ class PassHook:
 
         if self.config.iceberg.expire_deleted_segments:
             self.expired_rows += expire_deleted(
-                self.fetcher, self.sync.catalog, self.sync.identifier, self.sync.topic
+                self.fetcher, self.sync.catalog, self.sync.identifier, self.sync.topic,
+                writer=getattr(self.sync, "writer", ""),
             ).rows_removed
         ledger = self.sync.status()
         lag = measure(
