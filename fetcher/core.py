@@ -27,6 +27,7 @@ from fetcher.pool import ReaderPool
 from fetcher.reader import ByteRateLimiter, ReadStats, SegmentReader
 from fetcher.scan import ScanRange, plan_scan, scan_range, split_scan_range
 from fetcher.timestamps import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TimestampAnswer, offset_for_timestamp
+from fetcher.topic_ids import TopicIds
 from fetcher.transactions import CommittedBound, StableOffsets, collect_aborted_txns
 from rlm.config import DaemonConfig, ReadConfig
 from rlm.errors import RemoteSegmentDeletedError, UnknownTopicOrPartitionError
@@ -76,7 +77,10 @@ class RemoteFetcher:
     def __init__(self, rsm: RemoteStorageManager, rlmm: RemoteLogMetadataManager, *, work_dir: Path,
                  read: ReadConfig | None = None, index_cache_bytes: int = 1 << 30,
                  broker: BrokerOffsets | None = None, owns_plugins: bool = False,
-                 log_dirs: Sequence[Path] = ()) -> None:
+                 log_dirs: Sequence[Path] = (), load_all: bool = True) -> None:
+        """``load_all=False`` (a command reading a few partitions): the metadata of a partition is
+        loaded when it is first read, only the metadata partitions it maps to; every one is loaded
+        (all at once) only when a listing of every topic needs it or the topic's id is unknown."""
         self.read_config = read or ReadConfig.model_validate({})
         rc = self.read_config
         self.rsm = rsm
@@ -106,11 +110,16 @@ class RemoteFetcher:
                                    dict[tuple[str, int], TopicIdPartition]] | None = None
         self._lock = threading.Lock()
         self._closed = False
-        rlmm.follow_all()
+        self._topic_ids = TopicIds(log_dirs, broker)
+        self._followed: dict[tuple[str, int], TopicIdPartition] = {}  # loaded alone (load_all=False)
+        self._all_loaded = load_all
+        if load_all:
+            rlmm.follow_all()
 
     @classmethod
-    def from_config(cls, config: DaemonConfig) -> RemoteFetcher:
-        """Build storage and metadata from the same configuration ``rlm run`` uses (read-only)."""
+    def from_config(cls, config: DaemonConfig, *, load_all: bool = True) -> RemoteFetcher:
+        """Build storage and metadata from the same configuration ``rlm run`` uses (read-only);
+        ``load_all`` as in the constructor."""
         from rlm.plugin_setup import load_rlmm, load_rsm
 
         node_id = config.node_id if config.node_id is not None else -1
@@ -125,7 +134,7 @@ class RemoteFetcher:
         try:
             return cls(rsm, rlmm, work_dir=config.work_dir, read=config.read,
                        index_cache_bytes=config.index_file_cache_total_size_bytes, broker=broker,
-                       owns_plugins=True, log_dirs=config.log_dirs)
+                       owns_plugins=True, log_dirs=config.log_dirs, load_all=load_all)
         except BaseException:
             rlmm.close()
             rsm.close()
@@ -182,10 +191,52 @@ class RemoteFetcher:
         self.close()
 
     # ---- catalog ---------------------------------------------------------------------------
+    def _load_all(self) -> None:
+        """Every metadata partition, all at once (a listing of every topic needs them)."""
+        with self._lock:
+            if self._all_loaded:
+                return
+        self.rlmm.follow_all()
+        with self._lock:
+            self._all_loaded = True
+
+    def _load_alone(self, topic: str, partitions: Sequence[int] | None) -> list[TopicIdPartition] | None:
+        """Loads only the metadata of ``topic``'s ``partitions`` (``None``: every partition the
+        broker lists) and returns those with remote data; ``None`` when that cannot decide (the
+        id or the partitions unknown, or nothing remote under the current id: a deleted or
+        re-created topic is found in the full listing instead)."""
+        with self._lock:
+            if self._all_loaded:
+                return None
+            if partitions is not None and all((topic, p) in self._followed for p in partitions):
+                return [self._followed[(topic, p)] for p in partitions]
+        info = self._topic_ids.lookup(topic, with_partitions=partitions is None)
+        wanted = partitions if partitions is not None else (info.partitions if info is not None else None)
+        if info is None or not wanted:
+            return None
+        tps = [TopicIdPartition(info.topic_id, topic, p) for p in wanted]
+        self.rlmm.follow(set(tps))
+        known = self.rlmm.known_partitions()
+        found = [tp for tp in tps if tp in known]
+        if not found or (partitions is not None and len(found) < len(tps)):
+            return None
+        with self._lock:
+            self._followed.update({(tp.topic, tp.partition): tp for tp in found})
+        return found
+
+    def topic_partitions(self, topic: str) -> list[TopicIdPartition]:
+        """``topic``'s partitions with remote data, sorted (``[]``: none). Loads only their
+        metadata when the broker lists the topic, else every metadata partition."""
+        found = self._load_alone(topic, None)
+        if found is not None:
+            return sorted(found, key=lambda tp: tp.partition)
+        return self.topics().get(topic, [])
+
     def topics(self) -> dict[str, list[TopicIdPartition]]:
         """Every topic with remote data, its partitions sorted (one topic id per name: the one
         with the most segments, if a name was deleted and re-created). Always listed afresh;
         reads look partitions up in a copy kept for about a second (:meth:`partition`)."""
+        self._load_all()
         return {name: list(tps) for name, tps in self._catalog(max_age_s=0.0)[0].items()}
 
     def _catalog(self, max_age_s: float) -> tuple[dict[str, list[TopicIdPartition]],
@@ -224,7 +275,13 @@ class RemoteFetcher:
     def partition(self, topic: str, partition: int) -> TopicIdPartition:
         """The partition's id; :class:`UnknownTopicOrPartitionError` when nothing is remote.
         Every read asks this: it is a lookup in the catalog kept for about a second (a name not
-        found there is looked up again in a fresh listing: it may be new)."""
+        found there is looked up again in a fresh listing: it may be new). With ``load_all=False``
+        the first read of a partition loads only its metadata partition."""
+        if not self._all_loaded:
+            alone = self._load_alone(topic, [partition])
+            if alone is not None:
+                return alone[0]
+            self._load_all()
         for max_age_s in (_PLAN_TTL_S, 0.0):
             found = self._catalog(max_age_s)[1].get((topic, partition))
             if found is not None:

@@ -192,12 +192,11 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         late = {mp: p for mp, p in progress.items() if not p.ready}
         detail = "; ".join(p.describe(mp) for mp, p in sorted(late.items())[:10])
         more = f" (and {len(late) - 10} more)" if len(late) > 10 else ""
+        hint = (f"if they are still loading, raise {CONSUME_WAIT_MS} (in rlm.yaml "
+                "metadata_request_timeout_ms, which it defaults to)")
         if all(p.end is None for p in late.values()):
-            hint = (f"the cluster at {cfg.bootstrap_servers} did not say where they end: check that it "
-                    f"is reachable and that {cfg.topic_name}'s partitions have leaders")
-        else:
-            hint = (f"they were still loading: raise {CONSUME_WAIT_MS} (in rlm.yaml "
-                    "metadata_request_timeout_ms, which it defaults to)")
+            hint = (f"the cluster at {cfg.bootstrap_servers} has not said where they end: check that it "
+                    f"is reachable and that {cfg.topic_name}'s partitions have leaders; {hint}")
         raise MetadataUnavailableError(
             f"{what} was not loaded within {cfg.consume_wait_ms} ms ({CONSUME_WAIT_MS}): "
             f"{len(late)} of {len(needed)} {cfg.topic_name} partitions not read to their end offset "

@@ -165,6 +165,10 @@ class TopicRlmmConfig(BaseModel):
         out.setdefault("group.id", f"{self.client_id_prefix}_consumer")
         out.update({"client.id": f"{self.client_id_prefix}_consumer", "enable.auto.commit": "false",
                     "enable.auto.offset.store": "false", "auto.offset.reset": "earliest"})
+        # A Fetch of partitions at their end is held this long by the broker, and a ListOffsets
+        # (the end offset a new leader catches up to) queues behind it on the same connection;
+        # new records still arrive at once (the broker answers a held Fetch when they are written).
+        out.setdefault("fetch.wait.max.ms", "100")
         return out
 
     @property

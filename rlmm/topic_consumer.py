@@ -41,7 +41,7 @@ _KAFKA_LOG = logging.getLogger("rlmm.kafka.consumer")  # librdkafka's own log li
 
 _POLL_S = 0.1
 _BATCH = 1000
-_WATERMARK_RETRY_S = 1.0
+_WATERMARK_RETRY_S = 0.25  # a partition whose end offset the cluster did not give (no leader yet)
 _LIST_OFFSETS_TIMEOUT_S = 5.0
 _LATEST, _EARLIEST = -1, -2  # ListOffsets' special timestamps: end offset, log start
 _REJECTED_KEEP = 1024

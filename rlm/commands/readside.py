@@ -78,7 +78,8 @@ def open_fetcher(config: Path, bootstrap_servers: str | None = None) -> RemoteFe
     cfg = load_config(config, **overrides)
     # stdout carries the data (raw bytes, Arrow); logs go to stderr, warnings and up only
     configure_logging("console", "debug" if cfg.log_level.lower() == "debug" else "warning")
-    return RemoteFetcher.from_config(cfg)
+    # a command reads a few partitions: load only their metadata partitions, when first read
+    return RemoteFetcher.from_config(cfg, load_all=False)
 
 
 def lookup(f: RemoteFetcher, topic: str, partition: int, timestamp: int) -> OffsetAnswer | None:
@@ -95,7 +96,7 @@ def lookup(f: RemoteFetcher, topic: str, partition: int, timestamp: int) -> Offs
 
 def partitions_of(f: RemoteFetcher, topic: str) -> list[int]:
     """Partitions with remote data, plus (with a broker) every partition the broker has."""
-    remote = {tp.partition for tp in f.topics().get(topic, [])}
+    remote = {tp.partition for tp in f.topic_partitions(topic)}
     if f.broker is not None:
         remote |= set(f.broker.partitions(topic))
     if not remote:
