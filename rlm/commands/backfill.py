@@ -6,7 +6,9 @@ broker — and writes Parquet partitioned by ``date`` (and ``hour``) of the reco
 Re-running a range overwrites exactly the output partitions it writes (Spark's dynamic partition
 overwrite), so a failed or repeated backfill is safe to run again; ranges should therefore start
 and end on partition boundaries (a warning says when they do not: a partial day replaces the
-whole day). Exit status 0 with a one-line summary (rows, bytes, time), 1 when Spark fails.
+whole day). While it runs, one progress line on stderr (rows and bytes written, stages, tasks,
+ETA; Spark's own console bar is turned off). Exit status 0 with a one-line summary (rows,
+bytes, time), 1 when Spark fails.
 
 The same job under ``spark-submit``: ``examples/spark_backfill.py`` (see docs/spark.md).
 """
@@ -14,17 +16,16 @@ The same job under ``spark-submit``: ``examples/spark_backfill.py`` (see docs/sp
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
 import os
 import re
 import sys
-import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rlm.commands.backfill_progress import SPARK_CONF, progress_line
 from rlm.errors import ConfigError
 
 _UTC = dt.UTC
@@ -77,35 +78,6 @@ def _aligned(ms: int, partition_by: str) -> bool:
     return ms % (3_600_000 if partition_by == "hour" else 86_400_000) == 0
 
 
-@contextlib.contextmanager
-def _progress(spark: Any, every_s: float = 2.0) -> Iterator[None]:
-    """Print running stages' task progress to stderr until the block ends."""
-    stop = threading.Event()
-    tracker = spark.sparkContext.statusTracker()
-
-    def loop() -> None:
-        last = ""
-        while not stop.wait(every_s):
-            parts = []
-            for sid in tracker.getActiveStageIds():
-                info = tracker.getStageInfo(sid)
-                if info is not None:
-                    parts.append(f"stage {sid}: {info.numCompletedTasks}/{info.numTasks} tasks"
-                                 + (f" ({info.numActiveTasks} running)" if info.numActiveTasks else ""))
-            line = "; ".join(parts)
-            if line and line != last:
-                print(f"rlm backfill: {line}", file=sys.stderr, flush=True)
-                last = line
-
-    t = threading.Thread(target=loop, name="backfill-progress", daemon=True)
-    t.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        t.join()
-
-
 def session(master: str | None, confs: Sequence[str]) -> Any:
     from pyspark.sql import SparkSession
 
@@ -116,6 +88,8 @@ def session(master: str | None, confs: Sequence[str]) -> Any:
     elif "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit (which sets the master)
         b = b.master(os.environ.get("MASTER", "local[*]"))
     b = b.config("spark.sql.session.timeZone", "UTC")
+    for k, v in SPARK_CONF.items():  # Spark's console bar would fight the backfill's progress line
+        b = b.config(k, v)
     b = b.config("spark.sql.sources.partitionOverwriteMode", "dynamic")
     for kv in confs:
         k, sep, v = kv.partition("=")
@@ -150,7 +124,7 @@ def run(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
     df = df.withColumn("date", F.date_format("timestamp", "yyyy-MM-dd"))
     if args.partition_by == "hour":
         df = df.withColumn("hour", F.date_format("timestamp", "HH"))
-    with _progress(spark):
+    with progress_line(spark):
         df.write.mode("overwrite").partitionBy(*cols).format(args.format).save(args.output)
     out = spark.read.format(args.format).load(args.output)
     written = out.where((F.col("timestamp") >= F.lit(start / 1000).cast("timestamp"))
