@@ -3,7 +3,7 @@
 A derived, lagging copy of a topic's remote tier, one table per topic (or one for several,
 ``iceberg.shared_tables``), appended exactly once per remote segment:
 :mod:`fetcher.iceberg.table` (schema, partitioning, catalog), :mod:`fetcher.iceberg.ledger`
-(which segments a table holds, from its snapshots) and
+(which segments a table holds: a table property set with each append) and
 :mod:`fetcher.iceberg.writer` (the pass that appends what is missing). Needs the ``iceberg``
 extra (PyIceberg with SQLAlchemy for the embedded SQL catalog).
 """

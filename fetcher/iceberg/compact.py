@@ -10,9 +10,9 @@ the whole rewrite as **one** snapshot that deletes the old files and adds the ne
 table of several topics partitioned by ``topic`` (``iceberg.shared_tables``), "older than the
 newest" is per topic: a quiet topic's last day stays open while another topic moves on.
 
-The snapshot carries no ``rlm.segments``: the ledger is the union of the appends' summaries
-over the snapshot ancestry, and the appends stay in the ancestry, so the recorded segment ids
-are unchanged and a rerun of the writer adds nothing. The rows are the same (same count,
+The snapshot carries no ``rlm.segments`` and leaves the ledger as it is: the ledger is a table
+property (:mod:`fetcher.iceberg.ledger`), which a commit carries over, so a rerun of the writer
+adds nothing, also once the snapshots before the compaction are expired. The rows are the same (same count,
 checked before the commit). The old files stay referenced by the older snapshots (time travel)
 until snapshots are expired.
 

@@ -3,8 +3,8 @@
 The daemon (``rlm.daemon``) and the read core (``fetcher``) are sibling layers that do not import
 each other, so the pairing lives here, beside ``rlm run``, like the read API it can start: one
 :class:`IcebergFollower` per process, with a read core and a catalog of its own, running the same
-writer as ``rlm iceberg`` (:class:`fetcher.iceberg.IcebergSync`: same ledger in the snapshot
-summaries, so a daemon pass and an ``rlm iceberg`` run can take turns on a table and never add a
+writer as ``rlm iceberg`` (:class:`fetcher.iceberg.IcebergSync`: same ledger, a table property,
+so a daemon pass and an ``rlm iceberg`` run can take turns on a table and never add a
 segment twice). ``--once`` calls :meth:`IcebergFollower.run_pass` after its copy pass; a running
 daemon runs a pass every ``iceberg.daemon.interval_ms`` on a thread. A pass that fails (catalog
 down, object store unreachable) is logged and retried at the next one: a table lags, the copies
