@@ -221,6 +221,7 @@ def _session_request(ctx: EndpointContext, req: Any, version: int, access: Fetch
         return ErrorCode.fetch_session_id_not_found, None, False
     if epoch != session.epoch:
         return ErrorCode.invalid_fetch_session_epoch, None, False
+    session.epoch += 1  # now, before any await: a pipelined copy of this request is a replay
     return ErrorCode.none, session, True
 
 
@@ -240,7 +241,6 @@ def _merge_session(session: FetchSession, req: Any, incremental: bool) -> Any:
             session.parts[(key, int(p.partition))] = SessionPartition(
                 int(p.fetch_offset), int(p.partition_max_bytes), int(getattr(p, "current_leader_epoch", -1)),
                 old.sent if old is not None else None)
-    session.epoch = session.epoch + 1 if incremental else 1
     return session
 
 
@@ -251,11 +251,12 @@ async def handle_fetch(ctx: EndpointContext, req: Any, version: int, header: Any
     code, session, incremental = _session_request(ctx, req, version, access)
     if code is not ErrorCode.none:
         return make(cls, throttle_time=ZERO, error_code=code, session_id=0, responses=())
+    if session is not None:  # before any await: pipelined requests of a session apply in order
+        _merge_session(session, req, incremental)
     max_wait_ms = min(int(req.max_wait.total_seconds() * 1000), _MAX_WAIT_CAP_MS)
     deadline = time.monotonic() + max_wait_ms / 1000
     catalog = await ctx.topics()
     if session is not None:
-        _merge_session(session, req, incremental)
         wanted = _wanted_in_session(session, version >= 13, catalog, ctx.settings.max_partition_fetch_bytes)
     else:
         wanted = _wanted(req, catalog, ctx.settings.max_partition_fetch_bytes)
