@@ -6,6 +6,9 @@ one forces the stop: running copies are abandoned at once, the plugins get a few
 close, the logs are flushed, and the exit status is 143 (SIGTERM) or 130 (SIGINT). ``--once``
 does one pass over every managed partition and exits: 0 when every task succeeded, 1 otherwise,
 143/130 when a signal cut the pass short (same two steps: drain, then force).
+Every pass is logged as ``pass_summary`` (partitions, failures, segments and bytes copied and
+deleted, the copy lag left); with ``--once`` and a terminal on stdout it is also printed as one
+line for a human.
 An invalid configuration or a plugin that cannot be loaded exits 3 (see ``rlm --help``).
 """
 
@@ -27,6 +30,7 @@ from rlm.exit_codes import EPILOG, ExitCode, for_signal
 
 if TYPE_CHECKING:
     from rlm.commands.iceberg_daemon import IcebergFollower
+    from rlm.daemon.service import Daemon
 
 log = structlog.get_logger(__name__)
 
@@ -80,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
             if read_api is not None:
                 read_api.stop()
             clean = daemon.stop(force=stop.forced)
+            if args.once and sys.stdout.isatty():
+                print(_once_summary(daemon), flush=True)
     if stop.signum is not None and (args.once or stop.forced.is_set()):
         # forced, or a --once pass cut short: not all the work was done
         code = for_signal(stop.signum)
@@ -89,6 +95,12 @@ def run(args: argparse.Namespace) -> int:
     if not clean:
         _leave(code, "copies_abandoned_exit")
     return code
+
+
+def _once_summary(daemon: Daemon) -> str:
+    """``--once``'s line for a terminal: the pass it ran, or as far as it got before a stop."""
+    done = daemon.passes.last
+    return (done if done is not None else daemon.passes.so_far()).human()
 
 
 def _iceberg_follower(config: DaemonConfig) -> IcebergFollower | None:

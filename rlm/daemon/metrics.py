@@ -123,12 +123,15 @@ class DaemonMetrics:
     def error(self, exc: BaseException, task: str) -> None:
         self.errors.labels(type(exc).__name__, task).inc()
 
+    @staticmethod
+    def total(metric: Counter | Gauge) -> int:
+        """A counter's (``_total`` samples) or a gauge's sum over every label set."""
+        return int(sum(s.value for m in metric.collect() for s in m.samples
+                       if isinstance(metric, Gauge) or s.name.endswith("_total")))
+
     def copied_totals(self) -> tuple[int, int]:
         """(segments, bytes) copied by this daemon so far, over every partition."""
-        def total(c: Counter) -> int:
-            return int(sum(s.value for m in c.collect() for s in m.samples if s.name.endswith("_total")))
-
-        return total(self.segments_copied), total(self.bytes_copied)
+        return self.total(self.segments_copied), self.total(self.bytes_copied)
 
     def forget(self, tp: TopicPartition) -> None:
         """Drop the gauges of a partition that left this node (counters stay: they are totals)."""

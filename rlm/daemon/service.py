@@ -30,6 +30,7 @@ from rlm.daemon.leadership import Cluster, ClusterUnavailableError, ClusterView
 from rlm.daemon.local_log import LocalLogView
 from rlm.daemon.metrics import DaemonMetrics
 from rlm.daemon.partition_remover import PartitionRemover
+from rlm.daemon.pass_summary import PassTracker
 from rlm.daemon.preflight import Preflight
 from rlm.daemon.quota import CopyQuota
 from rlm.daemon.scheduler import PartitionScheduler
@@ -86,6 +87,7 @@ class Daemon:
         self._opened: list[tuple[str, Callable[[], object]]] = []  # closed in reverse order on stop
         self._instance_lock: InstanceLock | None = None  # released last, after the final status write
         self.monitor: HealthMonitor | None = None
+        self.passes = PassTracker(self.metrics)  # logs pass_summary when every led partition ran
 
     # ---- setup -----------------------------------------------------------------------------
     def start(self) -> Daemon:
@@ -360,6 +362,7 @@ class Daemon:
         started = time.monotonic()
         st = ctx.status.partition(key.topic, key.partition)
         st.topic_id, st.role, st.tiered, st.note = key.topic_id.text, "leader", True, None
+        raised = False
         try:
             try:
                 view = LocalLogView.load(m.found.dir)
@@ -385,14 +388,25 @@ class Daemon:
                 self.metrics.remote_log_size.labels(*labels).set(res.remote_bytes)
                 self.metrics.remote_segments.labels(*labels).set(res.remote_segments)
             st.last_error = None
+        except BaseException:
+            raised = True  # counted by _on_task_error, with the failure
+            raise
         finally:
+            if not raised:
+                self._count_pass(key, failed=False)
             st.last_run_ms = now_ms()
             self.metrics.task_duration.labels("partition").observe(time.monotonic() - started)
             self._flush_status(coalesce=True)
 
+    def _count_pass(self, key: Hashable, *, failed: bool) -> None:
+        with self._lock:
+            managed: set[Hashable] = set(self._managed)
+        self.passes.ran(key, managed, failed=failed)
+
     def _on_task_error(self, key: Hashable, exc: BaseException) -> None:
         assert self.ctx is not None
         self.metrics.error(exc, "partition")
+        self._count_pass(key, failed=True)
         if isinstance(key, TopicIdPartition):
             st = self.ctx.status.partition(key.topic, key.partition)
             st.last_error = f"{type(exc).__name__}: {exc}"
