@@ -415,6 +415,11 @@ class ReadConfig(_Strict):
         description="HTTP API: TLS (SSL, SASL_SSL) and, with SASL_*, HTTP Basic credentials checked by "
         "logging in to the cluster plus per-topic authorization by its ACLs (docs/security.md).",
     )
+    allow_plaintext: bool = Field(
+        False, description="`rlm serve` / `rlm kafka-serve` / `rlm check`: allow a read face bound beyond "
+        "loopback with neither TLS nor authentication (as `--allow-plaintext` does); only when another "
+        "boundary (a private network, a mesh with mTLS) protects it.",
+    )
     kafka_host: str = Field("127.0.0.1", description="Kafka-protocol endpoint: bind address.")
     kafka_port: int = Field(9466, ge=0, le=65535, description="Kafka-protocol endpoint: port (0 = any).")
     kafka_advertised_host: str | None = Field(

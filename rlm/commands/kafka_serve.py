@@ -2,8 +2,10 @@
 
 Any Kafka client reads tiered history by setting ``bootstrap.servers`` to the listener
 (default ``read.kafka_host``:``read.kafka_port``, 127.0.0.1:9466). SIGTERM/SIGINT stop it
-(exit status 0); SIGHUP reloads the TLS certificate files. ``rlm serve --kafka-listener`` starts
-the same listener with :func:`start_kafka_listener` beside the HTTP API.
+(exit status 0); SIGHUP reloads the TLS certificate files. A listener beyond loopback with
+neither TLS nor SASL is refused (exit 3) unless ``--allow-plaintext`` or ``read.allow_plaintext``
+says another boundary protects it (docs/security.md). ``rlm serve --kafka-listener`` starts the
+same listener with :func:`start_kafka_listener` beside the HTTP API.
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument("--config", "-c", type=Path, help="YAML or TOML configuration file (RLM_* env overrides)")
     p.add_argument("--listener", metavar="HOST:PORT", help="bind address (default from read.kafka_host/port)")
+    p.add_argument("--allow-plaintext", action="store_true",
+                   help="serve beyond loopback with neither TLS nor authentication (also "
+                   "read.allow_plaintext); refused otherwise, see docs/security.md")
     p.set_defaults(func=run)
 
 
@@ -102,6 +107,7 @@ def serve_kafka_until_signal(config: DaemonConfig, host: str | None, port: int |
 
 
 def run(args: argparse.Namespace) -> int:
+    from rlm.commands.serve_plaintext import kafka_face, refuse_plaintext
     from rlm.logging_setup import configure_logging
 
     config = load_config(args.config)
@@ -110,4 +116,5 @@ def run(args: argparse.Namespace) -> int:
     if missing is not None:
         raise PluginLoadError(missing)
     host, port = parse_listener(args.listener) if args.listener else (None, None)
+    refuse_plaintext(config, [kafka_face(config, host)], args.allow_plaintext)  # before anything is opened
     return serve_kafka_until_signal(config, host, port)

@@ -2,26 +2,18 @@
 beyond loopback.
 
 Why refuse: the Kafka endpoint and the HTTP API serve every tiered topic; bound to an address
-other machines reach, with neither TLS nor SASL, they bypass the cluster's listeners and ACLs.
-``--allow-plaintext`` records that the operator has another boundary (a private network, a
+other machines reach, with neither TLS nor authentication, they bypass the cluster's listeners
+and ACLs. The rule is :func:`rlm.commands.serve_plaintext.plaintext_beyond_loopback`, the one
+``rlm serve`` and ``rlm kafka-serve`` refuse to start by. ``--allow-plaintext`` (or
+``read.allow_plaintext``) records that the operator has another boundary (a private network, a
 mesh with mTLS) and wants it anyway. The report never prints a secret, only where they come from.
 """
 
 from __future__ import annotations
 
-import ipaddress
-
+from rlm.commands.serve_plaintext import allowed, http_face, kafka_face, plaintext_beyond_loopback
 from rlm.config import DaemonConfig, ListenerSecurity
 from rlm.daemon.preflight import Check
-
-
-def _loopback(host: str) -> bool:
-    if host in ("localhost", ""):
-        return host == "localhost"
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a name: may resolve anywhere
 
 
 def _describe(sec: ListenerSecurity) -> str:
@@ -51,29 +43,19 @@ def _tls_loads(sec: ListenerSecurity) -> str | None:
 
 
 def security_checks(config: DaemonConfig, allow_plaintext: bool) -> list[Check]:
-    read = config.read
-    token = bool(read.http_token_env or read.http_token_file)
     out = []
-    for name, setting, host, sec, extra in (
-        ("kafka endpoint", "read.kafka_security", read.kafka_host, read.kafka_security, ""),
-        (
-            "http api",
-            "read.http_security",
-            read.http_host,
-            read.http_security,
-            ", static bearer token" if token else "",
-        ),
-    ):
-        detail = f"{host}: {_describe(sec)}{extra}"
+    for face in (kafka_face(config), http_face(config)):  # the rule `rlm serve` / `kafka-serve` apply
+        name, setting, host, sec = face.name, face.setting, face.host, face.sec
+        detail = f"{host}: {_describe(sec)}{', static bearer token' if face.static_token else ''}"
         ok = True
-        if not sec.tls and not sec.sasl and not _loopback(host):
-            if allow_plaintext:
-                detail += " (plaintext beyond loopback, allowed by --allow-plaintext)"
+        if plaintext_beyond_loopback(face):
+            if allowed(config, allow_plaintext):
+                detail += " (plaintext beyond loopback, allowed by --allow-plaintext / read.allow_plaintext)"
             else:
                 ok = False
                 detail += (
-                    " — reachable beyond loopback with neither TLS nor SASL: configure "
-                    f"{setting} or pass --allow-plaintext"
+                    " — reachable beyond loopback with neither TLS nor authentication: configure "
+                    f"{setting} or pass --allow-plaintext (read.allow_plaintext)"
                 )
         if sec.sasl and not config.bootstrap_servers:
             ok = False

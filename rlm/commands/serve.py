@@ -5,8 +5,10 @@ matter) and serves, until SIGTERM or SIGINT, what this install can: the read HTT
 ``read.http_host:read.http_port`` (127.0.0.1:9465 by default; needs the ``http`` extra) and, with
 ``--kafka-listener``, the Kafka-protocol endpoint (needs the ``kafka`` extra). A face whose extra
 is missing is left out with one line on stderr naming the extra; only when nothing asked for can
-start does the command fail (exit 3, like a configuration error). Running responses get a few
-seconds to finish. See docs/http-api.md and docs/kafka-endpoint.md.
+start does the command fail (exit 3, like a configuration error). A face bound beyond loopback
+with neither TLS nor authentication is refused (exit 3) unless --allow-plaintext or
+read.allow_plaintext says another boundary protects it. Running responses get a few seconds to
+finish. See docs/http-api.md, docs/kafka-endpoint.md and docs/security.md.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--kafka-listener", metavar="HOST:PORT",
                    help="also serve the Kafka-protocol endpoint here (same read core; see "
                    "docs/kafka-endpoint.md)")
+    p.add_argument("--allow-plaintext", action="store_true",
+                   help="serve beyond loopback with neither TLS nor authentication (also "
+                   "read.allow_plaintext); refused otherwise, see docs/security.md")
     p.set_defaults(func=serve)
 
 
@@ -60,6 +65,7 @@ def _skipped(why: str) -> None:
 
 def serve(args: argparse.Namespace) -> int:
     from rlm.commands.kafka_serve import kafka_extra_missing, parse_listener
+    from rlm.commands.serve_plaintext import http_face, kafka_face, refuse_plaintext
     from rlm.logging_setup import configure_logging
 
     config = load_config(args.config)
@@ -72,6 +78,10 @@ def serve(args: argparse.Namespace) -> int:
     no_kafka = kafka_extra_missing() if kafka_at is not None else None
     if no_http is not None and (kafka_at is None or no_kafka is not None):
         raise PluginLoadError("; ".join(w for w in (no_http, no_kafka) if w is not None))
+    faces = [http_face(config)] if no_http is None else []
+    if kafka_at is not None and no_kafka is None:
+        faces.append(kafka_face(config, kafka_at[0]))
+    refuse_plaintext(config, faces, args.allow_plaintext)  # before anything is opened
     if no_kafka is not None:
         _skipped(no_kafka)
     if no_http is not None:
