@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -167,16 +170,37 @@ def demo(args: argparse.Namespace) -> int:
     finally:
         if spark is not None:
             spark.stop()
+    rlm = rlm_command()
     print(f"done in {time.monotonic() - t0:.1f}s. Next, try:")
-    for cmd in (f"rlm status --config {config_file}",
-                f"rlm fetch --config {config_file} --topic payments --offset 0 --count 5 "
-                "--isolation read_committed --format text",
-                f"rlm offsets --config {config_file} --topic orders --timestamp 1d-ago",
-                f"rlm serve --config {config_file} --kafka-listener 127.0.0.1:9466   "
-                "# then: kcat -b 127.0.0.1:9466 -t orders -p 0 -o beginning -c 5",
-                f"rlm verify --config {config_file} --deep"):
+    for cmd in next_steps(rlm, config_file):
         print(f"   {cmd}")
     return 0 if failed == 0 else 1
+
+
+def rlm_command() -> str:
+    """How the user's shell runs this ``rlm``: ``rlm`` when that name on PATH is this very
+    installation, else the path of the ``rlm`` script beside this interpreter (``.venv/bin/rlm``,
+    relative to the current directory when under it), else ``python -m rlm.cli``. (``make demo``
+    runs the venv's ``rlm`` without activating the venv: ``rlm`` alone would not be found.)"""
+    here = Path(sys.executable).parent / "rlm"
+    on_path = shutil.which("rlm")
+    if on_path is not None and (not here.exists() or Path(on_path).resolve() == here.resolve()):
+        return "rlm"
+    if not here.exists():
+        return f"{sys.executable} -m rlm.cli"
+    rel = os.path.relpath(here, Path.cwd())
+    return rel if not rel.startswith("..") else str(here)
+
+
+def next_steps(rlm: str, config_file: Path) -> list[str]:
+    """The "Next, try" commands, as the user's shell can run them (``rlm`` from :func:`rlm_command`)."""
+    return [f"{rlm} status --config {config_file}",
+            f"{rlm} fetch --config {config_file} --topic payments --offset 0 --count 5 "
+            "--isolation read_committed --format text",
+            f"{rlm} offsets --config {config_file} --topic orders --timestamp 1d-ago",
+            f"{rlm} serve --config {config_file} --kafka-listener 127.0.0.1:9466   "
+            "# then: kcat -b 127.0.0.1:9466 -t orders -p 0 -o beginning -c 5",
+            f"{rlm} verify --config {config_file} --deep"]
 
 
 def _tier_and_read(root: Path, size_mb: int, config_file: Path, spark: Any, spark_skipped: str | None,
