@@ -19,7 +19,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from fetcher.core import OffsetAnswer, RemoteFetcher
@@ -43,6 +43,25 @@ SCAN_START_TIMEOUT_MS = 30_000
 EXTRA_THREADS = 16
 
 
+#: ``/``: what a browser pointed at ``rlm serve`` finds (the API itself is described by /openapi.json)
+INDEX_HTML = """<!doctype html>
+<html><head><meta charset="utf-8"><title>rlm read API</title></head>
+<body><h1>rlm read API</h1>
+<p>Tiered Kafka data, read from remote storage.</p>
+<ul>
+<li><a href="/openapi.json">/openapi.json</a>: the API (OpenAPI 3)</li>
+<li><a href="/metrics">/metrics</a>: Prometheus metrics</li>
+<li><a href="/health">/health</a>: health</li>
+<li><a href="/v1/topics">/v1/topics</a>: the tiered topics</li>
+</ul></body></html>
+"""
+
+
+async def index(request: Request) -> Response:
+    """``/``: a small HTML index of the API's entry points (it used to answer 404)."""
+    return HTMLResponse(INDEX_HTML)
+
+
 def create_app(fetcher: RemoteFetcher, *, token: str | None = None,
                login_limits: LoginLimiter | None = None) -> Starlette:
     """The ASGI application over ``fetcher`` (which the caller owns and closes); ``login_limits``
@@ -56,6 +75,7 @@ def create_app(fetcher: RemoteFetcher, *, token: str | None = None,
         Route("/metrics", api.metrics),
         Route("/health", api.health),
         Route("/openapi.json", api.openapi),
+        Route("/", index),
     ]
     middleware = [Middleware(CatchAll), Middleware(Timing, metrics=api.stats, routes=routes)]
     if token is not None:

@@ -11,6 +11,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import structlog
 import uvicorn
@@ -28,6 +29,18 @@ log = structlog.get_logger(__name__)
 
 _STARTUP_TIMEOUT_S = 30.0
 _GRACEFUL_S = 5
+
+
+class _AnnouncingServer(uvicorn.Server):
+    """uvicorn's server that calls ``on_listening`` once its sockets listen (``rlm serve`` prints
+    every address then: uvicorn's own "running on" line goes to a logger, not to the operator)."""
+
+    on_listening: Callable[[], None] | None = None
+
+    async def startup(self, sockets: Any = None) -> None:
+        await super().startup(sockets)
+        if self.started and self.on_listening is not None:
+            self.on_listening()
 
 
 class HttpApiServer:
@@ -53,7 +66,7 @@ class HttpApiServer:
                                 access_log=False, lifespan="off", server_header=False,
                                 timeout_graceful_shutdown=_GRACEFUL_S,
                                 ssl_context_factory=(lambda _c, _d: tls.context) if tls is not None else None)
-        self._server = uvicorn.Server(config)
+        self._server = _AnnouncingServer(config)
         self._thread: threading.Thread | None = None
         self.port = port
 
@@ -66,6 +79,24 @@ class HttpApiServer:
         except BaseException:
             fetcher.close()
             raise
+
+    def addresses(self) -> list[str]:
+        """Every URL the server listens on (one per socket: IPv4 and IPv6 of a wildcard host)."""
+        scheme = "https" if self.tls is not None else "http"
+        out = []
+        for srv in self._server.servers:
+            for sock in srv.sockets:
+                host, port = sock.getsockname()[:2]
+                out.append(f"{scheme}://{f'[{host}]' if ':' in host else host}:{port}/")
+        return out
+
+    def announce(self, show: Callable[[str], None]) -> None:
+        """Call ``show`` with each address once the server listens (before :meth:`serve`)."""
+        def listening() -> None:
+            for url in self.addresses():
+                show(url)
+
+        self._server.on_listening = listening
 
     def _bound_port(self) -> int:
         for srv in self._server.servers:

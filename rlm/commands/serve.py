@@ -114,5 +114,6 @@ def _serve_http(config: DaemonConfig, kafka_at: tuple[str, int] | None) -> int:
         signal.signal(signal.SIGHUP, lambda signum, frame: listener.reload_tls() if listener else None)
     # shutdown order: HTTP, then the Kafka listener (its in-flight requests answered), then the
     # fetcher both read through
+    server.announce(lambda url: print(f"http API listening on {url} (index: /)", flush=True))
     server.serve(on_stop=listener.close if listener is not None else None)
     return 0
