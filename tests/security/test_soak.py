@@ -158,27 +158,30 @@ async def _keep(
             await asyncio.sleep(REOPEN_S)  # the attacker's pace, not a wait for a condition
 
 
-async def _flood(port: int, ca: str, seconds: float, opened: Any) -> dict[str, int]:
+async def _flood(port: int, ca: str, seconds: float, opened: Any, mix: dict[str, int]) -> dict[str, int]:
     ctx = ssl.create_default_context(cafile=ca)
     until = time.monotonic() + seconds
     stats: collections.Counter[str] = collections.Counter()
     tasks = [
         asyncio.create_task(_keep(kind, n, port, ctx, until, stats, opened))
-        for kind, count in HOSTILE.items()
+        for kind, count in mix.items()
         for n in range(count)
     ]
     await asyncio.gather(*tasks)
     return dict(stats)
 
 
-def hostile_main(port: int, ca: str, seconds: float, results: Any, opened: Any) -> None:
-    """The hostile process: :data:`HOSTILE` connections for ``seconds``; puts its counts into
-    ``results``; ``opened`` counts the connections it opened as it goes."""
+def hostile_main(
+    port: int, ca: str, seconds: float, results: Any, opened: Any, mix: dict[str, int] | None = None
+) -> None:
+    """The hostile process: ``mix`` (default :data:`HOSTILE`) connections for ``seconds``; puts its
+    counts into ``results``; ``opened`` counts the connections it opened as it goes. Also the
+    flood of ``benchmarks/bench_endpoint_hostile.py``."""
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(max(soft, 4096), hard), hard))
-    results.put(asyncio.run(_flood(port, ca, seconds, opened)))
+    results.put(asyncio.run(_flood(port, ca, seconds, opened, HOSTILE if mix is None else mix)))
 
 
 # ---- the consumers ------------------------------------------------------------------------------
