@@ -235,8 +235,10 @@ class Connection:
         self.peer = peer
         s = ctx.settings
         self.idle_s = s.idle_timeout_ms / 1000
-        self.connections = connections or ConnectionSlots(s.max_connections, 0, s.max_connections)
-        self.budget = budget or ByteBudget(s.queued_max_request_bytes)
+        if connections is None:  # a connection of its own (tests): nothing shared to count against
+            connections = ConnectionSlots(s.max_connections, 0, s.max_connections)
+        self.connections = connections
+        self.budget = ByteBudget(s.queued_max_request_bytes) if budget is None else budget
         self.logged_in = False  # SASL: authenticated; without: its first request was read
         self._task: asyncio.Task[Any] | None = None
         self._login_timer: asyncio.TimerHandle | None = None
