@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +44,7 @@ from pyiceberg.table.snapshots import Operation, Summary
 from pyiceberg.table.update.snapshot import _OverwriteFiles
 from pyiceberg.transforms import DayTransform, HourTransform
 
+from fetcher.iceberg.ledger import WRITER_KEY
 from fetcher.iceberg.table import ARROW_SCHEMA, ROW_ORDER, SCHEMA
 from rlm.errors import IcebergTableError
 
@@ -136,6 +138,7 @@ def compact(
     delete orphan data files older than ``orphan_min_age_s``. ``target_file_size_bytes`` (when
     given) also becomes the table's ``write.target-file-size-bytes``, in the same commit."""
     result = CompactResult()
+    run_id = uuid.uuid4().hex
     for attempt in range(retries + 1):
         table = catalog.load_table(identifier)
         target = target_file_size_bytes or int(table.properties.get(TARGET_PROPERTY, 512 * 1024 * 1024))
@@ -166,7 +169,8 @@ def compact(
             COMPACTION_KEY: json.dumps(
                 {"rewritten": len(old), "written": len(written), "partitions": len(todo)},
                 separators=(",", ":"),
-            )
+            ),
+            WRITER_KEY: run_id,  # who made the commit, as the writer's commits say
         }
         replace = _ReplaceFiles(
             operation=Operation.OVERWRITE, transaction=tx, io=table.io, snapshot_properties=props
