@@ -12,9 +12,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import pyarrow as pa
 import structlog
 
 from fetcher.broker import BrokerOffsets
@@ -25,7 +24,6 @@ from fetcher.log_start import LogStart, LogStartSources, bounded_plan
 from fetcher.planning import PartitionPlan, plan_partition
 from fetcher.pool import ReaderPool
 from fetcher.reader import ByteRateLimiter, ReadStats, SegmentReader
-from fetcher.scan import ScanRange, plan_scan, scan_range, split_scan_range
 from fetcher.timestamps import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TimestampAnswer, offset_for_timestamp
 from fetcher.topic_ids import TopicIds
 from fetcher.transactions import CommittedBound, StableOffsets, collect_aborted_txns
@@ -35,6 +33,11 @@ from rlm.log.txn_index import AbortedTxn
 from rlm.types import RemoteLogSegmentState, TopicIdPartition
 from rlmm.api import RemoteLogMetadataManager
 from rsm_plugins.api import RemoteStorageManager
+
+if TYPE_CHECKING:  # the scan path (Arrow, numba kernels) loads on the first scan: a one-record
+    import pyarrow as pa  # fetch or an offset lookup never pays for it
+
+    from fetcher.scan import ScanRange
 
 T = TypeVar("T")
 
@@ -441,6 +444,8 @@ class RemoteFetcher:
 
     def split_range(self, rng: ScanRange, split_bytes: int) -> list[ScanRange]:
         """``rng`` cut on its segment's offset-index entries into pieces of about ``split_bytes``."""
+        from fetcher.scan import split_scan_range
+
         return split_scan_range(rng, self.indexes.get(rng.link.metadata).offset, split_bytes)
 
     def aborted_transactions(self, plan: PartitionPlan, rng: ScanRange,
@@ -456,6 +461,8 @@ class RemoteFetcher:
                   end_timestamp: int | None = None) -> tuple[PartitionPlan, list[ScanRange]]:
         """Links covering the requested range; timestamps are mapped with KIP-33 semantics
         (start: first offset with timestamp >= it; end: exclusive, first offset >= it)."""
+        from fetcher.scan import plan_scan
+
         plan = self.plan(topic, partition)
         start = plan.log_start if start_offset is None else start_offset
         end = plan.log_end if end_offset is None else end_offset
@@ -477,6 +484,8 @@ class RemoteFetcher:
         Runs on the caller's thread (bulk readers bring their own parallelism: Spark tasks);
         storage GETs still go through the reader's bounded parallel fetches and read-ahead.
         """
+        from fetcher.scan import scan_range
+
         level = IsolationLevel.parse(isolation)
         frontier_aborted: tuple[AbortedTxn, ...] = ()
         if level is IsolationLevel.READ_COMMITTED:

@@ -9,17 +9,16 @@
   ``rlmm_plugins``) and ``module:Class`` paths, as :mod:`rsm_plugins.loading`;
 - :mod:`rlmm.testing` — the contract suite every implementation runs.
 
-The topic-backed manager is imported lazily so that using the file store does not load the
-Kafka client library.
+The managers and the cache are imported lazily: using the file store does not load the Kafka
+client library, and a command that only decodes records (``rlm metadata dump``, ``rlm --help``)
+does not load numpy.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlmm.api import RemoteLogMetadataManager
-from rlmm.cache import RemoteLogMetadataCache
-from rlmm.file import FileRemoteLogMetadataManager
 from rlmm.loading import ENTRY_POINT_GROUP, available, load, resolve
 from rlmm.serde import RemoteLogMetadata, RemoteLogSegmentMetadataSnapshot, deserialize, serialize
 
@@ -39,9 +38,21 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "TopicBasedRemoteLogMetadataManager":
-        from rlmm.topic import TopicBasedRemoteLogMetadataManager
+if TYPE_CHECKING:
+    from rlmm.cache import RemoteLogMetadataCache
+    from rlmm.file import FileRemoteLogMetadataManager
+    from rlmm.topic import TopicBasedRemoteLogMetadataManager
 
-        return TopicBasedRemoteLogMetadataManager
-    raise AttributeError(f"module 'rlmm' has no attribute {name!r}")
+_HOMES = {"RemoteLogMetadataCache": "rlmm.cache", "FileRemoteLogMetadataManager": "rlmm.file",
+          "TopicBasedRemoteLogMetadataManager": "rlmm.topic"}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'rlmm' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import ctypes
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import google_crc32c
-import numpy as np
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def _load() -> Any:
@@ -61,6 +63,8 @@ def crc32c(data: bytes | bytearray | memoryview | np.ndarray[Any, Any]) -> int:
         return int(google_crc32c.value(data))
     if CRC32C_VALUE is None:
         return int(google_crc32c.value(bytes(data)))
+    import numpy as np  # only for other buffers (their address without a copy): `rlm fetch` need not load it
+
     arr = data if isinstance(data, np.ndarray) else np.frombuffer(data, dtype=np.uint8)
     if arr.size == 0:
         return 0
