@@ -17,6 +17,13 @@ docs/disaster-recovery.md for the whole procedure and what is not done yet):
    newest (``<next offset>.snapshot``: idempotent producers keep their sequence state), an empty
    active segment at the old end offset (new records never extend a restored segment) and a
    ``leader-epoch-checkpoint`` of the lineage over the restored range.
+4. the partition's **log start** is the source's: the published ``DeleteRecords`` bound
+   (:mod:`rsm_plugins.log_start`, read from the bucket under the old topic id) or the first
+   restored offset, whichever is higher. Segments wholly below it are not restored; a bound
+   inside the first restored segment is written to the log dir's ``log-start-offset-checkpoint``
+   (the file the broker reads its log starts from at start-up), so the restored broker's earliest
+   offset is the source's and nothing ``DeleteRecords`` removed comes back. The segment itself
+   stays byte for byte the remote one (the broker never trims a segment either).
 
 Every file is written to a temporary name, fsynced and renamed. The directory must hold no
 record yet (the broker's empty first segment is replaced); a rerun that finds exactly the files
@@ -39,8 +46,14 @@ from rlm.daemon.crash import crash_point
 from rlm.errors import LogFileGoneError, RlmError
 from rlm.exit_codes import ExitCode
 from rlm.lineage import chain, checkpoint_bytes, epochs_for_range, lineage_from_segments
-from rlm.log.checkpoints import read_leader_epoch_checkpoint, read_partition_metadata
-from rlm.types import IndexType, KafkaUuid, RemoteLogSegmentMetadata, TopicIdPartition
+from rlm.log.checkpoints import (
+    encode_offset_checkpoint,
+    read_leader_epoch_checkpoint,
+    read_offset_checkpoint,
+    read_partition_metadata,
+)
+from rlm.log.log_start import CHECKPOINT_NAME
+from rlm.types import IndexType, KafkaUuid, RemoteLogSegmentMetadata, TopicIdPartition, TopicPartition
 from rlmm.api import RemoteLogMetadataManager
 from rsm_plugins.api import RemoteStorageManager
 
@@ -65,10 +78,20 @@ class PartitionRestore:
     epoch_problem: str | None = None
     """Why the new cluster's leader epoch is too low for the restored epochs (see
     :func:`check_leader_epochs`), ``None`` when it is not."""
+    published_log_start: int | None = None
+    """The source's published ``DeleteRecords`` bound, ``None`` when none was published."""
 
     @property
     def first_offset(self) -> int | None:
         return self.segments[0].start_offset if self.segments else None
+
+    @property
+    def log_start(self) -> int | None:
+        """The restored partition's log start: the published bound when it lies inside the first
+        restored segment, else that segment's first offset."""
+        if not self.segments:
+            return None
+        return max(self.segments[0].start_offset, self.published_log_start or 0)
 
     @property
     def next_offset(self) -> int | None:
@@ -80,11 +103,12 @@ def _name(offset: int, suffix: str) -> str:
 
 
 def plan_restore(rlmm: RemoteLogMetadataManager, tp: TopicIdPartition, target: Path,
-                 local_bytes: int) -> PartitionRestore:
-    """The newest whole segments of the read chain, up to ``local_bytes`` (at least one)."""
+                 local_bytes: int, log_start: int | None = None) -> PartitionRestore:
+    """The newest whole segments of the read chain, up to ``local_bytes`` (at least one), none
+    wholly below ``log_start`` (the source's published ``DeleteRecords`` bound)."""
     meta = target / "partition.metadata"
     new_id = read_partition_metadata(meta) if meta.exists() else None
-    pr = PartitionRestore(tp, target, new_id)
+    pr = PartitionRestore(tp, target, new_id, published_log_start=log_start)
     if not target.is_dir() or new_id is None:
         pr.skipped = f"{target}: no partition directory with partition.metadata on this broker"
         return pr
@@ -94,6 +118,8 @@ def plan_restore(rlmm: RemoteLogMetadataManager, tp: TopicIdPartition, target: P
     picked: list[RemoteLogSegmentMetadata] = []
     total = 0
     for md, first, last in reversed(links):
+        if log_start is not None and md.end_offset < log_start:
+            break  # deleted by DeleteRecords: the source broker no longer served it
         if first != md.start_offset or last != md.end_offset:
             break  # a segment read only in part (lineage cut or overlap): the local log stops here
         if picked and (total + md.segment_size_in_bytes > local_bytes
@@ -102,7 +128,8 @@ def plan_restore(rlmm: RemoteLogMetadataManager, tp: TopicIdPartition, target: P
         picked.append(md)
         total += md.segment_size_in_bytes
     if not picked:
-        pr.skipped = f"{tp.topic}-{tp.partition}: no whole remote segment on the lineage to restore"
+        below = f" at or above the published log start {log_start}" if log_start is not None else ""
+        pr.skipped = f"{tp.topic}-{tp.partition}: no whole remote segment on the lineage{below} to restore"
         return pr
     pr.segments = list(reversed(picked))
     pr.epochs = epochs_for_range(lineage, pr.segments[0].start_offset, pr.segments[-1].end_offset + 1)
@@ -209,12 +236,37 @@ def apply_restore(rsm: RemoteStorageManager, pr: PartitionRestore) -> None:
             pr.written.append(name)
     _write(pr.target / "leader-epoch-checkpoint", data=checkpoint_bytes(pr.epochs, nxt))
     pr.written.append("leader-epoch-checkpoint")
+    if write_log_start(pr):
+        pr.written.append(f"../{CHECKPOINT_NAME}")
+
+
+def write_log_start(pr: PartitionRestore) -> bool:
+    """Set the partition's entry of the log dir's ``log-start-offset-checkpoint`` to the
+    restored log start when that lies inside the first restored segment; True when written.
+
+    Why this file: at start-up Kafka's ``LogManager`` reads each log dir's
+    ``log-start-offset-checkpoint`` and ``LogLoader`` takes the log start as the maximum of that
+    entry and the first segment's base offset, as after a ``DeleteRecords`` it learned from a
+    checkpoint. The other partitions' entries are kept (the broker is stopped: nothing else writes
+    the file meanwhile); an entry already at or above ours is left alone (a rerun)."""
+    start, first = pr.log_start, pr.first_offset
+    if start is None or first is None or start <= first:
+        return False
+    path = pr.target.parent / CHECKPOINT_NAME
+    entries = read_offset_checkpoint(path)
+    key = TopicPartition(pr.target.name.rsplit("-", 1)[0], pr.tp.partition)
+    if entries.get(key, -1) >= start:
+        return False
+    entries[key] = start
+    _write(path, data=encode_offset_checkpoint(entries))
+    return True
 
 
 def _json(pr: PartitionRestore) -> dict[str, Any]:
     return {"topic": pr.tp.topic, "partition": pr.tp.partition, "target": str(pr.target),
             "new_topic_id": pr.new_topic_id.text if pr.new_topic_id else None,
-            "first_offset": pr.first_offset, "next_offset": pr.next_offset,
+            "first_offset": pr.first_offset, "next_offset": pr.next_offset, "log_start": pr.log_start,
+            "published_log_start": pr.published_log_start,
             "segments": [{"segment_id": md.remote_log_segment_id.id.text, "start_offset": md.start_offset,
                           "end_offset": md.end_offset, "size": md.segment_size_in_bytes}
                          for md in pr.segments],
@@ -333,7 +385,7 @@ def restore(args: argparse.Namespace) -> int:
             rlmm.follow_all()
             for tp in _topic_partitions(rlmm, args.topic):
                 target = Path(args.log_dir) / f"{to_topic}-{tp.partition}"
-                plans.append(plan_restore(rlmm, tp, target, local_bytes))
+                plans.append(plan_restore(rlmm, tp, target, local_bytes, rsm.read_log_start_offset(tp)))
                 if args.ignore_leader_epochs:
                     plans[-1].epoch_problem = None
         finally:
@@ -359,7 +411,8 @@ def restore(args: argparse.Namespace) -> int:
                 continue
             verb = "restored" if args.execute else "would restore"
             print(f"{pr.tp.topic}-{pr.tp.partition} -> {pr.target}: {verb} offsets {pr.first_offset}.."
-                  f"{(pr.next_offset or 0) - 1} ({len(pr.segments)} segments), epochs {pr.epochs}")
+                  f"{(pr.next_offset or 0) - 1} ({len(pr.segments)} segments), log start {pr.log_start}, "
+                  f"epochs {pr.epochs}")
             if pr.epoch_problem:
                 print(f"  leader epochs: {pr.epoch_problem}")
         if not args.execute:
