@@ -47,7 +47,7 @@ class ReloadingServerContext:
         self._ca = sec.ssl_truststore_location
         self._verify_mode = _CLIENT_AUTH[sec.ssl_client_auth]
         self._lock = threading.Lock()
-        self._stamp: tuple[float, ...] = self._mtimes()
+        self._stamp = self._mtimes()
         try:
             self.context = self._build()
         except (OSError, ssl.SSLError) as e:
@@ -61,14 +61,16 @@ class ReloadingServerContext:
     def _files(self) -> list[Path]:
         return [p for p in (self._cert, self._key, self._ca) if p is not None]
 
-    def _mtimes(self) -> tuple[float, ...]:
-        out = []
+    def _mtimes(self) -> tuple[tuple[int, int, int] | None, ...]:
+        """What tells a changed file: modification time, size and inode (a rename-into-place is a
+        new inode even within one tick of the file system's clock); None for a missing file."""
+        out: list[tuple[int, int, int] | None] = []
         for p in self._files():
             try:
                 st = p.stat()
-                out.append(st.st_mtime_ns + st.st_size / 1e12)
+                out.append((st.st_mtime_ns, st.st_size, st.st_ino))
             except OSError:
-                out.append(-1.0)
+                out.append(None)
         return tuple(out)
 
     def _build(self) -> ssl.SSLContext:

@@ -31,6 +31,13 @@ pytestmark = [pytest.mark.security]
 _BEGIN_CERT = b"-----BEGIN CERTIFICATE-----"
 
 
+def _put(path: Path, data: bytes) -> None:
+    """Replace one file atomically, as a rotation tool renames each file into place."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
 @dataclass(frozen=True)
 class Pair:
     key: bytes
@@ -145,7 +152,7 @@ def test_certificate_swapped_before_its_key_keeps_the_old_certificate(setup: Set
     s = setup
     assert served_serial(s.listener.port, s.ca) == s.old.serial
     new = _pair(s.ca, s.tmp, "endpoint-new")
-    s.cert.write_bytes(new.cert)  # the rotation's first write: the key on disk is still the old one
+    _put(s.cert, new.cert)  # the rotation's first write: the key on disk is still the old one
     with structlog.testing.capture_logs() as logs:
         assert not s.tls.maybe_reload()
         assert not s.tls.maybe_reload()  # nothing changed since: not tried (and not logged) again
@@ -154,7 +161,7 @@ def test_certificate_swapped_before_its_key_keeps_the_old_certificate(setup: Set
     assert str(s.cert) in errors[0]["files"] and str(s.key) in errors[0]["files"]
     for _ in range(3):  # every new handshake still succeeds, with the old certificate
         assert served_serial(s.listener.port, s.ca) == s.old.serial
-    s.key.write_bytes(new.key)  # the second write: retried because the key file changed
+    _put(s.key, new.key)  # the second write: retried because the key file changed
     assert s.tls.maybe_reload()
     assert served_serial(s.listener.port, s.ca) == new.serial
     assert (s.tls.reloads, s.tls.failed_reloads) == (1, 1)
@@ -177,10 +184,10 @@ def test_watcher_retries_on_the_next_change(setup: Setup) -> None:
     stop = s.tls.watch(0.05)
     try:
         new = _pair(s.ca, s.tmp, "endpoint-new")
-        s.cert.write_bytes(new.cert)
+        _put(s.cert, new.cert)
         wait_for("the failed reload", lambda: s.tls.failed_reloads == 1, timeout=30)
         assert served_serial(s.listener.port, s.ca) == s.old.serial
-        s.key.write_bytes(new.key)
+        _put(s.key, new.key)
         wait_for("the new certificate served", lambda: served_serial(s.listener.port, s.ca) == new.serial,
                  timeout=30)
         assert s.tls.failed_reloads == 1
