@@ -22,7 +22,6 @@ from typing import Any
 from rlm.errors import CorruptRecordError, LogFormatError
 from rlm.log import checkpoints as ckpt
 from rlm.log import file_size, read_bytes, read_entry, scan_batches
-from rlm.log.offset_index import parse_offset_index
 from rlm.log.producer_snapshot import parse_snapshot
 from rlm.log.record_json import TIMESTAMP_TYPE_NAMES as _TS_NAMES
 from rlm.log.record_json import record_obj as _record_obj
@@ -33,7 +32,6 @@ from rlm.log.records import (
     decode_control_records,
     decode_records,
 )
-from rlm.log.time_index import parse_time_index
 from rlm.log.txn_index import parse_txn_index
 
 Obj = dict[str, Any]
@@ -102,9 +100,13 @@ def _objects(path: Path) -> Iterator[Obj]:
     name = _TEMP_SUFFIX.sub("", path.name)
     p = str(path)
     if name.endswith(".index"):
+        from rlm.log.offset_index import parse_offset_index  # numpy: only when an index is dumped
+
         for e in parse_offset_index(read_bytes(path), _base_offset(path), path=p).entries():
             yield {"offset": e.offset, "position": e.position}
     elif name.endswith(".timeindex"):
+        from rlm.log.time_index import parse_time_index
+
         for t in parse_time_index(read_bytes(path), _base_offset(path), path=p).entries():
             yield {"timestamp": t.timestamp, "offset": t.offset}
     elif name.endswith(".txnindex"):

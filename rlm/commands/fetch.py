@@ -23,9 +23,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Iterator
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
-from fetcher import FetchResult, IsolationLevel, RemoteFetcher
+from fetcher.isolation import IsolationLevel
 from rlm.commands.readside import (
     CLI_TIMEOUT_MS,
     Progress,
@@ -38,6 +38,9 @@ from rlm.commands.record_text import record_line
 from rlm.log.model import BatchHeader, Record
 from rlm.log.record_json import record_obj
 from rlm.log.records import iter_batches
+
+if TYPE_CHECKING:  # the read core loads when the command runs, not for `rlm --help`
+    from fetcher import FetchResult, RemoteFetcher
 
 _FETCH_BYTES = 1 << 20
 

@@ -13,11 +13,13 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from fetcher import OffsetAnswer, RemoteFetcher
 from rlm.config import load_config
 from rlm.errors import UnknownTopicOrPartitionError
+
+if TYPE_CHECKING:  # the read core loads when a command reads, not when `rlm --help` registers it
+    from fetcher import OffsetAnswer, RemoteFetcher
 
 EARLIEST = -2
 LATEST = -1
@@ -72,6 +74,7 @@ def add_config_arg(p: argparse.ArgumentParser) -> None:
 def open_fetcher(config: Path, bootstrap_servers: str | None = None) -> RemoteFetcher:
     """A read-only fetcher built like ``rlm run`` builds its plugins; ``bootstrap_servers``
     overrides the file's (the broker answers lookups past the remote end)."""
+    from fetcher import RemoteFetcher
     from rlm.logging_setup import configure_logging
 
     overrides = {"bootstrap_servers": bootstrap_servers} if bootstrap_servers else {}
@@ -85,6 +88,8 @@ def open_fetcher(config: Path, bootstrap_servers: str | None = None) -> RemoteFe
 def lookup(f: RemoteFetcher, topic: str, partition: int, timestamp: int) -> OffsetAnswer | None:
     """ListOffsets over remote + local. A partition with nothing remote is answered by the
     broker alone (when one is configured); ``latest`` always by the broker when there is one."""
+    from fetcher import OffsetAnswer
+
     try:
         return f.offset_for_timestamp(topic, partition, timestamp, timeout_ms=CLI_TIMEOUT_MS)
     except UnknownTopicOrPartitionError:

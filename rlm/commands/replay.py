@@ -21,11 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fetcher import RemoteFetcher
 from rlm.commands.readside import LATEST, add_config_arg, lookup, open_fetcher, parse_timestamp, partitions_of
 from rlm.errors import ConfigError, MetadataUnavailableError, RlmError
+
+if TYPE_CHECKING:  # the read core loads when the command runs, not for `rlm --help`
+    from fetcher import RemoteFetcher
 
 _TIMEOUT_S = 30.0
 

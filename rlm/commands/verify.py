@@ -36,7 +36,7 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fetcher.planning import plan_partition
 from rlm.config import load_config
@@ -46,13 +46,17 @@ from rlm.types import KafkaUuid, RemoteLogSegmentId, RemoteLogSegmentMetadata, T
 from rsm_plugins.api import RemoteStorageManager, StoredObject
 
 from .verify_checks import PartitionReport, Problem, check_partition, name_of
-from .verify_local import Coverage, coverage
+
+if TYPE_CHECKING:  # log-dir reading (numpy) loads when a partition is checked, not for `rlm --help`
+    from .verify_local import Coverage
 
 
 def _coverage(log_dirs: list[Path], tp: TopicIdPartition, report: PartitionReport,
               segs: list[RemoteLogSegmentMetadata]) -> Coverage | None:
     """Remote and local ranges of ``tp`` when a log dir holds it; a gap between them is a
     ``local_gap`` problem (:mod:`.verify_local`)."""
+    from .verify_local import coverage
+
     plan = plan_partition(tp, segs)
     if not plan.segments:
         return None
