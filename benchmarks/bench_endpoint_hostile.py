@@ -15,7 +15,7 @@ context, no goal.
 
 (b) **Throughput under a flood**: one confluent-kafka consumer reads the tiered range of every
 partition through the endpoint, with no hostile connections (``quiet``) and while ``--flood``
-idle hostile connections are held open (``flooded``: half a finished TLS handshake then silence,
+idle hostile connections are held open (``flooded-N``: half a finished TLS handshake then silence,
 half a size prefix and never the request, from 40 loopback addresses other than the consumer's,
 each re-opened when the endpoint closes it: the soak test's hostile process,
 ``tests/security/test_soak.py``), interleaved rounds; the records of every round digested and
@@ -56,6 +56,7 @@ from bench_kafka_endpoint import (  # noqa: E402
     reader_conf,
     secure_cluster,
     serve,
+    tree_cpu_seconds,
 )
 from benchlib import BenchFailure, Recorder, Result, headline, quiet_logs, run_rounds  # noqa: E402
 
@@ -116,14 +117,22 @@ def login_case(address: str, ca: str, mechanism: str, password: str, count: int,
 
 
 # ---- (b) throughput under a flood ---------------------------------------------------------------
-def read_case(conf: dict[str, str], topic: str, ends: dict[int, int]) -> Result:
+def read_case(conf: dict[str, str], topic: str, ends: dict[int, int], server: int,
+              flood: int | None = None) -> Result:
+    """One consumer's read of the tiered range, with the CPU seconds the endpoint process (and the
+    flood's process, when there is one) spent meanwhile: on a 2-core machine the flood's own CPU
+    is taken from the endpoint and the consumer, which the rate alone does not show."""
+    cpu0, flood0 = tree_cpu_seconds(server), tree_cpu_seconds(flood) if flood else 0.0
     n, size, seconds, dig, first = one_round(conf, topic, ends, 1)
-    return Result(seconds, dig, bytes=size, records=n,
-                  extra={"mb_per_s": round(size / MB / seconds, 1), "first_record_s": round(first, 3)})
+    extra = {"mb_per_s": round(size / MB / seconds, 1), "first_record_s": round(first, 3),
+             "endpoint_cpu_s": round(tree_cpu_seconds(server) - cpu0, 3)}
+    if flood:
+        extra["flood_cpu_s"] = round(tree_cpu_seconds(flood) - flood0, 3)
+    return Result(seconds, dig, bytes=size, records=n, extra=extra)
 
 
-def flooded_case(conf: dict[str, str], topic: str, ends: dict[int, int], port: int, ca: str,
-                 flood: int) -> Result:
+def flooded_case(conf: dict[str, str], topic: str, ends: dict[int, int], server: int, port: int,
+                 ca: str, flood: int) -> Result:
     """The read while ``flood`` idle hostile connections are held (a process of their own, all of
     them opened once before the clock starts; stopped after the read)."""
     from tests.security.test_soak import hostile_main
@@ -140,8 +149,9 @@ def flooded_case(conf: dict[str, str], topic: str, ends: dict[int, int], port: i
             if time.monotonic() > give_up or not proc.is_alive():
                 raise BenchFailure(f"the flood opened {opened.value} of {sum(mix.values())} connections")
             time.sleep(0.1)  # polling another process's counter: no event to wait on
-        res = read_case(conf, topic, ends)
-        res.extra["flood_opened_during_read"] = opened.value
+        before = opened.value
+        res = read_case(conf, topic, ends, server, proc.pid)
+        res.extra["flood_reopened_during_read"] = opened.value - before
         return res
     finally:
         proc.terminate()
@@ -155,7 +165,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5, help="counted rounds (after one warm-up)")
     ap.add_argument("--logins", type=int, default=200, help="connections per case and round in (a)")
     ap.add_argument("--concurrency", type=int, default=4, help="logins at once in (a)")
-    ap.add_argument("--flood", type=int, default=400, help="idle hostile connections held in (b)")
+    ap.add_argument("--flood", type=int, action="append", default=None,
+                    help="idle hostile connections held in (b), one case per value (default: 100 and 400; "
+                    "the endpoint keeps at most 128 not logged in, so 400 also makes it close the oldest "
+                    "and the attacker open them again)")
     ap.add_argument("--no-save", action="store_true", help="write no docs/data/bench-endpoint-hostile.json")
     args = ap.parse_args()
 
@@ -209,13 +222,15 @@ def main() -> None:
 
         reader = {"bootstrap.servers": address, **reader_conf(cluster)}
         port = int(address.rsplit(":", 1)[1])
-        rows = run_rounds({
-            "quiet": lambda: read_case(reader, topic, ends),
-            "flooded": lambda: flooded_case(reader, topic, ends, port, ca, args.flood),
-        }, args.rounds, label="read under flood")
-        rec.section(f"one consumer, tiered range, {args.flood} idle hostile connections or none", rows)
-        rec.add(headline(rows, f"endpoint read rate with {args.flood} idle hostile connections held, "
-                         "against none", "flooded", "quiet", 0.9))
+        floods = args.flood or [100, 400]
+        cases: dict[str, Any] = {"quiet": partial(read_case, reader, topic, ends, endpoint.pid)}
+        for n in floods:
+            cases[f"flooded-{n}"] = partial(flooded_case, reader, topic, ends, endpoint.pid, port, ca, n)
+        rows = run_rounds(cases, args.rounds, label="read under flood")
+        rec.section("one consumer, tiered range, idle hostile connections or none", rows)
+        for n in floods:
+            rec.add(headline(rows, f"endpoint read rate with {n} idle hostile connections held, "
+                             "against none", f"flooded-{n}", "quiet", 0.9))
         rec.facts["ends"] = ends
         rec.save(not args.no_save)
     finally:
