@@ -55,6 +55,10 @@ def run(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     configure_logging(config.log_format, config.log_level)
+    if config.read.serve_http and not args.once:  # the read HTTP API beside the daemon: as `rlm serve`
+        from rlm.commands.serve_plaintext import http_face, refuse_plaintext
+
+        refuse_plaintext(config, [http_face(config)], False)  # before anything is opened
     daemon = Daemon(config, once=args.once)
     stop = StopRequest()
     failed = 0

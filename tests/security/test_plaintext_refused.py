@@ -111,6 +111,13 @@ def test_serve_refuses_either_face_public_in_plaintext(tmp_path: Path) -> None:
     refused("serve", "--config", str(_config(tmp_path, http_host="::", http_port=0)))
 
 
+def test_run_refuses_its_http_api_public_in_plaintext(tmp_path: Path) -> None:
+    """`rlm run` with ``read.serve_http`` starts the same HTTP API as `rlm serve`: the same rule."""
+    cfg = _config(tmp_path, serve_http=True, http_host="0.0.0.0", http_port=0)
+    line = refused("run", "--config", str(cfg))
+    assert "http api" in line and "read.allow_plaintext" in line
+
+
 def test_loopback_binds_need_nothing(tmp_path: Path) -> None:
     cfg = str(_config(tmp_path))
     address = starts(tmp_path, "kafka-serve", "--config", cfg, "--listener", "127.0.0.1:0")
