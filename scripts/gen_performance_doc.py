@@ -28,6 +28,12 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "performance.md"
 DATA_DIR = ROOT / "docs" / "data"
 MB = 1 << 20
+#: per-case fields shown as extra columns (median of the counted rounds) where a benchmark records them
+EXTRA_COLUMNS = {
+    "logins_per_s": "median logins/s",  # bench_endpoint_hostile (a)
+    "endpoint_cpu_s": "median endpoint CPU s",  # bench_endpoint_hostile (b)
+    "flood_cpu_s": "median flood CPU s",
+}
 BLOCK = re.compile(r"<!-- generated: ([\w.-]+) -->\n.*?<!-- end generated: \1 -->", re.S)
 
 
@@ -107,16 +113,23 @@ def render_block(name: str, data: dict[str, Any]) -> str:
         counted = [r for r in rows if not r["warmup"]]
         if not counted:
             continue
+        # per-case figures a benchmark records beside its time, as extra columns when present
+        extras = [(k, title) for k, title in EXTRA_COLUMNS.items()
+                  if any(k in c for c in counted[0]["cases"].values())]
         lines += ["", f"{section}: {len(counted)} counted round(s) after {len(rows) - len(counted)} "
                   "warm-up; every case's content digest equal in every round.", "",
-                  "| case | median s | median MB/s | records |", "|---|---|---|---|"]
+                  "| case | median s | median MB/s | records |" + "".join(f" {t} |" for _, t in extras),
+                  "|---|---|---|---|" + "---|" * len(extras)]
         for case in counted[0]["cases"]:
             secs = statistics.median(r["cases"][case]["seconds"] for r in counted)
             nbytes = counted[0]["cases"][case].get("bytes") or 0
             rate = f"{nbytes / MB / secs:,.1f}" if nbytes else ""
             recs = counted[0]["cases"][case].get("records") or ""
-            lines.append(f"| {case} | {secs:.3f} | {rate} | {recs:,} |" if recs else
-                         f"| {case} | {secs:.3f} | {rate} | |")
+            more = "".join(
+                f" {statistics.median(r['cases'][case][k] for r in counted):,.2f} |"
+                if k in counted[0]["cases"][case] else " |" for k, _ in extras)
+            lines.append((f"| {case} | {secs:.3f} | {rate} | {recs:,} |" if recs else
+                          f"| {case} | {secs:.3f} | {rate} | |") + more)
     lat_any = (data.get("facts") or {}).get("latency_ms")
     if lat_any:
         lines += ["", "| latency (every answer checked) | p50 | p99 | samples |", "|---|---|---|---|"]
