@@ -1,9 +1,12 @@
-"""A real Apache Kafka (KRaft) cluster on 127.0.0.1 for tests: one combined node or three.
+"""A real Apache Kafka cluster on 127.0.0.1 for tests: one node or three, KRaft or ZooKeeper.
 
-Jars come from Maven Central (``deploy/local/kafka/pom.xml``). Each node is a combined
-broker+controller with a static quorum, so ``StorageTool format`` needs no bootstrap flags.
-Kafka's own tools (DumpLogSegments, the console consumer, the metadata formatter) run from
-the same jars through :meth:`KafkaCluster.run_class`.
+Jars come from Maven Central (``deploy/local/kafka/pom.xml`` for the default 4.1.1,
+``deploy/local/kafka28`` and ``kafka35`` for the older versions in :data:`VERSIONS`). A KRaft
+node is a combined broker+controller with a static quorum, so ``StorageTool format`` needs no
+bootstrap flags. In ZooKeeper mode (``zookeeper=True``, Kafka before 4.0) one ZooKeeper server
+is started from the same jars (ZooKeeper is a runtime dependency of ``kafka_2.13``) and every
+node is a plain broker. Kafka's own tools (DumpLogSegments, the console consumer, the metadata
+formatter) run from the same jars through :meth:`KafkaCluster.run_class`.
 """
 
 from __future__ import annotations
@@ -38,6 +41,52 @@ appender.err.layout.pattern = [%d] %p %m (%c)%n
 rootLogger.level = WARN
 rootLogger.appenderRef.err.ref = ERR
 """
+
+# Kafka before 4.0 logs through log4j 1 (log4j 1.2 in 2.8, reload4j in 3.x): same output as above
+LOG4J1 = """\
+log4j.rootLogger=WARN, stderr
+log4j.appender.stderr=org.apache.log4j.ConsoleAppender
+log4j.appender.stderr.Target=System.err
+log4j.appender.stderr.layout=org.apache.log4j.PatternLayout
+log4j.appender.stderr.layout.ConversionPattern=[%d] %p %m (%c)%n
+"""
+
+DEFAULT_VERSION = "4.1.1"
+
+
+@dataclass(frozen=True)
+class KafkaVersion:
+    """A Kafka release the test services can start: its jars (``deploy/local/<jars>``) and modes."""
+
+    version: str
+    jars: str
+    kraft: bool
+    zookeeper: bool
+
+    @property
+    def log4j1(self) -> bool:
+        """Kafka 4.0 moved to log4j 2; older brokers read a log4j 1 properties file."""
+        return not self.version.startswith("4.")
+
+
+# KRaft in 2.8 was an early-access preview without transactions or ACLs: ZooKeeper only here.
+VERSIONS: dict[str, KafkaVersion] = {
+    "4.1.1": KafkaVersion("4.1.1", "kafka", kraft=True, zookeeper=False),
+    "3.5.2": KafkaVersion("3.5.2", "kafka35", kraft=True, zookeeper=True),
+    "2.8.2": KafkaVersion("2.8.2", "kafka28", kraft=False, zookeeper=True),
+}
+
+
+def kafka_version(version: str, *, zookeeper: bool) -> KafkaVersion:
+    """The :class:`KafkaVersion` of ``version``; a ServiceError naming what this version lacks."""
+    v = VERSIONS.get(version)
+    if v is None:
+        raise ServiceError(f"no test jars for Kafka {version!r}: known {sorted(VERSIONS)}")
+    if zookeeper and not v.zookeeper:
+        raise ServiceError(f"Kafka {version} has no ZooKeeper mode")
+    if not zookeeper and not v.kraft:
+        raise ServiceError(f"Kafka {version} is started in ZooKeeper mode only (zookeeper=True)")
+    return v
 
 
 def kafka_uuid() -> str:
@@ -87,24 +136,34 @@ class SaslScram:
 
 @dataclass
 class KafkaCluster:
-    """One or three KRaft nodes. ``extra`` server properties apply to every node; with ``sasl``
-    the client listener is SASL_PLAINTEXT (no PLAINTEXT listener at all)."""
+    """One or three nodes. ``extra`` server properties apply to every node; with ``sasl``
+    the client listener is SASL_PLAINTEXT (no PLAINTEXT listener at all, KRaft only).
+    ``version`` picks the jars (:data:`VERSIONS`); ``zookeeper`` starts a ZooKeeper server and
+    ZooKeeper-mode brokers instead of KRaft nodes."""
 
     nodes: int = 1
     extra: dict[str, str] = field(default_factory=dict)
     sasl: SaslScram | None = None
     name: str = "kafka"
     heap: str = "512m"
+    version: str = DEFAULT_VERSION
+    zookeeper: bool = False
     _nodes: list[KafkaNode] = field(default_factory=list)
     _lib: Path | None = None
     _base: Path | None = None
     cluster_id: str = ""
+    zk_port: int = 0
+    _zk_proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def release(self) -> KafkaVersion:
+        return kafka_version(self.version, zookeeper=self.zookeeper)
 
     # ---- paths and addresses -------------------------------------------------------------
     @property
     def lib(self) -> Path:
         if self._lib is None:
-            self._lib = ensure_jars("kafka")
+            self._lib = ensure_jars(self.release.jars)
         return self._lib
 
     @property
@@ -134,11 +193,14 @@ class KafkaCluster:
 
     # ---- lifecycle -----------------------------------------------------------------------
     def start(self, timeout: float = 120.0) -> KafkaCluster:
+        if self.sasl is not None and self.zookeeper:
+            raise ServiceError("sasl is set up through KRaft's format step: not in ZooKeeper mode")
         _ = self.lib
         self._base = RUN_DIR / f"{self.name}-{os.getpid()}-{time.time_ns()}"
         self._base.mkdir(parents=True)
         (self._base / "log4j2.properties").write_text(LOG4J2)
-        ports = free_ports(2 * self.nodes)
+        (self._base / "log4j.properties").write_text(LOG4J1)
+        ports = free_ports(2 * self.nodes + (1 if self.zookeeper else 0))
         self._nodes = [
             KafkaNode(
                 node_id=i + 1,
@@ -151,9 +213,14 @@ class KafkaCluster:
             for i in range(self.nodes)
         ]
         self.cluster_id = kafka_uuid()
+        if self.zookeeper:
+            self.zk_port = ports[-1]
+            self._start_zookeeper(timeout)
         for n in self._nodes:
             n.config.parent.mkdir(parents=True)
             n.config.write_text(self._properties(n))
+            if self.zookeeper:
+                continue  # a ZooKeeper-mode broker formats its own log dir on first start
             scram: list[str] = []
             if self.sasl is not None:
                 for user, password in self.sasl.users:
@@ -175,6 +242,47 @@ class KafkaCluster:
         for n in self._nodes:
             self._wait_ready(n, timeout)
         return self
+
+    def _start_zookeeper(self, timeout: float) -> None:
+        """One standalone ZooKeeper server from the broker's own jars, for ZooKeeper-mode brokers."""
+        assert self._base is not None
+        zk = self._base / "zookeeper"
+        zk.mkdir()
+        conf = zk / "zookeeper.properties"
+        conf.write_text(
+            f"dataDir={zk / 'data'}\nclientPort={self.zk_port}\nclientPortAddress=127.0.0.1\n"
+            "maxClientCnxns=0\nadmin.enableServer=false\n4lw.commands.whitelist=ruok\n"
+        )
+        log = zk / "zookeeper.log"
+        cmd = [
+            java(),
+            "-Xmx128m",
+            f"-Dlog4j.configuration=file:{self._base / 'log4j.properties'}",
+            "-cp",
+            self.classpath,
+            "org.apache.zookeeper.server.ZooKeeperServerMain",
+            str(conf),
+        ]
+        self._zk_proc = spawn(cmd, log=log)
+
+        def ready() -> bool:
+            import socket
+
+            with socket.create_connection(("127.0.0.1", self.zk_port), timeout=2) as s:
+                s.sendall(b"ruok")
+                return s.recv(4) == b"imok"
+
+        wait_until("zookeeper", ready, timeout=timeout, proc=self._zk_proc, log=log, interval=0.25)
+
+    def _zookeeper_properties(self, n: KafkaNode) -> dict[str, str]:
+        """What a ZooKeeper-mode broker needs instead of the KRaft settings."""
+        return {
+            "broker.id": str(n.node_id),
+            "zookeeper.connect": f"127.0.0.1:{self.zk_port}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{n.broker_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{n.broker_port}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT",
+        }
 
     def _properties(self, n: KafkaNode) -> str:
         voters = ",".join(f"{m.node_id}@127.0.0.1:{m.controller_port}" for m in self._nodes)
@@ -213,6 +321,11 @@ class KafkaCluster:
             "log.initial.task.delay.ms": "1000",
             "auto.create.topics.enable": "false",
         }
+        if self.zookeeper:
+            for kraft_only in ("process.roles", "node.id", "controller.quorum.voters"):
+                del props[kraft_only]
+            del props["controller.listener.names"]
+            props.update(self._zookeeper_properties(n))
         if self.sasl is not None:
             user, password = self.sasl.users[0]
             mech = self.sasl.mechanism
@@ -246,6 +359,7 @@ class KafkaCluster:
             "-XX:MaxGCPauseMillis=20",
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self._base / 'log4j2.properties'}",
+            *self._log4j1_flags(),
             f"-Dkafka.logs.dir={n.log.parent}",
             "-cp",
             self.classpath,
@@ -255,6 +369,11 @@ class KafkaCluster:
         n.proc = spawn(cmd, log=n.log)
         if wait:
             self._wait_ready(n, timeout)
+
+    def _log4j1_flags(self) -> list[str]:
+        if not self.release.log4j1 or self._base is None:
+            return []
+        return [f"-Dlog4j.configuration=file:{self._base / 'log4j.properties'}"]
 
     def stop_node(self, node_id: int) -> None:
         n = self.node(node_id)
@@ -286,6 +405,12 @@ class KafkaCluster:
             elif n.proc is not None:
                 kill(n.proc)
             n.proc = None
+        if self._zk_proc is not None:
+            if keep_data:
+                stop(self._zk_proc, grace=30)
+            else:
+                kill(self._zk_proc)
+            self._zk_proc = None
         if self._base is not None and not keep_data:
             shutil.rmtree(self._base, ignore_errors=True)
 
@@ -304,6 +429,7 @@ class KafkaCluster:
         cmd = [java(), f"-Xmx{heap}", "-Djava.awt.headless=true"]
         if log4j is not None:
             cmd.append(f"-Dlog4j2.configurationFile={log4j}")
+            cmd += self._log4j1_flags()
         cmd += ["-cp", self.classpath, main_class, *args]
         res = subprocess.run(
             cmd,
