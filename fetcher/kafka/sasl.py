@@ -20,6 +20,9 @@ broker's ``session_lifetime_ms`` is passed to the client; a client re-authentica
 SaslHandshake on the same connection, which is relayed on a new broker connection that replaces
 the old one (the principal must not change, or the connection is closed, as in Kafka); a
 session past its lifetime that was not renewed is closed at its next request.
+
+Failed logins are counted per client address and user (:mod:`fetcher.login_limits`); over a
+limit a login is refused before a broker connection is opened or a password hashed.
 """
 
 from __future__ import annotations
