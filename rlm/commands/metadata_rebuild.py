@@ -63,6 +63,8 @@ class PartitionPlan:
     keep: list[FoundSegment] = field(default_factory=list)
     skip: list[tuple[FoundSegment, str]] = field(default_factory=list)
     unusable: list[Unusable] = field(default_factory=list)
+    released: list[Unusable] = field(default_factory=list)
+    """Objects this topic id released to its adopters (:mod:`rlm.daemon.shared_objects`)."""
     unread: set[str] = field(default_factory=set)
     """Kept segments no reader's chain reads (duplicates of a range another copy serves)."""
     written: int = 0
@@ -145,8 +147,10 @@ def build_plans(rsm: RemoteStorageManager, topic: str | None, *, use_descriptors
     for tp in tps:
         if (topic is not None and tp.topic != topic) or tp.topic == PROBE_TOPIC:
             continue  # the probe partition holds the daemon's storage probes, never data
-        found, unusable = scan_partition(rsm, tp, use_descriptors=use_descriptors)
-        plans.append(plan_partition(found, unusable, tp))
+        scan = scan_partition(rsm, tp, use_descriptors=use_descriptors)
+        plan = plan_partition(scan.found, scan.unusable, tp)
+        plan.released = scan.released
+        plans.append(plan)
     return plans
 
 
@@ -166,6 +170,8 @@ def plan_json(p: PartitionPlan) -> dict[str, Any]:
             "skip": [{**_seg(f), "reason": why} for f, why in p.skip],
             "unusable": [{"segment_id": u.segment_id, "start_offset": u.start_offset, "reason": u.reason}
                          for u in p.unusable],
+            "released": [{"segment_id": u.segment_id, "start_offset": u.start_offset, "reason": u.reason}
+                         for u in p.released],
             "written": p.written, "already_present": p.already, "refused": p.refused}
 
 
@@ -185,6 +191,8 @@ def _print_text(plans: list[PartitionPlan], execute: bool) -> None:
                   f"{md.remote_log_segment_id.id.text}: {why}")
         for u in p.unusable:
             print(f"  unusable segment {u.segment_id} at {u.start_offset}: {u.reason}")
+        for u in p.released:
+            print(f"  released segment {u.segment_id} at {u.start_offset}: {u.reason}")
         if p.refused:
             print(f"  refused: {p.refused}")
         elif execute:

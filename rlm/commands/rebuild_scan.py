@@ -19,16 +19,24 @@ is described in one of two ways:
   but without the per-file checksum check).
 
 A segment without its ``.log`` is not a segment: the ``.log`` is uploaded last (the commit marker)
-and deleted first, so its absence means a copy that never finished or a delete under way.
+and deleted first, so its absence means a copy that never finished or a delete under way — with
+one exception, **adopted segments** (``rlm restore --adopt-into``): their objects are stored under
+the source topic id, and the adopter's partition holds only their descriptor, naming both ids
+(:mod:`rlm.daemon.shared_objects`). Such a descriptor is a segment of the adopter's lineage when
+the objects it redirects to still hold a ``.log``. The objects the source's topic id released
+(its descriptor replaced by a release record, kept for adopters) are not part of its lineage any
+more: they are reported as ``released``, not rebuilt. A stored partition's adopters registry is
+not a segment either and is passed over.
 """
 
 from __future__ import annotations
 
 import tempfile
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from rlm.daemon.shared_objects import is_registry, is_release, locator, registry_id
 from rlm.errors import RemoteStorageError, RemoteStorageIntegrityError, RlmError
 from rlm.lineage import epochs_for_range
 from rlm.log import scan_batches
@@ -36,20 +44,24 @@ from rlm.log.checkpoints import parse_leader_epoch_checkpoint
 from rlm.types import (
     IndexType,
     KafkaUuid,
-    RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
     TopicIdPartition,
 )
-from rsm_plugins import descriptor
+from rsm_plugins import descriptor, redirect
 from rsm_plugins.api import RemoteStorageManager, StoredObject
 from rsm_plugins.layout import SegmentFileType
 
 _CHUNK = 1 << 20
+_NO_LOG = "no .log object (a copy that never finished, or a delete under way): not a segment"
 
 
 class RebuildError(RlmError):
     """A segment's objects cannot be turned into metadata (named in the message)."""
+
+
+class SegmentReleasedError(RlmError):
+    """The segment's topic id released it (objects kept only for adopters): not its lineage's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,33 +93,83 @@ def _group(objects: Iterable[StoredObject]) -> dict[tuple[int, str], dict[Segmen
 
 def _placeholder(tp: TopicIdPartition, sid: str, start: int, size: int) -> RemoteLogSegmentMetadata:
     """Metadata naming only what a plugin needs to locate the segment's objects."""
-    return RemoteLogSegmentMetadata(
-        RemoteLogSegmentId(tp, KafkaUuid.from_text(sid)), start_offset=start, end_offset=start,
-        max_timestamp_ms=-1, broker_id=-1, event_timestamp_ms=0, segment_size_in_bytes=size,
-        segment_leader_epochs=((0, start),), state=RemoteLogSegmentState.COPY_SEGMENT_FINISHED)
+    return replace(locator(tp, sid, start), segment_size_in_bytes=size)
+
+
+@dataclass
+class PartitionScan:
+    """What the bucket holds for one partition."""
+
+    found: list[FoundSegment] = field(default_factory=list)
+    unusable: list[Unusable] = field(default_factory=list)
+    released: list[Unusable] = field(default_factory=list)
+    """Segments whose objects this topic id released to its adopters (not its lineage's)."""
+
+
+def _stored_logs(rsm: RemoteStorageManager, stored: TopicIdPartition,
+                 cache: dict[TopicIdPartition, set[tuple[int, str]]]) -> set[tuple[int, str]]:
+    """(start, segment id) of the ``.log`` objects under ``stored`` (listed once per scan)."""
+    if stored not in cache:
+        objects = rsm.list_segment_objects(stored) or []
+        cache[stored] = {(o.start_offset, o.segment_id) for o in objects
+                         if o.file_type is SegmentFileType.SEGMENT and o.segment_id is not None
+                         and o.start_offset is not None}
+    return cache[stored]
+
+
+def _descriptor_only(rsm: RemoteStorageManager, tp: TopicIdPartition, sid: str, start: int, key: str,
+                     cache: dict[TopicIdPartition, set[tuple[int, str]]]) -> FoundSegment | Unusable | None:
+    """A descriptor without objects: an adopted segment (its objects under another topic id), the
+    registry (``None``: not a segment), or a leftover."""
+    if start == 0 and KafkaUuid.from_text(sid) == registry_id(tp):
+        return None
+    place = locator(tp, sid, start)
+    data = rsm.read_segment_descriptor(place)
+    if data is not None and is_registry(data):
+        return None
+    why = _NO_LOG
+    if data is None:
+        return Unusable(sid, start, why)
+    try:
+        md = descriptor.decode(data, key, place.remote_log_segment_id)
+        found = redirect.decode(md.custom_metadata)
+    except RemoteStorageIntegrityError as e:
+        return Unusable(sid, start, f"{why}; its descriptor is unusable: {e}")
+    if found is None:
+        return Unusable(sid, start, why)
+    if (start, sid) not in _stored_logs(rsm, found.stored, cache):
+        return Unusable(sid, start, f"adopted from {found.stored}, whose objects of the segment are gone")
+    return FoundSegment(md, f"descriptor (adopted: objects under topic id {found.stored.topic_id.text})")
 
 
 def scan_partition(
     rsm: RemoteStorageManager, tp: TopicIdPartition, *, use_descriptors: bool = True
-) -> tuple[list[FoundSegment], list[Unusable]]:
+) -> PartitionScan:
     """Every complete segment of ``tp`` in the bucket, oldest first, and the leftovers."""
     objects = rsm.list_segment_objects(tp)
     if objects is None:
         raise RemoteStorageError(f"{rsm.display_name} storage cannot list {tp}: rebuild needs a listing")
-    found: list[FoundSegment] = []
-    unusable: list[Unusable] = []
+    scan = PartitionScan()
+    cache: dict[TopicIdPartition, set[tuple[int, str]]] = {}
     for (start, sid), files in sorted(_group(objects).items()):
         log_obj = files.get(SegmentFileType.SEGMENT)
-        if log_obj is None:
-            unusable.append(Unusable(sid, start, "no .log object (a copy that never finished, or a delete "
-                                                  "under way): not a segment"))
-            continue
         where = f"{tp.topic}-{tp.partition} segment {sid} at offset {start}"
+        if log_obj is None:
+            desc = files.get(SegmentFileType.DESCRIPTOR)
+            got = (_descriptor_only(rsm, tp, sid, start, desc.key, cache)
+                   if desc is not None and len(files) == 1 else Unusable(sid, start, _NO_LOG))
+            if isinstance(got, FoundSegment):
+                scan.found.append(got)
+            elif got is not None:
+                scan.unusable.append(got)
+            continue
         try:
-            found.append(describe(rsm, tp, sid, start, files, use_descriptors=use_descriptors))
+            scan.found.append(describe(rsm, tp, sid, start, files, use_descriptors=use_descriptors))
+        except SegmentReleasedError as e:
+            scan.released.append(Unusable(sid, start, f"{where}: {e}"))
         except (RlmError, ValueError) as e:
-            unusable.append(Unusable(sid, start, f"{where}: {e}"))
-    return found, unusable
+            scan.unusable.append(Unusable(sid, start, f"{where}: {e}"))
+    return scan
 
 
 def describe(rsm: RemoteStorageManager, tp: TopicIdPartition, sid: str, start: int,
@@ -115,9 +177,13 @@ def describe(rsm: RemoteStorageManager, tp: TopicIdPartition, sid: str, start: i
     """The metadata of one segment: from its descriptor when present, else from its files."""
     log_obj = files[SegmentFileType.SEGMENT]
     place = _placeholder(tp, sid, start, log_obj.size)
-    if use_descriptors and SegmentFileType.DESCRIPTOR in files:
+    if SegmentFileType.DESCRIPTOR in files:
         data = rsm.read_segment_descriptor(place)
-        if data is not None:
+        if data is not None and is_release(data):
+            raise SegmentReleasedError(
+                f"released by topic id {tp.topic_id.text}; its objects are kept only for the topic ids that "
+                "adopted them (see their partitions)")
+        if data is not None and use_descriptors:
             key = files[SegmentFileType.DESCRIPTOR].key
             try:
                 md = descriptor.decode(data, key, place.remote_log_segment_id)

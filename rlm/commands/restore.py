@@ -301,7 +301,7 @@ def _adopt(args: argparse.Namespace, config: Any, rsm: RemoteStorageManager, to_
         try:
             for ad in plans:
                 try:
-                    apply_adoption(target, rsm, ad)
+                    apply_adoption(target, rsm, ad, release_source=args.release_source)
                 except AdoptConflictError as e:
                     refused.append(str(e))
         finally:
@@ -310,6 +310,8 @@ def _adopt(args: argparse.Namespace, config: Any, rsm: RemoteStorageManager, to_
            "adopted": [{"topic": ad.target.topic, "partition": ad.target.partition,
                         "from_topic_id": ad.source.topic_id.text, "topic_id": ad.target.topic_id.text,
                         "segments": len(ad.segments), "written": ad.written, "already_present": ad.already,
+                        "referenced": ad.referenced,
+                        "released_source": bool(args.release_source and args.execute),
                         "first_offset": ad.segments[0].start_offset if ad.segments else None,
                         "next_offset": max(md.end_offset for md in ad.segments) + 1 if ad.segments else None,
                         "log_start": ad.log_start} for ad in plans]}
@@ -436,6 +438,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="instead of writing files: write the old history into the metadata store of the "
                         "new cluster's sidecar configuration F2, under the new topic id (read from "
                         "--log-dir), pointing at the existing objects (the store must be reachable)")
+    p.add_argument("--release-source", action="store_true",
+                   help="with --adopt-into: the source topic id no longer references the adopted objects "
+                        "(its cluster is gone); retention of the adopters alone decides when they are "
+                        "deleted (default: kept while the source's descriptors say it holds them)")
     p.add_argument("--reserve-producer-ids", metavar="BOOTSTRAP",
                    help="instead of writing files: once the new cluster runs with the restored files and "
                         "before producers connect, advance its producer-id allocator past the highest "

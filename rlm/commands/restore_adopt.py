@@ -8,6 +8,16 @@ segment id, offsets, leader epochs, size and timestamps, and custom metadata tha
 storage plugins to the objects stored under the old topic id (:mod:`rsm_plugins.redirect`). The
 published log start offset (``DeleteRecords`` bound) is carried over too.
 
+The objects are then shared, so the bucket records who references them
+(:mod:`rlm.daemon.shared_objects`), before the adopted segment is written: the source's
+descriptor (written if an older copy left none), the stored partition's adopters registry, and a
+descriptor under the new topic id naming both ids (the redirect). Every retention — the new
+cluster's, another adopter's, the source's — then deletes the objects only when no topic id still
+references them, and ``rlm metadata rebuild`` recovers the adopted lineage from the bucket after a
+second disaster. A rerun records the references of segments an older version adopted without
+them. ``--release-source`` drops the source topic id's reference (its cluster is gone and will not
+run retention): the adopters' retention alone then decides.
+
 So the new cluster's sidecar sees the history as its own: the read faces serve it under the new
 topic id at the old offsets, its copier does not copy again what is already remote (the restored
 local segments lie inside the adopted range), and retention deletes adopted segments — with their
@@ -23,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from rlm.daemon.crash import crash_point
+from rlm.daemon.shared_objects import record_adoption, release_owner
 from rlm.errors import RlmError
 from rlm.types import (
     KafkaUuid,
@@ -51,7 +62,11 @@ class Adoption:
     source: TopicIdPartition
     target: TopicIdPartition
     segments: list[RemoteLogSegmentMetadata] = field(default_factory=list)
+    owners: list[RemoteLogSegmentMetadata] = field(default_factory=list)
+    """The source's finished segments, in the order of :attr:`segments`."""
     written: int = 0
+    referenced: int = 0
+    """Segments whose shared objects now record this adoption's reference."""
     already: int = 0
     log_start: int | None = None
 
@@ -69,10 +84,11 @@ def plan_adoption(source: RemoteLogMetadataManager, tp: TopicIdPartition, new_to
     target = TopicIdPartition(new_topic_id, to_topic, tp.partition)
     segs = sorted((md for md in source.list_remote_log_segments(tp) if md.state is _FINISHED),
                   key=lambda md: (md.start_offset, md.remote_log_segment_id.id.text))
-    return Adoption(tp, target, [adopted(md, target) for md in segs])
+    return Adoption(tp, target, [adopted(md, target) for md in segs], owners=segs)
 
 
-def apply_adoption(target: RemoteLogMetadataManager, rsm: RemoteStorageManager, ad: Adoption) -> None:
+def apply_adoption(target: RemoteLogMetadataManager, rsm: RemoteStorageManager, ad: Adoption,
+                   release_source: bool = False) -> None:
     """Write the adopted segments into ``target`` (see the module docstring); raises
     :class:`AdoptConflictError` before writing anything when the partition holds other segments."""
     tp = ad.target
@@ -88,7 +104,11 @@ def apply_adoption(target: RemoteLogMetadataManager, rsm: RemoteStorageManager, 
                 f"store already holds segment {sid.id.text} (offsets {md.start_offset}..{md.end_offset}, "
                 f"{md.state.name}) that is not an adopted segment of {ad.source}; adopt before the "
                 "new cluster's sidecar tiers anything")
-    for md in ad.segments:
+    for owner, md in zip(ad.owners, ad.segments, strict=True):
+        if record_adoption(rsm, owner, md):  # the reference first: no retention may delete it now
+            ad.referenced += 1
+        if release_source:
+            release_owner(rsm, owner)
         have = existing.get(md.remote_log_segment_id)
         if have is not None and have.state is _FINISHED:
             ad.already += 1

@@ -157,7 +157,7 @@ def verify(args: argparse.Namespace) -> int:
             {"partition": r.partition, "topic_id": tp.topic_id.text, "segments": r.segments,
              "objects": r.objects, "recent_objects": r.recent,
              "problems": [asdict(p) for p in r.problems],
-             "off_lineage": [asdict(p) for p in r.off_lineage],
+             "off_lineage": [asdict(p) for p in r.off_lineage], "shared": r.shared,
              "tiers": _tiers_json(tiers[tp])} for tp, r in reports],
             "problems": len(problems), "repairs": repairs}
         json.dump(out, sys.stdout, indent=1)

@@ -14,10 +14,12 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from fetcher.planning import plan_partition
+from rlm.daemon.shared_objects import holds, locator, references, registry_id
 from rlm.errors import RemoteResourceNotFoundError, RemoteStorageError, RlmError
 from rlm.lineage import judge_segments, lineage_from_segments
 from rlm.log.records import iter_batches
-from rlm.types import IndexType, RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
+from rlm.types import IndexType, KafkaUuid, RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
+from rsm_plugins import redirect
 from rsm_plugins.api import RemoteStorageManager, StoredObject
 from rsm_plugins.integrity import Crc32c, FileChecksum, decode
 from rsm_plugins.layout import SegmentFileType
@@ -52,6 +54,10 @@ class PartitionReport:
     off_lineage: list[Problem] = field(default_factory=list)
     """FINISHED segments off the leader-epoch lineage and read by no chain: listed, not failed
     (the leader's sidecar quarantines them and deletes them after ``off_lineage_grace_ms``)."""
+    shared: dict[str, list[str]] = field(default_factory=dict)
+    """Segment id -> the other partitions (topic ids) that reference its objects: objects this
+    store's metadata no longer names but an adopter (or the source) still reads are not orphans,
+    and adopted segments are listed with who else holds them (:mod:`rlm.daemon.shared_objects`)."""
 
 
 def name_of(tp: TopicIdPartition) -> str:
@@ -160,6 +166,50 @@ def check_layout(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata, report
                                        (md.start_offset, md.end_offset)))
 
 
+def check_references(rsm: RemoteStorageManager, tp: TopicIdPartition, segs: list[RemoteLogSegmentMetadata],
+                     report: PartitionReport) -> None:
+    """Each adopted (redirected) finished segment records this partition's reference in the bucket
+    (else another topic id's retention may delete it: ``unrecorded_reference``, fixed by rerunning
+    the adoption); the other references are listed."""
+    for md in segs:
+        if md.state is not S.COPY_SEGMENT_FINISHED or redirect.decode(md.custom_metadata) is None:
+            continue
+        sid = md.remote_log_segment_id.id.text
+        try:
+            mine = holds(rsm, tp, md)
+            others = references(rsm, md, exclude=tp)
+        except RemoteStorageError as e:
+            report.problems.append(Problem(report.partition, "corrupt_object", f"{_seg(md)}: references "
+                                           f"unreadable: {e}", sid, (md.start_offset, md.end_offset)))
+            continue
+        if others:
+            report.shared[sid] = [str(o) for o in others]
+        if not mine:
+            report.problems.append(Problem(
+                report.partition, "unrecorded_reference", f"{_seg(md)}: adopted from "
+                f"{redirect.stored_partition(md)}, but the bucket does not record this topic id's reference "
+                "(another topic id's retention may delete it; rerun rlm restore --adopt-into)", sid,
+                (md.start_offset, md.end_offset)))
+
+
+def _still_referenced(rsm: RemoteStorageManager, tp: TopicIdPartition, obj: StoredObject,
+                      report: PartitionReport, seen: dict[tuple[str, int], bool]) -> bool:
+    """Whether an object no metadata of this store names belongs to another topic id: the stored
+    partition's adopters registry, or a segment an adopter still references."""
+    if obj.segment_id is None or obj.start_offset is None:
+        return False
+    key = (obj.segment_id, obj.start_offset)
+    if key not in seen:
+        if obj.start_offset == 0 and KafkaUuid.from_text(obj.segment_id) == registry_id(tp):
+            seen[key] = True
+        else:
+            others = references(rsm, locator(tp, obj.segment_id, obj.start_offset), exclude=tp)
+            if others:
+                report.shared[obj.segment_id] = [str(o) for o in others]
+            seen[key] = bool(others)
+    return seen[key]
+
+
 def check_partition(rsm: RemoteStorageManager, tp: TopicIdPartition,
                     segments: Iterable[RemoteLogSegmentMetadata], *, now_ms: int, grace_ms: int,
                     metadata_read_ms: int, deep: bool = False) -> PartitionReport:
@@ -189,6 +239,7 @@ def check_partition(rsm: RemoteStorageManager, tp: TopicIdPartition,
             "not on the leader-epoch lineage and read by no reader (quarantined by the leader's sidecar, "
             "deleted after off_lineage_grace_ms)", md.remote_log_segment_id.id.text,
             (md.start_offset, md.end_offset)))
+    check_references(rsm, tp, segs, report)
     for lo, hi in plan_partition(tp, segs).gaps:
         report.problems.append(Problem(part, "offset_gap", f"no remote segment on the epoch lineage "
                                        f"holds offsets {lo}..{hi}", offsets=(lo, hi)))
@@ -196,10 +247,11 @@ def check_partition(rsm: RemoteStorageManager, tp: TopicIdPartition,
     if listing is not None:
         report.objects = len(listing)
         known = {md.remote_log_segment_id.id.text for md in segs if md.state is not S.DELETE_SEGMENT_FINISHED}
+        seen: dict[tuple[str, int], bool] = {}
         for obj in listing:
             if obj.modified_ms >= metadata_read_ms:
                 report.recent += 1
-            elif obj.segment_id not in known:
+            elif obj.segment_id not in known and not _still_referenced(rsm, tp, obj, report, seen):
                 report.orphans.append(obj)
                 what = (f"segment {obj.segment_id} (start offset {obj.start_offset})"
                         if obj.segment_id else "not a segment file")

@@ -1,7 +1,8 @@
 """Deleting one remote segment: DELETE_SEGMENT_STARTED → RSM delete → DELETE_SEGMENT_FINISHED.
 
 Shared by the copier (undoing a failed copy), expiry and the partition remover. A failure leaves
-the segment DELETE_SEGMENT_STARTED, which expiry retries on its next run.
+the segment DELETE_SEGMENT_STARTED, which expiry retries on its next run. Objects shared with
+another topic id by adoption are only dereferenced (:mod:`rlm.daemon.shared_objects`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import structlog
 
 from rlm.daemon.context import TaskContext, now_ms
 from rlm.daemon.crash import crash_point
+from rlm.daemon.shared_objects import delete_segment_objects
 from rlm.types import RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState
 
 log = structlog.get_logger(__name__)
@@ -32,7 +34,7 @@ def delete_remote_segment(ctx: TaskContext, md: RemoteLogSegmentMetadata, reason
             )
         )
         crash_point("after_delete_started")
-    ctx.rsm.delete_log_segment_data(md)
+    kept_for = delete_segment_objects(ctx.rsm, md)  # objects another topic id references stay
     crash_point("after_rsm_delete")
     ctx.meta(
         ctx.rlmm.update_remote_log_segment_metadata(
@@ -58,4 +60,5 @@ def delete_remote_segment(ctx: TaskContext, md: RemoteLogSegmentMetadata, reason
         start_offset=md.start_offset,
         end_offset=md.end_offset,
         reason=reason,
+        shared_with=[str(tp) for tp in kept_for] or None,
     )

@@ -213,7 +213,9 @@ def test_topic_comes_back_in_a_new_cluster_from_the_bucket(
         wait_for("partition dir on B", lambda: (target / "partition.metadata").exists())
         new_id = read_partition_metadata(target / "partition.metadata")
         restore = ["restore", "--config", str(cfg_r), "--topic", topic, "--log-dir", str(b.log_dir)]
-        (ad,) = cli(capsys, *restore, "--adopt-into", str(cfg_b), "--execute")["adopted"]
+        # A is gone for good: its topic id's reference to the objects is released, so B's
+        # retention alone decides when they are deleted (rlm.daemon.shared_objects)
+        (ad,) = cli(capsys, *restore, "--adopt-into", str(cfg_b), "--release-source", "--execute")["adopted"]
         assert ad["topic_id"] == new_id.text != ad["from_topic_id"]
         assert (ad["written"], ad["first_offset"], ad["next_offset"]) == (n, 0, tiered_end)
         b.stop_node(1)
