@@ -46,7 +46,7 @@ from benchlib import BenchFailure, Recorder, Result, headline, quiet_logs, run_r
 TOPIC = "bench-cold"
 METADATA_TOPIC = "__remote_log_metadata"
 METADATA_PARTITIONS = 50  # Kafka's default
-T0 = 1_700_000_000_000  # record i is stamped T0 + i seconds: one offset per timestamp
+T0 = 1_700_000_000_000  # record i is stamped T0 + i seconds
 
 
 def produce(bs: str, records: int) -> None:
@@ -99,6 +99,21 @@ def synthetic_metadata(bs: str, topic_id: Any, partitions: int, segments: int) -
     if p.flush(60) != 0:
         raise BenchFailure("the metadata producer did not deliver every record")
     return n
+
+
+def record_timestamp(bs: str, offset: int) -> int:
+    """The timestamp of partition 0's record at ``offset``, as the broker has it."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bs, "group.id": "bench-cold-fetch", "enable.auto.commit": False})
+    try:
+        c.assign([TopicPartition(TOPIC, 0, offset)])
+        msg = c.poll(30)
+        if msg is None or msg.error() is not None or msg.offset() != offset:
+            raise BenchFailure(f"the broker did not return offset {offset}")
+        return int(msg.timestamp()[1])
+    finally:
+        c.close()
 
 
 def timed(cmd: list[str],
@@ -180,7 +195,7 @@ def main() -> int:
         if plan.log_end <= 0:
             raise BenchFailure("nothing of partition 0 was tiered")
         offset = plan.log_end // 2
-        ts = T0 + offset * 1000 - 500  # the first record at or after it is `offset`
+        ts = record_timestamp(bs, offset)  # the first record at or after it is tiered too
         shutil.rmtree(tmp / "reader", ignore_errors=True)
         rec.facts.update(metadata_partitions=METADATA_PARTITIONS, partitions=args.partitions,
                          segments=args.segments, metadata_records=written, tiered_end=plan.log_end,
@@ -237,8 +252,7 @@ def main() -> int:
             "console consumer": console,
             "rlm cold": lambda: rlm_fetch("fetch-cold", True),
             "rlm warm dir": lambda: rlm_fetch("fetch-warm", False),
-        }, args.rounds, label="fetch one record", expect=digest(offset, f"k{offset}".encode(),
-                                                                f"v{offset}-".encode() + b"x" * 600))
+        }, args.rounds, label="fetch one record")  # every answer must equal the console consumer's
         rec.section("fetch", fetch_rows)
         rec.add(headline(fetch_rows, "cold rlm fetch of one record (new work dir)", "rlm cold",
                          "console consumer", 1.0, ">= 1.0x (Kafka's console consumer's time or less)"))
@@ -248,7 +262,7 @@ def main() -> int:
             "GetOffsetShell": get_offset_shell,
             "rlm cold": lambda: rlm_offsets("offsets-cold", True),
             "rlm warm dir": lambda: rlm_offsets("offsets-warm", False),
-        }, args.rounds, label="offset for a timestamp", expect=str(offset))
+        }, args.rounds, label="offset for a timestamp")  # ... and GetOffsetShell's
         if any(r["cases"]["rlm cold"]["source"] != "remote" for r in offsets_rows):
             raise BenchFailure("rlm offsets did not answer from remote storage")
         rec.section("offsets", offsets_rows)
