@@ -18,7 +18,12 @@ Per partition of the remote metadata store (read-only, as the read side opens it
   against the manifest's chunk index and index slices, and the segment the manifest embeds
   (every chunk's GCM tag and zstd frame is checked by the whole-file read above);
 * with ``--deep``, every ``.log`` decodes (batch CRCs) to its recorded end offset and size
-  (``incomplete_segment``, ``undecodable_segment``). Files are streamed, never held whole.
+  (``incomplete_segment``, ``undecodable_segment``). Files are streamed, never held whole. When a
+  log dir of the configuration holds the partition (after ``rlm restore``), the local log is
+  checked against the bucket as well: each local segment that is a copy of a remote one holds its
+  bytes (``local_segment_mismatch``), the local log start is not below the published
+  ``DeleteRecords`` bound (``local_log_start``), the leader epochs below the remote end are the
+  remote lineage's (``local_epochs``) — :func:`.verify_local.check_restored`.
 
 ``--repair`` shows what is safe to fix, deleting orphan segments whose objects are all older
 than the grace period (so an upload in progress is never touched); nothing changes unless
@@ -52,10 +57,12 @@ if TYPE_CHECKING:  # log-dir reading (numpy) loads when a partition is checked, 
 
 
 def _coverage(log_dirs: list[Path], tp: TopicIdPartition, report: PartitionReport,
-              segs: list[RemoteLogSegmentMetadata]) -> Coverage | None:
+              segs: list[RemoteLogSegmentMetadata], rsm: RemoteStorageManager | None = None,
+              ) -> Coverage | None:
     """Remote and local ranges of ``tp`` when a log dir holds it; a gap between them is a
-    ``local_gap`` problem (:mod:`.verify_local`)."""
-    from .verify_local import coverage
+    ``local_gap`` problem (:mod:`.verify_local`). With ``rsm`` (``--deep``) the local log is
+    checked against the bucket too: restored segments' bytes, log start, epochs."""
+    from .verify_local import check_restored, coverage
 
     plan = plan_partition(tp, segs)
     if not plan.segments:
@@ -66,6 +73,9 @@ def _coverage(log_dirs: list[Path], tp: TopicIdPartition, report: PartitionRepor
         report.problems.append(Problem(report.partition, "local_gap", f"offsets {lo}..{hi} are neither in "
                                        f"remote storage nor in the local log {cov.local_dir}",
                                        offsets=(lo, hi)))
+    if cov is not None and rsm is not None:
+        for f in check_restored(rsm, plan, Path(cov.local_dir), rsm.read_log_start_offset(tp)):
+            report.problems.append(Problem(report.partition, f.kind, f.message, offsets=f.offsets))
     return cov
 
 
@@ -137,8 +147,8 @@ def verify(args: argparse.Namespace) -> int:
             reports = [(tp, check_partition(rsm, tp, rlmm.list_remote_log_segments(tp), now_ms=now,
                                             grace_ms=grace, metadata_read_ms=metadata_read_ms,
                                             deep=args.deep)) for tp in tps]
-            tiers = {tp: _coverage(config.log_dirs, tp, r, list(rlmm.list_remote_log_segments(tp)))
-                     for tp, r in reports}
+            tiers = {tp: _coverage(config.log_dirs, tp, r, list(rlmm.list_remote_log_segments(tp)),
+                                   rsm if args.deep else None) for tp, r in reports}
         finally:
             rlmm.close()
         repairs: list[dict[str, Any]] = []
