@@ -75,7 +75,9 @@ from fetcher.kafka.codec import (
     response_class,
 )
 from fetcher.kafka.context import EndpointContext, ListenerSettings
+from fetcher.kafka.errors import InvalidRequest
 from fetcher.kafka.groups import CLIENT_HOST
+from fetcher.kafka.requester import CONNECTION
 from fetcher.kafka.sasl import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY, CloseConnection
 from fetcher.kafka.security import EndpointSecurity
 
@@ -329,6 +331,7 @@ class Connection:
                 self.writer.close()  # also when stop() cancels a drain that took too long
                 if self.guard is not None:
                     self.guard.close()  # the broker connections go with the client's, whatever happened
+                self.ctx.fetch_sessions.close_connection(self)  # its fetch sessions are no one else's
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await self.writer.wait_closed()
 
@@ -465,6 +468,7 @@ class Connection:
             )
             raise _Close from None
         try:
+            CONNECTION.set(self)  # fetch sessions belong to the connection (fetcher.kafka.requester)
             if self.guard is not None:
                 resp = await self.guard.dispatch(self.ctx, key, version, header, body, HANDLERS.get(key))
             else:
@@ -472,6 +476,10 @@ class Connection:
             return encode_response(corr, resp)
         except CloseConnection:
             raise _Close from None
+        except InvalidRequest as e:  # a field out of its range: the client's fault, no traceback
+            log.warning("kafka_request_field_invalid", peer=self.peer, api_key=key, api_version=version,
+                        error=str(e))
+            return encode_response(corr, e.answer(response_class(key, version)))
         except Exception as e:
             log.exception(
                 "kafka_handler_failed", peer=self.peer, api_key=key, api_version=version, error=str(e)
