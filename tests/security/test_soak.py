@@ -343,6 +343,7 @@ def test_three_consumers_read_everything_under_500_hostile_connections(
     # the hostile process is gone: its connections are closed, none kept by the endpoint
     wait_for("hostile connections released", lambda: endpoint.endpoint.connections <= 3, timeout=30)
     growth = _rss_mib() - rss_before
+    print(f"soak: RSS {rss_before:.0f} MiB before the flood, grew by {growth:.0f} MiB")
     assert growth < RSS_GROWTH_MIB, f"the endpoint's process grew by {growth:.0f} MiB"
     # and a new login is served at once afterwards
     assert read_range(conf, b, t.remote_end["B"]) == t.before["B"]
