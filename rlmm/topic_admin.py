@@ -7,7 +7,8 @@ refuses to start, because the partitioner would then send events to partitions n
 We do the same, retrying transient failures every ``initialization.retry.interval.ms`` until
 ``initialization.retry.max.timeout.ms``. One difference, asked for by the issue: when the
 replication factor is not configured we create with ``min(3, live brokers)`` so a one-broker
-dev cluster works out of the box.
+dev cluster works out of the box. Another: ``remote.storage.enable`` is sent only to brokers that
+know it (Kafka 3.6+, KIP-405); Kafka 2.8-3.5 refuse a CreateTopics naming an unknown topic config.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 import structlog
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType  # type: ignore[attr-defined]
 from confluent_kafka.cimpl import NewTopic
 
 from rlm.errors import ConfigError, MetadataUnavailableError
@@ -27,19 +28,50 @@ from rlmm.topic_config import TopicRlmmConfig
 log = structlog.get_logger(__name__)
 
 
-def topic_configs(cfg: TopicRlmmConfig) -> dict[str, str]:
-    """The topic-level configs Kafka sets on the metadata topic."""
-    return {"retention.ms": str(cfg.retention_ms), "cleanup.policy": "delete",
-            "remote.storage.enable": "false"}
+REMOTE_STORAGE_ENABLE = "remote.storage.enable"
+# A broker config every broker with tiered storage has (3.6+), on or off: DescribeConfigs lists it
+TIERED_STORAGE_BROKER_CONFIG = "remote.log.storage.system.enable"
 
 
-def new_metadata_topic(cfg: TopicRlmmConfig, live_brokers: int) -> NewTopic:
+def topic_configs(cfg: TopicRlmmConfig, *, remote_storage_known: bool = True) -> dict[str, str]:
+    """The topic-level configs Kafka sets on the metadata topic; without ``remote_storage_known``
+    (a broker before 3.6) ``remote.storage.enable``, which such a broker refuses, is left out."""
+    configs = {"retention.ms": str(cfg.retention_ms), "cleanup.policy": "delete"}
+    if remote_storage_known:
+        configs[REMOTE_STORAGE_ENABLE] = "false"
+    return configs
+
+
+def broker_knows_remote_storage(admin: AdminClient, timeout: float) -> bool:
+    """Does the cluster's broker know the topic config ``remote.storage.enable`` (Kafka 3.6+)?
+
+    Asked by DescribeConfigs of one live broker: brokers with tiered storage list
+    ``remote.log.storage.system.enable`` whether it is on or off. When the broker cannot be asked
+    (DescribeConfigs denied), the answer is yes: the CreateTopics then fails with the broker's own
+    message instead of the sidecar guessing.
+    """
+    brokers = sorted(admin.list_topics(timeout=timeout).brokers)
+    if not brokers:
+        return True
+    res = ConfigResource(ResourceType.BROKER, str(brokers[0]))
+    try:
+        entries = admin.describe_configs([res], request_timeout=timeout)[res].result(timeout=timeout + 1)
+    except KafkaException as e:
+        log.warning("rlmm_broker_configs_unreadable", broker=brokers[0], error=str(e))
+        return True
+    return TIERED_STORAGE_BROKER_CONFIG in entries
+
+
+def new_metadata_topic(
+    cfg: TopicRlmmConfig, live_brokers: int, *, remote_storage_known: bool = True
+) -> NewTopic:
     """The CreateTopics request the daemon sends (``rlm check`` sends the same one validate-only,
     so what it accepts is what the daemon will create): the configured partitions, the configured
-    replication factor or ``min(3, live brokers)``, and :func:`topic_configs`."""
+    replication factor or ``min(3, live brokers)``, and :func:`topic_configs` (asked of the broker
+    with :func:`broker_knows_remote_storage`)."""
     rf = cfg.replication_factor or min(3, max(1, live_brokers))
     return NewTopic(cfg.topic_name, num_partitions=cfg.num_partitions, replication_factor=rf,
-                    config=topic_configs(cfg))
+                    config=topic_configs(cfg, remote_storage_known=remote_storage_known))
 
 
 def _existing_partitions(admin: AdminClient, topic: str, timeout: float) -> int | None:
@@ -96,7 +128,11 @@ def _ensure_once(cfg: TopicRlmmConfig, admin: AdminClient, *, timeout: float) ->
             "remote.log.metadata.topic.create is false (a reader of a broker's own tiered storage "
             "never creates it): check the bootstrap servers and the topic name")
     if existing is None:
-        new = new_metadata_topic(cfg, _broker_count(admin, timeout))
+        known = broker_knows_remote_storage(admin, timeout)
+        if not known:
+            log.info("rlmm_topic_config_omitted", topic=cfg.topic_name, config=REMOTE_STORAGE_ENABLE,
+                     reason=f"the broker has no {TIERED_STORAGE_BROKER_CONFIG} (Kafka before 3.6)")
+        new = new_metadata_topic(cfg, _broker_count(admin, timeout), remote_storage_known=known)
         rf = new.replication_factor
         fut = admin.create_topics([new], request_timeout=timeout)[cfg.topic_name]
         try:

@@ -4,6 +4,12 @@ A partition is tiered when its topic's ``remote.storage.enable`` is true — fro
 per-topic config, or (when the sidecar says nothing about the topic and a broker is configured)
 from the broker's topic config. Internal topics are never tiered; compacted topics are refused
 with a warning, once per topic (KIP-405 non-goal).
+
+A partition's topic id comes from its ``partition.metadata`` file, or, where the broker keeps none
+(ZooKeeper-mode brokers up to 3.x write it only in some versions: 2.8 never does), from the
+broker's Metadata answer (topic ids since 2.8). A partition the sidecar is asked to tier whose id
+is known by neither is *unprotected*: :class:`Unprotected` makes that an error in ``rlm status``,
+a metric and a log line, never a silent skip.
 """
 
 from __future__ import annotations
@@ -14,8 +20,11 @@ from pathlib import Path
 import structlog
 
 from rlm.config import DaemonConfig, ResolvedTopicConfig
+from rlm.daemon.clock import wall_ms
 from rlm.daemon.leadership import ClusterView
 from rlm.daemon.local_log import partition_dir_name
+from rlm.daemon.metrics import DaemonMetrics
+from rlm.daemon.status import StatusBoard
 from rlm.errors import LogFormatError
 from rlm.log.checkpoints import read_partition_metadata
 from rlm.types import KafkaUuid, TopicPartition
@@ -27,7 +36,7 @@ log = structlog.get_logger(__name__)
 class FoundPartition:
     topic_partition: TopicPartition
     dir: Path
-    topic_id: KafkaUuid | None
+    topic_id: KafkaUuid | None  # None: no partition.metadata (see resolve_topic_ids)
 
 
 @dataclass(frozen=True)
@@ -37,7 +46,11 @@ class ScanResult:
 
 
 def scan_log_dirs(log_dirs: list[Path]) -> ScanResult:
-    """Every live partition dir (``<topic>-<n>`` with a ``partition.metadata``) and every ``-delete`` dir."""
+    """Every live partition dir (``<topic>-<n>``) and every ``-delete`` dir.
+
+    A dir without ``partition.metadata`` is found with no topic id (a ZooKeeper-era broker's);
+    one whose file exists but cannot be read is skipped with a warning (the broker is writing it).
+    """
     found: dict[TopicPartition, FoundPartition] = {}
     deleting: set[TopicPartition] = set()
     for root in log_dirs:
@@ -64,9 +77,56 @@ def scan_log_dirs(log_dirs: list[Path]) -> ScanResult:
             except LogFormatError as e:
                 if meta.exists():
                     log.warning("partition_metadata_unreadable", dir=str(d), error=str(e))
-                continue
+                    continue
             found[tp] = FoundPartition(tp, d, topic_id)
     return ScanResult(found, deleting)
+
+
+def resolve_topic_ids(
+    partitions: dict[TopicPartition, FoundPartition], view: ClusterView | None
+) -> dict[TopicPartition, FoundPartition]:
+    """``partitions`` with every missing topic id taken from the broker's answer, where it has one."""
+    if view is None:
+        return partitions
+    out = dict(partitions)
+    for tp, found in partitions.items():
+        if found.topic_id is None and tp.topic in view.topic_ids:
+            out[tp] = FoundPartition(tp, found.dir, view.topic_ids[tp.topic])
+    return out
+
+
+def unknown_id_reason(found: FoundPartition, has_broker: bool) -> str:
+    """Why a partition to be tiered cannot be: the operator's one line."""
+    where = (
+        "the broker returned no topic id for it (Kafka before 2.8 keeps none)"
+        if has_broker
+        else "no bootstrap_servers is configured to ask the broker for it"
+    )
+    return f"NOT PROTECTED: topic id unknown: {found.dir} has no partition.metadata and {where}"
+
+
+class Unprotected:
+    """Partitions the sidecar was asked to tier and cannot: an error in ``rlm status``
+    (``last_error``, ``tiered`` false), the ``rlm_partitions_unprotected`` gauge, one error log line
+    when a partition becomes unprotected and one info line when it recovers."""
+
+    def __init__(self, status: StatusBoard, metrics: DaemonMetrics) -> None:
+        self._status = status
+        self._metrics = metrics
+        self._current: dict[TopicPartition, str] = {}
+
+    def update(self, now_unprotected: dict[TopicPartition, str]) -> None:
+        for tp, reason in now_unprotected.items():
+            st = self._status.partition(tp.topic, tp.partition)
+            if self._current.get(tp) != reason:
+                log.error("partition_unprotected", topic=tp.topic, partition=tp.partition, reason=reason)
+                st.last_error_ms = wall_ms()
+            st.tiered, st.last_error = False, reason
+            self._metrics.unprotected.labels(tp.topic, str(tp.partition)).set(1)
+        for tp in set(self._current) - set(now_unprotected):
+            log.info("partition_protected_again", topic=tp.topic, partition=tp.partition)
+            self._metrics.unprotected.labels(tp.topic, str(tp.partition)).set(0)
+        self._current = dict(now_unprotected)
 
 
 def is_internal(topic: str) -> bool:

@@ -97,6 +97,12 @@ class DaemonMetrics:
             buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 1800),
         )
         self.partitions = Gauge("rlm_partitions", "Partitions by role", ("role",), registry=r)
+        self.unprotected = Gauge(
+            "rlm_partitions_unprotected",
+            "1 while a partition the sidecar is configured to tier cannot be (e.g. its topic id is unknown)",
+            labels,
+            registry=r,
+        )
         self.up = Gauge("rlm_up", "1 while the daemon runs", registry=r)
         self.dependency_up = Gauge(
             "rlm_dependency_up",

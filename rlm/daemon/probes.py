@@ -252,7 +252,7 @@ def metadata_topic_check(
     """
     from confluent_kafka import KafkaError, KafkaException
 
-    from rlmm.topic_admin import new_metadata_topic
+    from rlmm.topic_admin import broker_knows_remote_storage, new_metadata_topic
 
     topic, partitions = tcfg.topic_name, tcfg.num_partitions
     leaderless = (KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION)
@@ -288,7 +288,8 @@ def metadata_topic_check(
             raise PreflightError(
                 f"topic {topic!r} does not exist and remote.log.metadata.topic.create is false: "
                 "check the bootstrap servers and the topic name")
-        new = new_metadata_topic(tcfg, brokers)
+        known = broker_knows_remote_storage(admin, timeout_s)
+        new = new_metadata_topic(tcfg, brokers, remote_storage_known=known)
         fut = admin.create_topics([new], request_timeout=timeout_s, validate_only=True)[topic]
         try:
             fut.result(timeout=timeout_s + 1)

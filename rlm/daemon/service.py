@@ -21,7 +21,14 @@ import structlog
 from rlm.config import DaemonConfig, ResolvedTopicConfig
 from rlm.daemon.context import EpochHistory, TaskContext, now_ms
 from rlm.daemon.copier import SegmentCopier
-from rlm.daemon.discovery import FoundPartition, TieringPolicy, scan_log_dirs
+from rlm.daemon.discovery import (
+    FoundPartition,
+    TieringPolicy,
+    Unprotected,
+    resolve_topic_ids,
+    scan_log_dirs,
+    unknown_id_reason,
+)
 from rlm.daemon.expiry import RemoteExpirer
 from rlm.daemon.health import HealthMonitor
 from rlm.daemon.http import MetricsServer
@@ -125,6 +132,7 @@ class Daemon:
         self.expirer = RemoteExpirer(self.ctx, history)
         self.remover = PartitionRemover(self.ctx)
         self.policy = TieringPolicy(cfg)
+        self.unprotected = Unprotected(status, self.metrics)
         if cfg.bootstrap_servers:
             self.cluster = Cluster(
                 cfg.bootstrap_servers, cfg.kafka_client, timeout_s=cfg.metadata_request_timeout_ms / 1000
@@ -205,16 +213,20 @@ class Daemon:
             view = self.cluster.refresh({tp.topic for tp in scan.partitions})
             self._view = view
         self._last_refresh_ok = time.monotonic()
+        partitions = resolve_topic_ids(scan.partitions, view)
         managed: dict[TopicIdPartition, Managed] = {}
         followers: set[TopicIdPartition] = set()
         untiered: dict[str, str] = {}
-        for tp, found in scan.partitions.items():
-            if found.topic_id is None:
-                continue
+        unprotected: dict[TopicPartition, str] = {}
+        for tp, found in partitions.items():
             tcfg = self.policy.topic_config(tp.topic, view)
             why = self.policy.why_not_tiered(tp.topic, tcfg)
             if why is not None:
                 untiered[tp.topic] = why
+                continue
+            if found.topic_id is None:  # a follower's copy is its leader's sidecar's job
+                if view is None or view.leaders.get(tp) == self.ctx.node_id:
+                    unprotected[tp] = unknown_id_reason(found, self.cluster is not None)
                 continue
             tip = TopicIdPartition(found.topic_id, tp.topic, tp.partition)
             leads = view is None or view.leaders.get(tp) == self.ctx.node_id
@@ -223,8 +235,10 @@ class Daemon:
             else:
                 followers.add(tip)
         self.ctx.status.set_untiered(untiered)
-        self.ctx.status.settle_carried({f"{t.topic}-{t.partition}" for t in set(managed) | followers})
-        self._reconcile_deletions(scan.partitions, scan.deleting, view, set(managed), followers)
+        present = {f"{t.topic}-{t.partition}" for t in set(managed) | followers}
+        self.ctx.status.settle_carried(present | {f"{tp.topic}-{tp.partition}" for tp in unprotected})
+        self.unprotected.update(unprotected)
+        self._reconcile_deletions(partitions, scan.deleting, view, set(managed), followers)
         leaders = set(managed) | self.remover.pending()
         if leaders != self._rlmm_leaders or followers != self._rlmm_followers:
             self.ctx.rlmm.on_partition_leadership_changes(leaders, followers)
@@ -242,7 +256,7 @@ class Daemon:
         for tip in followers:
             st = self.ctx.status.partition(tip.topic, tip.partition)
             st.role, st.topic_id = "follower", tip.topic_id.text
-            self._learn_epochs(tip, scan.partitions[tip.topic_partition])
+            self._learn_epochs(tip, partitions[tip.topic_partition])
         self.metrics.partitions.labels("leader").set(len(managed))
         self.metrics.partitions.labels("follower").set(len(followers))
         self.scheduler.sync(managed)
