@@ -215,6 +215,14 @@ class KafkaEndpoint:
             self.slots.release(conn)
 
 
+def _mark_retrieved(task: asyncio.Future[Any]) -> None:
+    """Mark a read's outcome as seen: when the connection is torn down while a frame read fails
+    (a reset peer: :class:`_Close`), nobody awaits it, and asyncio would log "Task exception was
+    never retrieved" once per connection - noise, the close is logged where it is raised."""
+    if not task.cancelled():
+        task.exception()
+
+
 class _Close(Exception):
     """Close this connection (the reason is logged where raised)."""
 
@@ -341,6 +349,7 @@ class Connection:
         """The next frame, or None as soon as :meth:`drain` is called (the partial read is dropped:
         that request was never started)."""
         reading = asyncio.ensure_future(read)
+        reading.add_done_callback(_mark_retrieved)  # a caller cancelled meanwhile never reads it
         draining = asyncio.ensure_future(self._draining.wait())
         try:
             await asyncio.wait((reading, draining), return_when=asyncio.FIRST_COMPLETED)
