@@ -99,6 +99,16 @@ def test_a_read_of_one_partition_loads_only_its_metadata_partition(
         assert all(_starts(r, tp) == [0, 10, 20] for tp in tps)
         assert r.stats.records_consumed == 2 * 3 * len(tps)
 
+    # again, from the snapshots close() wrote, within the default wait: the old reader asked each
+    # partition's end offset behind a Fetch the broker held ~0.5 s, 25 s for 50, and timed out here
+    with TopicBasedRemoteLogMetadataManager(store_config(
+            kafka.bootstrap, metadata_topic, tmp_path / "all", partitions=KAFKA_DEFAULT_PARTITIONS,
+            wait_ms=10000)) as r:
+        r.follow_all()
+        assert set(r.stats.snapshots_loaded) == set(mps.values())
+        assert r.stats.records_consumed == 0
+        assert all(_starts(r, tp) == [0, 10, 20] for tp in tps)
+
 
 def test_timeout_says_what_was_waited_for_and_which_setting(
         kafka: KafkaCluster, metadata_topic: str, tmp_path: Path) -> None:
@@ -171,6 +181,11 @@ def test_cold_reads_load_only_the_metadata_partitions_they_read(kafka: KafkaClus
             got = {r.offset: (r.key, r.value) for _, r in iter_records(result.records)
                    if isinstance(r, Record)}
             assert got[100] == _broker_record(kafka.bootstrap, topic, p, 100)
+    no_log_dirs = load_config(None, **{k: v for k, v in reader.items() if k != "log_dirs"})
+    with RemoteFetcher.from_config(no_log_dirs, load_all=False) as f:  # the topic id from the broker
+        tp = f.partition(topic, 2)
+        assert set(f.rlmm.applied_offsets()) == {partitioner.metadata_partition(tp)}  # type: ignore[attr-defined]
+        assert f.plan(tp).log_end > 100
     with RemoteFetcher.from_config(cfg, load_all=False) as f:  # a whole topic (rlm offsets without -p)
         assert [tp.partition for tp in f.topic_partitions(topic)] == [0, 1, 2, 3]
         assert set(f.rlmm.applied_offsets()) == {  # type: ignore[attr-defined]
