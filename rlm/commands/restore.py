@@ -24,6 +24,9 @@ docs/disaster-recovery.md for the whole procedure and what is not done yet):
    (the file the broker reads its log starts from at start-up), so the restored broker's earliest
    offset is the source's and nothing ``DeleteRecords`` removed comes back. The segment itself
    stays byte for byte the remote one (the broker never trims a segment either).
+5. a transaction open at the restored end (its marker was never tiered) is aborted the way the
+   old cluster's coordinator would have after ``transaction.timeout.ms``: ABORT markers at the old
+   end offset, in the active segment (:mod:`.restore_txn`).
 
 Every file is written to a temporary name, fsynced and renamed. The directory must hold no
 record yet (the broker's empty first segment is replaced); a rerun that finds exactly the files
@@ -53,9 +56,12 @@ from rlm.log.checkpoints import (
     read_partition_metadata,
 )
 from rlm.log.log_start import CHECKPOINT_NAME
+from rlm.log.txn_index import AbortedTxn
 from rlm.types import IndexType, KafkaUuid, RemoteLogSegmentMetadata, TopicIdPartition, TopicPartition
 from rlmm.api import RemoteLogMetadataManager
 from rsm_plugins.api import RemoteStorageManager
+
+from .restore_txn import plan_aborts, write_aborts
 
 _CHUNK = 1 << 20
 
@@ -78,6 +84,8 @@ class PartitionRestore:
     epoch_problem: str | None = None
     """Why the new cluster's leader epoch is too low for the restored epochs (see
     :func:`check_leader_epochs`), ``None`` when it is not."""
+    aborted: list[AbortedTxn] = field(default_factory=list)
+    """Transactions open at the restored end, aborted as the old coordinator would (:mod:`.restore_txn`)."""
     published_log_start: int | None = None
     """The source's published ``DeleteRecords`` bound, ``None`` when none was published."""
 
@@ -168,9 +176,11 @@ def check_leader_epochs(checkpoint: Path, restored: list[tuple[int, int]]) -> st
 def _check_target(pr: PartitionRestore, files: list[str]) -> None:
     """Refuse a directory holding records or files restore would not write (rerun: identical names)."""
     ours = set(files) | {"partition.metadata", "leader-epoch-checkpoint"}
+    nxt = pr.next_offset or 0
     for p in pr.target.iterdir():
-        if p.name in ours:
-            continue
+        if p.name in ours or p.name == _name(nxt, ".txnindex") or (
+                p.suffix == ".snapshot" and p.stem.isdigit() and int(p.stem) > nxt):
+            continue  # what aborting the open transactions writes (:mod:`.restore_txn`)
         empty_first = p.name.startswith(_name(0, ".")) and p.is_file() and p.stat().st_size == 0
         if empty_first or p.name.endswith(".tmp-restore"):
             continue  # the broker's empty first segment, or a leftover of an interrupted run
@@ -234,6 +244,9 @@ def apply_restore(rsm: RemoteStorageManager, pr: PartitionRestore) -> None:
         if not (pr.target / name).exists():
             _write(pr.target / name, data=b"")
             pr.written.append(name)
+    aborts = plan_aborts(pr.target / _name(nxt, ".snapshot"), nxt, pr.epochs[-1][0] if pr.epochs else 0)
+    pr.aborted = aborts.aborted
+    pr.written += write_aborts(pr.target, aborts, _write)
     _write(pr.target / "leader-epoch-checkpoint", data=checkpoint_bytes(pr.epochs, nxt))
     pr.written.append("leader-epoch-checkpoint")
     if write_log_start(pr):
@@ -267,6 +280,8 @@ def _json(pr: PartitionRestore) -> dict[str, Any]:
             "new_topic_id": pr.new_topic_id.text if pr.new_topic_id else None,
             "first_offset": pr.first_offset, "next_offset": pr.next_offset, "log_start": pr.log_start,
             "published_log_start": pr.published_log_start,
+            "aborted_transactions": [{"producer_id": a.producer_id, "first_offset": a.first_offset,
+                                      "marker_offset": a.last_offset} for a in pr.aborted],
             "segments": [{"segment_id": md.remote_log_segment_id.id.text, "start_offset": md.start_offset,
                           "end_offset": md.end_offset, "size": md.segment_size_in_bytes}
                          for md in pr.segments],
