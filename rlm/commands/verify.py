@@ -23,7 +23,9 @@ Per partition of the remote metadata store (read-only, as the read side opens it
   checked against the bucket as well: each local segment that is a copy of a remote one holds its
   bytes (``local_segment_mismatch``), the local log start is not below the published
   ``DeleteRecords`` bound (``local_log_start``), the leader epochs below the remote end are the
-  remote lineage's (``local_epochs``) — :func:`.verify_local.check_restored`.
+  remote lineage's (``local_epochs``) — :func:`.verify_local.check_restored`;
+* a partition of the configured log dirs the configuration asks to tier, with rolled segments and
+  nothing in the metadata store (``not_tiered``) — :mod:`.verify_untiered`.
 
 ``--repair`` shows what is safe to fix, deleting orphan segments whose objects are all older
 than the grace period (so an upload in progress is never touched); nothing changes unless
@@ -47,10 +49,12 @@ from fetcher.planning import plan_partition
 from rlm.config import load_config
 from rlm.errors import ConfigError
 from rlm.exit_codes import ExitCode
+from rlm.lineage import finished_only
 from rlm.types import KafkaUuid, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 from rsm_plugins.api import RemoteStorageManager, StoredObject
 
 from .verify_checks import PartitionReport, Problem, check_partition, name_of
+from .verify_untiered import untiered_problems
 
 if TYPE_CHECKING:  # log-dir reading (numpy) loads when a partition is checked, not for `rlm --help`
     from .verify_local import Coverage
@@ -149,6 +153,9 @@ def verify(args: argparse.Namespace) -> int:
                                             deep=args.deep)) for tp in tps]
             tiers = {tp: _coverage(config.log_dirs, tp, r, list(rlmm.list_remote_log_segments(tp)),
                                    rsm if args.deep else None) for tp, r in reports}
+            untiered = untiered_problems(config, {tp.topic_partition for tp in rlmm.known_partitions()
+                                                  if any(finished_only(rlmm.list_remote_log_segments(tp)))},
+                                         args.topic)
         finally:
             rlmm.close()
         repairs: list[dict[str, Any]] = []
@@ -161,7 +168,7 @@ def verify(args: argparse.Namespace) -> int:
                                     "keys": [o.key for o in objs], "deleted": bool(args.execute)})
     finally:
         rsm.close()
-    problems = [p for _, r in reports for p in r.problems]
+    problems = [p for _, r in reports for p in r.problems] + untiered
     if args.json:
         out = {"ok": not problems, "partitions": [
             {"partition": r.partition, "topic_id": tp.topic_id.text, "segments": r.segments,
@@ -169,17 +176,17 @@ def verify(args: argparse.Namespace) -> int:
              "problems": [asdict(p) for p in r.problems],
              "off_lineage": [asdict(p) for p in r.off_lineage], "shared": r.shared,
              "tiers": _tiers_json(tiers[tp])} for tp, r in reports],
-            "problems": len(problems), "repairs": repairs}
+            "not_tiered": [asdict(p) for p in untiered], "problems": len(problems), "repairs": repairs}
         json.dump(out, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        _print_text(config.source, rsm.display_name, reports, repairs, args, tiers)
+        _print_text(config.source, rsm.display_name, reports, repairs, args, tiers, untiered)
     return ExitCode.FAILURE if problems else ExitCode.OK
 
 
 def _print_text(source: object, plugin: str, reports: list[tuple[TopicIdPartition, PartitionReport]],
                 repairs: list[dict[str, Any]], args: argparse.Namespace,
-                tiers: dict[TopicIdPartition, Coverage | None]) -> None:
+                tiers: dict[TopicIdPartition, Coverage | None], untiered: list[Problem]) -> None:
     print(f"rlm verify {source}")
     for tp, r in reports:
         cov = tiers.get(tp)
@@ -203,5 +210,7 @@ def _print_text(source: object, plugin: str, reports: list[tuple[TopicIdPartitio
               f"({len(rep['keys'])} objects)")
     if args.repair and not args.execute and repairs:
         print("dry run: nothing changed (add --execute to repair)")
-    n = sum(len(r.problems) for _, r in reports)
+    for p in untiered:
+        print(f"{p.partition}: {p.kind}: {p.message}")
+    n = sum(len(r.problems) for _, r in reports) + len(untiered)
     print(f"{len(reports)} partitions checked, {n} problems" + ("" if n == 0 else " (exit status 1)"))

@@ -227,3 +227,25 @@ def test_partition_without_topic_id_is_an_error_not_silence(written: Written, tm
     assert "bootstrap_servers" in part["last_error"]
     table = rlm("status", "--config", str(config_path)).stdout
     assert "NOT PROTECTED" in table
+
+
+def test_verify_fails_on_an_enabled_partition_with_nothing_remote(written: Written, tmp_path: Path) -> None:
+    """``rlm verify`` walks the metadata store, so before issue 40 a partition the daemon never
+    tiered was invisible to it: clean while the broker's retention could delete everything."""
+    w = written
+    ok = rlm("verify", "--config", str(w.config_path), "--topic", w.topic)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    topic = f"untiered-{uuid.uuid4().hex[:8]}"
+    create_topic(w.cluster.bootstrap, topic)
+    _produce_random(_producer(w.cluster.bootstrap), topic, 2500, random.Random(1), "u")  # > 1 segment
+    wait_for("a rolled segment", lambda: len(list((w.cluster.log_dir / f"{topic}-0").glob("*.log"))) >= 2)
+    doc = yaml.safe_load(w.config_path.read_text())
+    doc["topics"] = [{"pattern": topic, "remote.storage.enable": True}]
+    cfg = tmp_path / "rlm.yaml"
+    cfg.write_text(yaml.safe_dump(doc))
+    res = rlm("verify", "--config", str(cfg), "--json")
+    assert res.returncode == 1, res.stdout + res.stderr
+    found = json.loads(res.stdout)["not_tiered"]
+    assert [p["partition"] for p in found] == [f"{topic}-0"] and found[0]["kind"] == "not_tiered"
+    text = rlm("verify", "--config", str(cfg)).stdout
+    assert f"{topic}-0: not_tiered: " in text and "(exit status 1)" in text
