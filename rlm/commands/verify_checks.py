@@ -203,9 +203,13 @@ def _still_referenced(rsm: RemoteStorageManager, tp: TopicIdPartition, obj: Stor
         if obj.start_offset == 0 and KafkaUuid.from_text(obj.segment_id) == registry_id(tp):
             seen[key] = True
         else:
-            others = references(rsm, locator(tp, obj.segment_id, obj.start_offset), exclude=tp)
+            try:
+                others = [str(o) for o in references(rsm, locator(tp, obj.segment_id, obj.start_offset),
+                                                     exclude=tp)]
+            except RemoteStorageError as e:  # unknown holders: never called an orphan (--repair)
+                others = [f"unknown ({e})"]
             if others:
-                report.shared[obj.segment_id] = [str(o) for o in others]
+                report.shared[obj.segment_id] = others
             seen[key] = bool(others)
     return seen[key]
 

@@ -135,3 +135,31 @@ def test_two_adoptions_share_objects_safely_and_survive_a_second_disaster(
     # production expires everything: nothing is left
     expire_all(production, "production")
     assert segment_objects(root) == []
+
+
+def test_the_sources_retention_keeps_what_an_adopter_reads(
+        tiered: Tiered, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The other direction: the source (the recovery store, or the old cluster) runs retention over
+    history an adopter reads. Its segments are released, not deleted; ``rlm verify`` on the source
+    sees the objects it no longer names as shared, not as orphans (so ``--repair`` keeps them)."""
+    root, src = tiered.work / "remote", tiered.work / "rlm.yaml"
+    original = records(src, tiered.tip.topic)
+    stored_before = segment_objects(root)
+    prod, _ = cluster(tmp_path / "prod", "prod", root)
+    run(capsys, "restore", "--config", str(src), "--topic", tiered.tip.topic, "--to-topic", "prod",
+        "--log-dir", str(tmp_path / "prod" / "logs"), "--adopt-into", str(prod), "--execute")
+    doc = json.loads(src.read_text())
+    doc["topics"] = [{"pattern": tiered.tip.topic, "remote.storage.enable": True, "retention.ms": 1}]
+    src.write_text(json.dumps(doc))
+    expire_all(src, tiered.tip.topic)
+    assert segment_objects(root) == stored_before
+    assert records(prod, "prod") == original
+    capsys.readouterr()  # (the source's log dir still holds the local segments: verify may say so)
+    main(["verify", "--config", str(src), "--topic", tiered.tip.topic, "--repair", "--execute", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    (part,) = report["partitions"]
+    assert part["problems"] == [] and report["repairs"] == [], report  # no orphan_object
+    assert len(part["shared"]) == len(tiered.tiered_segments())
+    assert segment_objects(root) == stored_before
+    expire_all(prod, "prod")
+    assert segment_objects(root) == []
