@@ -96,6 +96,7 @@ class RemoteFetcher:
                                         on_fetch=lambda _t, n: self.stats.add_index(n))
         self.reader = SegmentReader(rsm, chunk_bytes=rc.chunk_bytes, cache_bytes=rc.chunk_cache_bytes,
                                     read_ahead_chunks=rc.read_ahead_chunks, parallel_gets=rc.parallel_gets,
+                                    read_ahead_bytes=rc.read_ahead_bytes,
                                     limiter=ByteRateLimiter(rc.fetch_max_bytes_per_second), stats=self.stats)
         frontier = None
         if log_dirs:
@@ -484,7 +485,7 @@ class RemoteFetcher:
         Runs on the caller's thread (bulk readers bring their own parallelism: Spark tasks);
         storage GETs still go through the reader's bounded parallel fetches and read-ahead.
         """
-        from fetcher.scan import scan_range
+        from fetcher.scan import scan_ranges
 
         level = IsolationLevel.parse(isolation)
         frontier_aborted: tuple[AbortedTxn, ...] = ()
@@ -499,7 +500,6 @@ class RemoteFetcher:
             end_offset = bound.stable_offset if end_offset is None else min(end_offset, bound.stable_offset)
         plan, ranges = self.plan_scan(topic, partition, start_offset=start_offset, end_offset=end_offset,
                                       start_timestamp=start_timestamp, end_timestamp=end_timestamp)
-        for rng in ranges:
-            yield from scan_range(plan, rng, self.reader, self.indexes, isolation=level,
-                                  max_batch_rows=max_batch_rows,
-                                  include_headers=include_headers, frontier_aborted=frontier_aborted)
+        yield from scan_ranges(plan, ranges, self.reader, self.indexes, isolation=level,
+                               max_batch_rows=max_batch_rows,
+                               include_headers=include_headers, frontier_aborted=frontier_aborted)

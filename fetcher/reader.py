@@ -14,12 +14,16 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 
 from fetcher.get_pool import GetJob, GetPool, Priority
+from fetcher.read_ahead import Extent, SequentialRead
 from rlm.errors import (
     RemoteRangeError,
     RemoteResourceNotFoundError,
@@ -103,11 +107,12 @@ class SegmentReader:
 
     def __init__(self, rsm: RemoteStorageManager, *, chunk_bytes: int, cache_bytes: int,
                  read_ahead_chunks: int, parallel_gets: int, limiter: ByteRateLimiter,
-                 stats: ReadStats) -> None:
+                 stats: ReadStats, read_ahead_bytes: int = 64 << 20) -> None:
         self.rsm = rsm
         self.chunk_bytes = chunk_bytes
         self.cache_bytes = cache_bytes
         self.read_ahead_chunks = read_ahead_chunks
+        self.read_ahead_bytes = read_ahead_bytes  # a scan's budget (fetcher.read_ahead)
         self.limiter = limiter
         self.stats = stats
         self._lock = threading.Lock()
@@ -122,13 +127,38 @@ class SegmentReader:
     # ---- raw ranged GET --------------------------------------------------------------------
     def get_range(self, md: RemoteLogSegmentMetadata, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of the object, checked complete against the metadata's size."""
+        with self._ranged_get(md, start, end):
+            data = self.rsm.read_log_segment_range(md, start, end - 1)
+        self._check_complete(md, start, end, len(data))
+        return data
+
+    def get_range_into(self, md: RemoteLogSegmentMetadata, start: int, end: int, out: memoryview) -> None:
+        """Bytes ``[start, end)`` received into ``out`` (``end - start`` bytes long): straight from
+        the socket when the plugin has ``read_log_segment_range_into``; checked complete."""
+        if len(out) != end - start:
+            raise ValueError(f"buffer of {len(out)} bytes for a range of {end - start}")
+        into: Callable[[RemoteLogSegmentMetadata, int, memoryview], int] | None = getattr(
+            self.rsm, "read_log_segment_range_into", None)
+        with self._ranged_get(md, start, end):
+            if into is not None:
+                got = into(md, start, out)
+            else:
+                data = self.rsm.read_log_segment_range(md, start, end - 1)
+                got = min(len(data), len(out))
+                out[:got] = data[:got]
+                got = len(data)
+        self._check_complete(md, start, end, got)
+
+    @contextmanager
+    def _ranged_get(self, md: RemoteLogSegmentMetadata, start: int, end: int) -> Iterator[None]:
+        """Range check, quota, and the plugin's errors as the read side's."""
         size = md.segment_size_in_bytes
         if start < 0 or end > size or start >= end:
             raise RemoteRangeError(f"{md.remote_log_segment_id}: range [{start}, {end}) outside the "
                                    f"segment's {size} bytes")
         self.limiter.acquire(end - start)
         try:
-            data = self.rsm.read_log_segment_range(md, start, end - 1)
+            yield
         except RemoteResourceNotFoundError as e:
             raise RemoteSegmentDeletedError(
                 f"{md.remote_log_segment_id} (offsets {md.start_offset}..{md.end_offset}) is no longer "
@@ -137,13 +167,26 @@ class SegmentReader:
             raise RemoteSegmentIncompleteError(
                 f"{md.remote_log_segment_id}: object shorter than its metadata's {size} bytes "
                 f"(range [{start}, {end}) refused: {e})") from e
-        self.stats.add_get(len(data))
-        if len(data) != end - start:
+
+    def _check_complete(self, md: RemoteLogSegmentMetadata, start: int, end: int, got: int) -> None:
+        self.stats.add_get(got)
+        if got != end - start:
             raise RemoteSegmentIncompleteError(
                 f"{md.remote_log_segment_id} (offsets {md.start_offset}..{md.end_offset}): read "
-                f"{len(data)} bytes at position {start}, expected {end - start}; the object is shorter "
-                f"than its metadata's {size} bytes")
-        return data
+                f"{got} bytes at position {start}, expected {end - start}; the object is shorter "
+                f"than its metadata's {md.segment_size_in_bytes} bytes")
+
+    # ---- a scan's read-ahead ---------------------------------------------------------------
+    def sequential(self, extents: Sequence[Extent], budget_bytes: int | None = None) -> SequentialRead:
+        """A scan's reader of ``extents`` in order, fetched ahead within ``budget_bytes``
+        (default ``read_ahead_bytes``; 0: no read-ahead). Close it when the scan ends."""
+        return SequentialRead(self, extents, self.read_ahead_bytes if budget_bytes is None else budget_bytes)
+
+    def submit_get(self, fn: Callable[[], Any], priority: Priority) -> GetJob:
+        return self._gets.submit(fn, priority)
+
+    def promote_get(self, job: GetJob) -> None:
+        self._gets.promote(job)
 
     # ---- chunked, cached reads -------------------------------------------------------------
     def read(self, md: RemoteLogSegmentMetadata, start: int, end: int, *, sequential: bool = False,

@@ -1,8 +1,9 @@
 """Sequential scans of an offset range to Arrow record batches (Spark's Kafka schema).
 
 The path of bulk readers (``rlm fetch --format arrow``, the HTTP API's Arrow stream, the Spark
-source): each segment on the lineage is read in large windows through the chunk cache with
-read-ahead into the next segment, cut at batch boundaries and decoded by
+source): the segments on the lineage are read chunk by chunk by one
+:class:`~fetcher.read_ahead.SequentialRead` (ranged GETs ahead of the decoder, in parallel, into
+reused buffers, on into the next segment), each chunk cut at batch boundaries and decoded in place by
 :func:`rlm.log.iter_arrow_batches` (compiled loop, not per-record Python). ``read_committed``
 drops aborted records using the remote transaction index; control records are never rows.
 A segment is checked complete: its bytes must end at its recorded end offset and size.
@@ -11,8 +12,9 @@ A segment is checked complete: its bytes must end at its recorded end offset and
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, replace
+from typing import cast
 
 import numpy as np
 import pyarrow as pa
@@ -21,6 +23,7 @@ from fetcher.batches import check_complete, describe
 from fetcher.fetch import IsolationLevel
 from fetcher.index_cache import RemoteIndexCache
 from fetcher.planning import PartitionPlan, PlannedSegment
+from fetcher.read_ahead import Extent, SequentialRead
 from fetcher.reader import SegmentReader
 from fetcher.transactions import collect_aborted_txns
 from rlm.errors import RemoteSegmentIncompleteError
@@ -81,16 +84,59 @@ def scan_range(plan: PartitionPlan, rng: ScanRange, reader: SegmentReader, index
                isolation: IsolationLevel, min_window_bytes: int = 1 << 20, max_batch_rows: int = 65536,
                include_headers: bool = True, frontier_aborted: Sequence[AbortedTxn] = (),
                aborted: Sequence[AbortedTxn] | None = None) -> Iterator[pa.RecordBatch]:
-    """Decode one link's offsets ``[rng.start, rng.end)`` to Arrow batches.
+    """Decode one link's offsets ``[rng.start, rng.end)`` to Arrow batches (:func:`scan_ranges`
+    of one range: a Spark task's unit).
 
     read_committed: the aborted transactions overlapping the range are collected from ``plan``
     (this and later links, then ``frontier_aborted``: see
     :meth:`fetcher.transactions.StableOffsets.committed_bound`), unless the caller collected them
     already with the whole plan (``aborted``: a Spark task only carries its own link)."""
+    yield from scan_ranges(plan, [rng], reader, indexes, isolation=isolation,
+                           min_window_bytes=min_window_bytes, max_batch_rows=max_batch_rows,
+                           include_headers=include_headers, frontier_aborted=frontier_aborted,
+                           aborted=aborted)
+
+
+def scan_ranges(plan: PartitionPlan, ranges: Sequence[ScanRange], reader: SegmentReader,
+                indexes: RemoteIndexCache, *, isolation: IsolationLevel, min_window_bytes: int = 1 << 20,
+                max_batch_rows: int = 65536, include_headers: bool = True,
+                frontier_aborted: Sequence[AbortedTxn] = (),
+                aborted: Sequence[AbortedTxn] | None = None) -> Iterator[pa.RecordBatch]:
+    """Decode ``ranges`` (consecutive links of ``plan``) in order, their bytes read by one
+    :class:`~fetcher.read_ahead.SequentialRead`: GETs run ahead of the decoder across segment
+    boundaries, and stop (queued ones cancelled, buffers freed) when the caller stops iterating."""
+    extents = [_extent(rng, indexes) for rng in ranges]
+    stream = reader.sequential(extents)
+    try:
+        for rng, ext in zip(ranges, extents, strict=True):
+            yield from _decode_range(plan, rng, ext.start, stream, indexes, isolation=isolation,
+                                     min_window_bytes=min_window_bytes, max_batch_rows=max_batch_rows,
+                                     include_headers=include_headers, frontier_aborted=frontier_aborted,
+                                     aborted=aborted)
+    finally:
+        stream.close()
+
+
+def _extent(rng: ScanRange, indexes: RemoteIndexCache) -> Extent:
+    """The bytes of ``rng``'s segment the decoder will read: from the index entry at its start to
+    the segment's end, or, when the range ends inside the segment, to the batch after the first
+    index entry at or past its end (that entry's batch may still hold offsets below the end)."""
     md = rng.link.metadata
-    idx = indexes.get(md)
-    pos = idx.offset.lookup(rng.start).position
-    nxt = plan.after(rng.link)
+    index = indexes.get(md).offset
+    start = index.lookup(rng.start).position
+    stop = md.segment_size_in_bytes
+    if rng.end <= md.end_offset and len(index.offsets):
+        j = int(np.searchsorted(index.offsets, rng.end, side="left")) + 1
+        if j < len(index.offsets):
+            stop = max(start, int(index.positions[j]))
+    return Extent(md, start, stop)
+
+
+def _decode_range(plan: PartitionPlan, rng: ScanRange, pos: int, stream: SequentialRead,
+                  indexes: RemoteIndexCache, *, isolation: IsolationLevel, min_window_bytes: int,
+                  max_batch_rows: int, include_headers: bool, frontier_aborted: Sequence[AbortedTxn],
+                  aborted: Sequence[AbortedTxn] | None) -> Iterator[pa.RecordBatch]:
+    md = rng.link.metadata
     size = md.segment_size_in_bytes
     if isolation is not IsolationLevel.READ_COMMITTED:
         aborted = []
@@ -99,45 +145,49 @@ def scan_range(plan: PartitionPlan, rng: ScanRange, reader: SegmentReader, index
     tp = plan.tp
     name = describe(md)
     last: BatchHeader | None = None
-    next_md = nxt.metadata if nxt else None
-    chunk = reader.chunk_bytes
+    chunk = stream.chunk
     while pos < size:
-        # To the end of pos's chunk: the decoder reads the cached chunk in place, no copy. Chunks
+        # To the end of pos's chunk: the decoder reads the received chunk in place, no copy. Chunks
         # smaller than min_window_bytes are joined into a window of that size instead (a copy).
         stop = (pos // chunk + 1) * chunk if chunk >= min_window_bytes else pos + min_window_bytes
         stop = min(size, stop)
-        data = reader.read_view(md, pos, stop, next_md=next_md)
+        data = stream.view(md, pos, stop)
         headers = list(iter_batches(data, verify_crc=False, path=name))
         if not headers:  # the batch at pos runs past the chunk: read exactly it (one copy)
-            data = reader.read_view(md, pos, _entry_end(reader, md, pos, data), next_md=next_md)
+            data = stream.view(md, pos, _entry_end(stream, md, pos, data))
             headers = list(iter_batches(data, verify_crc=False, path=name))
             if not headers:
                 raise RemoteSegmentIncompleteError(f"{name}: a batch at position {pos} runs past the "
                                                    f"segment's {size} bytes")
         cut = headers[-1].end_position
         last = replace(headers[-1], position=headers[-1].position + pos)
-        view = data[:cut]
         dropped = _aborted_ranges(headers, aborted) if aborted else None
-        for batch in iter_arrow_batches(view, topic=tp.topic, partition=tp.partition,
-                                        max_batch_rows=max_batch_rows, start_offset=rng.start,
-                                        end_offset=rng.end, verify_crc=True, path=name):
-            if dropped is not None and len(dropped):
-                batch = _drop_offsets(batch, dropped)
-            if not include_headers:
-                batch = batch.drop_columns(["headers"]) if "headers" in batch.schema.names else batch
-            if batch.num_rows:
-                yield batch
+        decoded = cast("Generator[pa.RecordBatch, None, None]", iter_arrow_batches(
+            data[:cut], topic=tp.topic, partition=tp.partition, max_batch_rows=max_batch_rows,
+            start_offset=rng.start, end_offset=rng.end, verify_crc=True, path=name))
+        try:
+            for batch in decoded:
+                if dropped is not None and len(dropped):
+                    batch = _drop_offsets(batch, dropped)
+                if not include_headers:
+                    batch = batch.drop_columns(["headers"]) if "headers" in batch.schema.names else batch
+                if batch.num_rows:
+                    yield batch
+        finally:
+            decoded.close()  # its numpy view of the chunk goes before the chunk's buffer is reused
+        del data, decoded
         pos += cut
+        stream.release_before(md, pos)
         if pos < size and last.last_offset >= rng.end - 1:
             return  # the range ends inside this segment
     check_complete(md, last)
 
 
-def _entry_end(reader: SegmentReader, md: RemoteLogSegmentMetadata, pos: int, head: memoryview) -> int:
+def _entry_end(stream: SequentialRead, md: RemoteLogSegmentMetadata, pos: int, head: memoryview) -> int:
     """Segment position where the entry at ``pos`` ends (from its 12-byte log header)."""
     size = md.segment_size_in_bytes
     if len(head) < LOG_OVERHEAD:
-        head = reader.read_view(md, pos, pos + LOG_OVERHEAD)
+        head = stream.view(md, pos, pos + LOG_OVERHEAD)
     if len(head) < LOG_OVERHEAD:
         raise RemoteSegmentIncompleteError(
             f"{describe(md)}: a batch at position {pos} runs past the segment's {size} bytes")

@@ -48,6 +48,7 @@ class RangeScanner:
                                         on_fetch=lambda _t, n: self.stats.add_index(n))
         self.reader = SegmentReader(rsm, chunk_bytes=rc.chunk_bytes, cache_bytes=rc.chunk_cache_bytes,
                                     read_ahead_chunks=rc.read_ahead_chunks, parallel_gets=rc.parallel_gets,
+                                    read_ahead_bytes=rc.read_ahead_bytes,
                                     limiter=ByteRateLimiter(rc.fetch_max_bytes_per_second), stats=self.stats)
         self._lock = threading.Lock()
         self._closed = False

@@ -64,6 +64,52 @@ class DirectRangeGetter:
     def get(self, bucket: str, key: str, start: int, end: int) -> tuple[bytes, int] | None:
         """Bytes ``start..end`` (inclusive, clamped to the object) and the object's size, or
         ``None``: the caller then GETs through boto3 (see the module docstring)."""
+        opened = self._open(bucket, key, start, end)
+        if opened is None:
+            return None
+        resp, url, length, size = opened
+        try:
+            data = resp.read()  # one bytes of Content-Length, filled from the socket
+        except (OSError, http.client.HTTPException) as e:  # incl. IncompleteRead, timeouts
+            self._body_failed(url, bucket, key, e)
+            return None
+        if len(data) != length:
+            self._body_failed(url, bucket, key, None)
+            return None
+        if resp.will_close:
+            self._drop(url)
+        return data, size
+
+    def get_into(self, bucket: str, key: str, start: int, out: memoryview) -> tuple[int, int] | None:
+        """Receive bytes from ``start`` straight into ``out`` (``len(out)`` bytes, fewer only at
+        the object's end): how many, and the object's size; or ``None`` as for :meth:`get`. A
+        connection that ends before the answer's length is ``None`` (boto3 then retries), never
+        a short count."""
+        if not len(out):
+            return None
+        opened = self._open(bucket, key, start, start + len(out) - 1)
+        if opened is None:
+            return None
+        resp, url, length, size = opened
+        got = 0
+        try:
+            while got < length:
+                n = resp.readinto(out[got:length])
+                if not n:  # the server closed early: never a short answer
+                    self._body_failed(url, bucket, key, None)
+                    return None
+                got += n
+        except (OSError, http.client.HTTPException) as e:
+            self._body_failed(url, bucket, key, e)
+            return None
+        if resp.will_close:
+            self._drop(url)
+        return got, size
+
+    def _open(self, bucket: str, key: str, start: int,
+              end: int) -> tuple[http.client.HTTPResponse, urllib.parse.SplitResult, int, int] | None:
+        """The response to a presigned ranged GET, its body not read yet, if it is exactly the range
+        asked: (response, url, body length, object size); else ``None`` (see :meth:`get`)."""
         if not self.enabled:
             return None
         try:
@@ -110,7 +156,8 @@ class DirectRangeGetter:
 
     # ---- one answer -----------------------------------------------------------------------
     def _answer(self, resp: http.client.HTTPResponse, url: urllib.parse.SplitResult, bucket: str,
-                key: str, start: int, end: int) -> tuple[bytes, int] | None:
+                key: str, start: int,
+                end: int) -> tuple[http.client.HTTPResponse, urllib.parse.SplitResult, int, int] | None:
         try:
             if resp.status != 206:
                 self._discard(resp, url)
@@ -130,19 +177,18 @@ class DirectRangeGetter:
                 self._discard(resp, url)
                 self._fallback()
                 return None
-            data = resp.read()  # one bytes of Content-Length, filled from the socket
-        except (OSError, http.client.HTTPException) as e:  # incl. IncompleteRead, timeouts
-            self._drop(url)
-            log.debug("s3_direct_get_body_failed", bucket=bucket, key=key, error=str(e))
-            self._fallback()
+        except (OSError, http.client.HTTPException) as e:
+            self._body_failed(url, bucket, key, e)
             return None
-        if len(data) != last - first + 1:
-            self._drop(url)
-            self._fallback()
-            return None
-        if resp.will_close:
-            self._drop(url)
-        return data, size
+        return resp, url, length, size
+
+    def _body_failed(self, url: urllib.parse.SplitResult, bucket: str, key: str,
+                     error: BaseException | None) -> None:
+        """A body cut short or failing: the connection is dropped and boto3 repeats the GET."""
+        self._drop(url)
+        if error is not None:
+            log.debug("s3_direct_get_body_failed", bucket=bucket, key=key, error=str(error))
+        self._fallback()
 
     def _discard(self, resp: http.client.HTTPResponse, url: urllib.parse.SplitResult) -> None:
         """Drain a small answer (an error document) to keep the connection; close on a big one."""
