@@ -24,7 +24,7 @@ demo: install
 	$(VENV)/bin/rlm demo
 
 jars:
-	bash deploy/local/fetch-jars.sh kafka kafka28 kafka35 hdfs spark-kafka iceberg-rest
+	bash deploy/local/fetch-jars.sh kafka kafka28 kafka35 kafka39 kafka44 hdfs spark-kafka iceberg-rest
 
 lint: install
 	$(VENV)/bin/ruff check .

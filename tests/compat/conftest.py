@@ -13,9 +13,19 @@ import pytest
 
 from tests.services.kafka import DEFAULT_VERSION, KafkaCluster
 
-# (version, zookeeper): 2.8 is ZooKeeper only; 3.5 runs in KRaft here (its ZooKeeper mode is
-# started by the services too, and checked by the smoke test); the default broker is KRaft 4.1.1
-BROKERS: list[tuple[str, bool]] = [("2.8.2", True), ("3.5.2", False), (DEFAULT_VERSION, False)]
+# (version, zookeeper): 2.8 is ZooKeeper only; 3.5 and 3.9 run in KRaft here (3.5's ZooKeeper mode
+# is started by the services too, and checked by the smoke test); the default broker is KRaft 4.1.1
+BROKERS: list[tuple[str, bool]] = [
+    ("2.8.2", True),
+    ("3.5.2", False),
+    ("3.9.2", False),
+    (DEFAULT_VERSION, False),
+    ("4.4.0", False),
+]
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in version.split("."))
 
 
 def broker_id(param: tuple[str, bool]) -> str:

@@ -1,7 +1,7 @@
 """A real Apache Kafka cluster on 127.0.0.1 for tests: one node or three, KRaft or ZooKeeper.
 
 Jars come from Maven Central (``deploy/local/kafka/pom.xml`` for the default 4.1.1,
-``deploy/local/kafka28`` and ``kafka35`` for the older versions in :data:`VERSIONS`). A KRaft
+``deploy/local/kafka28``, ``kafka35``, ``kafka39``, ``kafka44`` for the others in :data:`VERSIONS`). A KRaft
 node is a combined broker+controller with a static quorum, so ``StorageTool format`` needs no
 bootstrap flags. In ZooKeeper mode (``zookeeper=True``, Kafka before 4.0) one ZooKeeper server
 is started from the same jars (ZooKeeper is a runtime dependency of ``kafka_2.13``) and every
@@ -71,7 +71,9 @@ class KafkaVersion:
 
 # KRaft in 2.8 was an early-access preview without transactions or ACLs: ZooKeeper only here.
 VERSIONS: dict[str, KafkaVersion] = {
+    "4.4.0": KafkaVersion("4.4.0", "kafka44", kraft=True, zookeeper=False),
     "4.1.1": KafkaVersion("4.1.1", "kafka", kraft=True, zookeeper=False),
+    "3.9.2": KafkaVersion("3.9.2", "kafka39", kraft=True, zookeeper=True),
     "3.5.2": KafkaVersion("3.5.2", "kafka35", kraft=True, zookeeper=True),
     "2.8.2": KafkaVersion("2.8.2", "kafka28", kraft=False, zookeeper=True),
 }
