@@ -125,6 +125,8 @@ class SequentialRead:
         if self._closed:
             return
         self._closed = True
+        for slot in self._window:  # first every queued GET, so that none starts while we wait
+            slot.job.future.cancel()
         while self._window:
             self._free(self._window.popleft())
         self.pool.clear()

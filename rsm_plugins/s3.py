@@ -321,7 +321,8 @@ class S3RemoteStorageManager(RemoteStorageManager[S3Config]):
                 if streams.covers_whole(start_position, start_position + n, size):
                     self._check_whole(out[:n], metadata, f"s3://{bucket}/{key}")
                 return n
-        data = self.read_log_segment_range(metadata, start_position, start_position + len(out) - 1)
+        # boto3's read (retries, typed errors), not the direct path again
+        data = super().read_log_segment_range(metadata, start_position, start_position + len(out) - 1)
         n = min(len(data), len(out))
         out[:n] = data[:n]
         return len(data)

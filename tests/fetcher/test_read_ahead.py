@@ -1,0 +1,208 @@
+"""A scan's read-ahead (fetcher.read_ahead, fetcher.chunk_buffers): buffer reuse, short answers,
+cancellation and the memory bound, over a plugin that serves large objects from memory cheaply."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from fetcher.chunk_buffers import ChunkBufferPool
+from fetcher.get_pool import Priority
+from fetcher.read_ahead import Extent, SequentialRead
+from fetcher.reader import ByteRateLimiter, ReadStats, SegmentReader
+from rlm.errors import RemoteSegmentIncompleteError
+
+CHUNK = 1 << 20
+GiB = 1 << 30
+
+
+class PatternStore:
+    """Objects whose byte at position p of chunk i is ``i % 251``: any reused or misplaced chunk
+    shows. Counts calls and the GETs running at once."""
+
+    def __init__(self, *, short_by: int = 0, gate: threading.Event | None = None) -> None:
+        self.short_by = short_by
+        self.gate = gate  # set: GETs after the first wait for it
+        self.calls = 0
+        self.active = 0
+        self.max_active = 0
+        self._lock = threading.Lock()
+        self._fills = {i: bytes([i]) * CHUNK for i in range(251)}
+
+    def _enter(self) -> None:
+        with self._lock:
+            self.calls += 1
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+
+    def _exit(self) -> None:
+        with self._lock:
+            self.active -= 1
+
+    def read_log_segment_range_into(self, md: Any, start: int, out: memoryview) -> int:
+        self._enter()
+        try:
+            if self.gate is not None and start > 0:
+                self.gate.wait()
+            n = max(0, min(len(out), md.segment_size_in_bytes - start) - self.short_by)
+            out[:n] = self._fills[(start // CHUNK) % 251][:n]
+            return n
+        finally:
+            self._exit()
+
+    def read_log_segment_range(self, md: Any, start: int, end: int) -> bytes:
+        buf = bytearray(end + 1 - start)
+        n = self.read_log_segment_range_into(md, start, memoryview(buf))
+        return bytes(buf[:n])
+
+
+def segment(name: str, size: int) -> Any:
+    return SimpleNamespace(segment_size_in_bytes=size, start_offset=0, end_offset=1,
+                           remote_log_segment_id=SimpleNamespace(id=name))
+
+
+def reader(store: PatternStore, parallel_gets: int = 4) -> SegmentReader:
+    return SegmentReader(store, chunk_bytes=CHUNK, cache_bytes=0, read_ahead_chunks=0,  # type: ignore[arg-type]
+                         parallel_gets=parallel_gets, limiter=ByteRateLimiter(2**63 - 1), stats=ReadStats())
+
+
+def walk(stream: SequentialRead, extents: list[Extent], *, keep: list[memoryview] | None = None) -> int:
+    """Read every chunk of ``extents`` as a scan does, checking each one's pattern; ``keep``: hold
+    a view of every chunk past its release (what the guard must make harmless)."""
+    read = 0
+    for e in extents:
+        for pos in range(e.start, e.stop, CHUNK):
+            view = stream.view(e.md, pos, min(pos + CHUNK, e.stop))
+            assert view[0] == view[-1] == (pos // CHUNK) % 251
+            read += len(view)
+            if keep is not None:
+                keep.append(view[:16])
+            del view
+            stream.release_before(e.md, pos + CHUNK)
+    return read
+
+
+def test_a_chunk_buffer_is_never_reused_while_a_view_of_it_is_held() -> None:
+    """A caller keeps a slice of every chunk it read: the scan goes on (buffers would be reused
+    from the third chunk on), and every kept slice still shows the bytes it was read with. Without
+    the guard (fetcher.chunk_buffers.still_viewed) later chunks overwrite them."""
+    rd = reader(PatternStore())
+    extents = [Extent(segment("s", 24 * CHUNK), 0, 24 * CHUNK)]
+    stream = rd.sequential(extents, budget_bytes=3 * CHUNK)
+    kept: list[memoryview] = []
+    try:
+        walk(stream, extents, keep=kept)
+    finally:
+        stream.close()
+    assert [v[0] for v in kept] == [i % 251 for i in range(24)]
+    assert stream.pool.retired == 24  # each one held, so each one retired
+    rd.close()
+
+
+def test_buffers_are_reused_when_nobody_holds_a_view() -> None:
+    rd = reader(PatternStore())
+    extents = [Extent(segment("s", 32 * CHUNK), 0, 32 * CHUNK)]
+    stream = rd.sequential(extents, budget_bytes=4 * CHUNK)
+    try:
+        assert walk(stream, extents) == 32 * CHUNK
+        assert stream.pool.retired == 0
+        assert stream.pool.peak_held_bytes <= 4 * CHUNK
+    finally:
+        stream.close()
+    rd.close()
+
+
+def test_the_pool_retires_a_buffer_with_a_live_numpy_view() -> None:
+    np = pytest.importorskip("numpy")
+    pool = ChunkBufferPool(CHUNK, 1)
+    buf = pool.take()
+    assert buf is not None
+    arr = np.frombuffer(memoryview(buf)[10:20], np.uint8)
+    assert not pool.give_back(buf)
+    again = pool.take()
+    assert again is not None and again is not buf
+    del arr
+    assert pool.give_back(again)
+
+
+@pytest.mark.parametrize("short_by", [1, CHUNK // 2])
+def test_a_short_answer_is_an_error_never_fewer_bytes(short_by: int) -> None:
+    rd = reader(PatternStore(short_by=short_by))
+    md = segment("s", 4 * CHUNK)
+    stream = rd.sequential([Extent(md, 0, 4 * CHUNK)])
+    try:
+        with pytest.raises(RemoteSegmentIncompleteError, match="expected"):
+            stream.view(md, 0, CHUNK)
+    finally:
+        stream.close()
+    rd.close()
+
+
+def test_a_scan_stopped_early_leaves_no_get_running_and_frees_its_buffers() -> None:
+    """One GET worker, a deep read-ahead, a store that holds every GET after the first: when the
+    scan stops after its first chunk, one GET runs and the rest are queued. Closing cancels the
+    queued ones (they never reach the store, even later), waits for the running one, and no
+    buffer stays held."""
+    gate = threading.Event()
+    store = PatternStore(gate=gate)
+    rd = reader(store, parallel_gets=1)
+    md = segment("s", 64 * CHUNK)
+    stream = rd.sequential([Extent(md, 0, 64 * CHUNK)], budget_bytes=16 * CHUNK)
+    stream._get_s.add(1.0)  # a slow store: the depth goes to the budget at once
+    stream._use_s.add(0.001)
+    assert stream.view(md, 0, CHUNK)[0] == 0
+    stream.release_before(md, CHUNK)
+    assert stream.in_flight == 16  # the budget: 16 chunks ahead
+    closer = threading.Thread(target=stream.close)
+    closer.start()
+    gate.set()  # the running GET may finish: close() waits for it
+    closer.join(timeout=60)
+    assert not closer.is_alive()
+    assert store.active == 0
+    assert stream.in_flight == 0
+    assert stream.pool.held_bytes == 0
+    calls = store.calls
+    # a GET submitted after the close runs after every cancelled one was taken off the queue
+    rd.submit_get(lambda: None, Priority.READ_AHEAD).future.result(timeout=30)
+    assert store.calls == calls == 2  # the first chunk and the one running at the close
+    rd.close()
+
+
+def test_a_scan_of_a_gibibyte_holds_at_most_its_read_ahead_budget() -> None:
+    """16 segments of 64 MiB read through with an 8 MiB budget: the buffers the scan holds (free
+    or out, counted by its pool) never exceed the budget, though every byte went through them."""
+    store = PatternStore()
+    rd = reader(store)
+    extents = [Extent(segment(f"s{i}", 64 * CHUNK), 0, 64 * CHUNK) for i in range(16)]
+    budget = 8 * CHUNK
+    stream = rd.sequential(extents, budget_bytes=budget)
+    try:
+        assert walk(stream, extents) == GiB
+        assert 0 < stream.pool.peak_held_bytes <= budget
+        assert stream.gets == GiB // CHUNK  # each chunk fetched once
+        assert store.max_active <= 4
+    finally:
+        stream.close()
+    assert stream.pool.held_bytes == 0
+    rd.close()
+
+
+@pytest.mark.parametrize(("get_s", "use_s", "depth"), [
+    (None, None, 2),  # nothing measured yet
+    (0.01, 0.05, 2),  # a fast store: one ahead of the chunk being decoded
+    (0.05, 0.01, 6),  # a slow store: as many in flight as a GET's time covers
+    (10.0, 0.01, 8),  # within the budget
+])
+def test_the_read_ahead_depth_follows_the_store_s_answer_time(get_s: float | None, use_s: float | None,
+                                                             depth: int) -> None:
+    rd = reader(PatternStore())
+    stream = rd.sequential([], budget_bytes=8 * CHUNK)
+    if get_s is not None and use_s is not None:
+        stream._get_s.add(get_s)
+        stream._use_s.add(use_s)
+    assert stream.depth == depth
+    assert rd.sequential([], budget_bytes=0).depth == 1  # read-ahead off
+    rd.close()
