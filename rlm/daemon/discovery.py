@@ -36,7 +36,8 @@ log = structlog.get_logger(__name__)
 class FoundPartition:
     topic_partition: TopicPartition
     dir: Path
-    topic_id: KafkaUuid | None  # None: no partition.metadata (see resolve_topic_ids)
+    topic_id: KafkaUuid | None  # None: no partition.metadata (see resolve_topic_ids), or id_error
+    id_error: str | None = None  # partition.metadata exists and is not understood (e.g. a future version)
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,9 @@ def scan_log_dirs(log_dirs: list[Path]) -> ScanResult:
     """Every live partition dir (``<topic>-<n>``) and every ``-delete`` dir.
 
     A dir without ``partition.metadata`` is found with no topic id (a ZooKeeper-era broker's);
-    one whose file exists but cannot be read is skipped with a warning (the broker is writing it).
+    one whose file exists but is not understood (a format version newer than this sidecar knows)
+    is found with ``id_error`` and a warning: it is never guessed from the broker, and never
+    skipped silently.
     """
     found: dict[TopicPartition, FoundPartition] = {}
     deleting: set[TopicPartition] = set()
@@ -77,6 +80,7 @@ def scan_log_dirs(log_dirs: list[Path]) -> ScanResult:
             except LogFormatError as e:
                 if meta.exists():
                     log.warning("partition_metadata_unreadable", dir=str(d), error=str(e))
+                    found[tp] = FoundPartition(tp, d, None, id_error=str(e))
                     continue
             found[tp] = FoundPartition(tp, d, topic_id)
     return ScanResult(found, deleting)
@@ -90,13 +94,15 @@ def resolve_topic_ids(
         return partitions
     out = dict(partitions)
     for tp, found in partitions.items():
-        if found.topic_id is None and tp.topic in view.topic_ids:
+        if found.topic_id is None and found.id_error is None and tp.topic in view.topic_ids:
             out[tp] = FoundPartition(tp, found.dir, view.topic_ids[tp.topic])
     return out
 
 
 def unknown_id_reason(found: FoundPartition, has_broker: bool) -> str:
     """Why a partition to be tiered cannot be: the operator's one line."""
+    if found.id_error is not None:
+        return f"NOT PROTECTED: partition.metadata not understood, the folder is not read: {found.id_error}"
     where = (
         "the broker returned no topic id for it (Kafka before 2.8 keeps none)"
         if has_broker

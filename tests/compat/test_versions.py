@@ -250,3 +250,48 @@ def test_verify_fails_on_an_enabled_partition_with_nothing_remote(written: Writt
     assert [p["partition"] for p in found] == [f"{topic}-0"] and found[0]["kind"] == "not_tiered"
     text = rlm("verify", "--config", str(cfg)).stdout
     assert f"{topic}-0: not_tiered: " in text and "(exit status 1)" in text
+
+
+def test_future_format_versions_are_refused_by_name(written: Written, tmp_path: Path) -> None:
+    """A log dir of a format this sidecar does not know is refused naming the version: a
+    ``partition.metadata`` of version 1 makes the partition NOT PROTECTED (never guessed from the
+    broker, never skipped silently), a ``meta.properties`` of version 2 stops ``rlm run``."""
+    import shutil
+
+    from rlm.daemon.service import Daemon
+
+    w = written
+    logs = tmp_path / "logs"
+    src = w.cluster.log_dir / f"{w.topic}-0"
+    shutil.copytree(src, logs / src.name, ignore=shutil.ignore_patterns("*.deleted", "*.cleaned", "*.swap"))
+    (logs / src.name / "partition.metadata").write_text("version: 1\ntopic_id: VHatZigQQGqs7ccJ5sZVng")
+    (logs / "meta.properties").write_text(
+        f"version=0\nbroker.id=1\ncluster.id={w.cluster.cluster_id or 'x'}\n"
+    )
+    doc: dict[str, Any] = {
+        "log_dirs": [str(logs)],
+        "work_dir": str(tmp_path / "work"),
+        "bootstrap_servers": w.cluster.bootstrap,  # the broker knows the topic's id: still refused
+        "storage": {"plugin": "local", "config": {"root": str(tmp_path / "remote")}},
+        "metadata": {"manager": "file", "config": {"dir": str(tmp_path / "meta")}},
+        "topics": [{"pattern": w.topic, "remote.storage.enable": True}],
+        "http": {"enabled": False},
+    }
+    d = Daemon(load_config(None, **doc), once=True).start()
+    try:
+        assert d.run_once() == 0
+    finally:
+        assert d.stop()
+    config_path = tmp_path / "rlm.yaml"
+    config_path.write_text(yaml.safe_dump(doc))
+    part = json.loads(rlm("status", "--json", "--config", str(config_path)).stdout)["partitions"][
+        f"{w.topic}-0"
+    ]
+    assert not part["tiered"] and "unrecognised version 1" in part["last_error"], part
+    assert part["last_error"].startswith("NOT PROTECTED: partition.metadata not understood"), part
+
+    (logs / "meta.properties").write_text("version=2\nnode.id=1\ncluster.id=x\n")
+    run = rlm("run", "--once", "--config", str(config_path))
+    assert run.returncode == 3, run.stderr[-2000:]
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("rlm: error:") and "meta.properties version 2" in last, last
