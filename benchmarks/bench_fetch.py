@@ -15,26 +15,42 @@ content: a digest of every record), tiers them with ``rlm run --once`` to ``--st
   (local). After each case (untimed) its records — the scan's table, the floor's files decoded
   with ``rlm.log.read_arrow`` — are digested and must equal the broker's, or the benchmark fails.
 
+Each scan case runs in a worker process of its own (``--worker``), started once and asked for
+one scan per round, so that a ``--variant NAME:CODE_ROOT`` (another checkout, e.g. a
+``git worktree`` of the commit before a change) is measured in the same run, under the same load,
+against the same objects. A scan's fetcher is made (and its plugin's client created) before the
+clock starts, as the floor's boto3 client is: both time the reading of the history, indexes
+included for the scan. ``--pin`` runs the serving side (SeaweedFS, the broker: every thread of
+their process trees) on CPU 0 and the readers (this process, the workers) on CPU 1, as the
+Kafka endpoint benchmark's pinned variant does, so a round's ratio does not follow which side the
+scheduler favoured; pinned results go to ``bench-fetch-<storage>-pinned.json``. ``--py-spy DIR``
+records a py-spy profile (raw collapsed stacks) of each scan worker over all rounds.
+
 Printed: every round, and the median of the per-round ratios (scan rate / floor rate). Raw
-results go to ``docs/data/bench-fetch-<storage>.json`` unless ``--no-save``.
+results go to ``docs/data/bench-fetch-<storage>[-pinned].json`` unless ``--no-save``.
 
     .venv/bin/python benchmarks/bench_fetch.py --size-mb 2048 --segment-mb 128
     .venv/bin/python benchmarks/bench_fetch.py --size-mb 256 --storage local
+    .venv/bin/python benchmarks/bench_fetch.py --pin --rounds 5 --variant old:/tmp/rlm-old
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import random
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# a worker imports the code it measures from RLM_BENCH_CODE (a variant's checkout), not this one
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, os.environ.get("RLM_BENCH_CODE") or str(Path(__file__).resolve().parent.parent))
 
 from benchlib import BenchFailure, Recorder, Result, headline, quiet_logs, run_rounds, table_digest
 
@@ -94,7 +110,73 @@ def broker_records(bs: str, end: int) -> Any:
                      "value": pa.array(values, pa.binary())})
 
 
+def worker(conf_path: str) -> int:
+    """One scan per line of stdin (``{"name": ..., "read": {...}}``), answered with a JSON line:
+    seconds, digest, rows, GET counts. The fetcher and its plugin's client are made untimed."""
+    import pyarrow as pa
+
+    from fetcher import RemoteFetcher
+    from rlm.config import load_config
+
+    quiet_logs()
+    conf = json.loads(Path(conf_path).read_text())
+    tmp, base = Path(conf["tmp"]), conf["base"]
+    for line in sys.stdin:
+        req = json.loads(line)
+        work = tmp / f"scan-{req['name']}"
+        shutil.rmtree(work, ignore_errors=True)
+        with RemoteFetcher.from_config(load_config(None, work_dir=str(work), read=req["read"], **base)) as f:
+            getattr(f.rsm, "client", None)  # the floor's client is made once, untimed: so is this one
+            t0 = time.perf_counter()
+            batches = list(f.scan(TOPIC, 0, include_headers=False))
+            dt = time.perf_counter() - t0
+            st = f.stats.snapshot()
+        table = pa.Table.from_batches(batches)
+        print(json.dumps({"seconds": dt, "digest": table_digest({0: table}), "rows": table.num_rows,
+                          "get_requests": st["get_requests"], "index_fetches": st["index_fetches"]}),
+              flush=True)
+    return 0
+
+
+class ScanWorker:
+    """A ``--worker`` process importing the fetcher from ``code`` (None: this checkout)."""
+
+    def __init__(self, name: str, conf_path: Path, code: str | None, cwd: Path) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        if code:
+            env["RLM_BENCH_CODE"] = code
+        self.name = name
+        # started from the temporary directory: ``sys.path[0]`` is then this script's directory,
+        # and the code under test comes only from RLM_BENCH_CODE
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--worker", str(conf_path)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=cwd)
+        where = subprocess.run(
+            [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import fetcher; "
+             "print(fetcher.__file__)", code or str(Path(__file__).resolve().parent.parent)],
+            cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
+        print(f"scan worker {name}: code from {Path(where).parent.parent}", flush=True)
+
+    def scan(self, seg_bytes: int, **read: Any) -> Result:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps({"name": self.name, "read": read}) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise BenchFailure(f"scan worker {self.name} ended (exit {self.proc.wait()})")
+        r = json.loads(line)
+        return Result(r["seconds"], r["digest"], seg_bytes, r["rows"],
+                      {"get_requests": r["get_requests"], "index_fetches": r["index_fetches"]})
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
 def main() -> int:
+    if len(sys.argv) == 3 and sys.argv[1] == "--worker":
+        return worker(sys.argv[2])
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size-mb", type=int, default=256)
     ap.add_argument("--segment-mb", type=int, default=64)
@@ -104,8 +186,16 @@ def main() -> int:
     ap.add_argument("--cold-samples", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=3, help="counted interleaved rounds (after one warm-up)")
     ap.add_argument("--no-save", action="store_true", help="write no docs/data/bench-fetch-<storage>.json")
+    ap.add_argument("--pin", action="store_true",
+                    help="serving side (SeaweedFS, broker) on CPU 0, readers (this process, scan "
+                    "workers) on CPU 1")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME:CODE_ROOT",
+                    help="also scan with the code of another checkout (e.g. a git worktree of an "
+                    "older commit)")
+    ap.add_argument("--py-spy", type=Path, default=None, metavar="DIR",
+                    help="record a py-spy profile of each scan worker into DIR")
     args = ap.parse_args()
-    rec = Recorder(f"fetch-{args.storage}", args)
+    rec = Recorder(f"fetch-{args.storage}" + ("-pinned" if args.pin else ""), args)
     quiet_logs()
 
     import pyarrow as pa
@@ -175,7 +265,7 @@ def main() -> int:
                 raise BenchFailure(f"fetch at {off}: records differ from the broker's")
 
         rnd = random.Random(1)
-        cold = []
+        cold: list[float] = []
         for _ in range(args.cold_samples):
             with fetcher("cold") as f:
                 off = rnd.randrange(end)
@@ -186,29 +276,46 @@ def main() -> int:
         with fetcher("warm") as f:
             for md in mds:  # warm the index cache
                 f.indexes.get(md)
-            warm = []
+            warm: list[float] = []
             for _ in range(args.samples):
                 off = rnd.randrange(end)
                 t0 = time.perf_counter()
                 res = f.fetch(TOPIC, 0, off, max_bytes=MB, timeout_ms=60000)
                 warm.append((time.perf_counter() - t0) * 1000)
                 check_fetch(res, off)
-        rec.facts["fetch_1mb_ms"] = {
-            "cold": {"p50": pct(cold, 50), "p99": pct(cold, 99), "samples": len(cold)},
-            "warm": {"p50": pct(warm, 50), "p99": pct(warm, 99), "samples": len(warm)}}
-        print(f"fetch 1 MB random: cold p50 {pct(cold, 50):.1f} ms p99 {pct(cold, 99):.1f} ms; "
-              f"warm p50 {pct(warm, 50):.1f} ms p99 {pct(warm, 99):.1f} ms (every answer checked)",
-              flush=True)
+        if cold and warm:
+            rec.facts["fetch_1mb_ms"] = {
+                "cold": {"p50": pct(cold, 50), "p99": pct(cold, 99), "samples": len(cold)},
+                "warm": {"p50": pct(warm, 50), "p99": pct(warm, 99), "samples": len(warm)}}
+            print(f"fetch 1 MB random: cold p50 {pct(cold, 50):.1f} ms p99 {pct(cold, 99):.1f} ms; "
+                  f"warm p50 {pct(warm, 50):.1f} ms p99 {pct(warm, 99):.1f} ms (every answer checked)",
+                  flush=True)
 
-        def scan(**read: Any) -> Result:
-            with fetcher("scan", **read) as f:
-                t0 = time.perf_counter()
-                batches = list(f.scan(TOPIC, 0, include_headers=False))
-                dt = time.perf_counter() - t0
-                st = f.stats.snapshot()
-            table = pa.Table.from_batches(batches)
-            return Result(dt, table_digest({0: table}), seg_bytes, table.num_rows,
-                          {"get_requests": st["get_requests"], "index_fetches": st["index_fetches"]})
+        conf_path = tmp / "worker.json"
+        conf_path.write_text(json.dumps({"tmp": str(tmp), "base": base}))
+        if args.pin:
+            from bench_kafka_endpoint import pin_tree
+
+            if len(os.sched_getaffinity(0)) < 2:
+                raise SystemExit("--pin needs 2 CPUs")
+            servers = [n.proc.pid for n in kafka._nodes if n.proc] + (
+                [weed.proc.pid] if weed is not None and weed.proc else [])
+            served = sum(pin_tree(pid, {0}) for pid in servers)
+            own = pin_tree(os.getpid(), {1}, descendants=False)  # the workers inherit it
+            print(f"pinned: {served} serving threads to CPU 0, {own} of this process to CPU 1", flush=True)
+        workers = {"": ScanWorker("new", conf_path, None, tmp)}
+        for v in args.variant:
+            vname, _, code = v.partition(":")
+            workers[vname] = ScanWorker(vname, conf_path, str(Path(code).resolve()), tmp)
+        spies = []
+        if args.py_spy is not None:
+            args.py_spy.mkdir(parents=True, exist_ok=True)
+            for vname, w in workers.items():
+                spies.append(subprocess.Popen(
+                    [str(Path(sys.executable).parent / "py-spy"), "record", "--nonblocking", "-r", "50",
+                     "--threads", "--idle", "-f", "raw", "-o",
+                     str(args.py_spy / f"scan-{vname or 'new'}.txt"),
+                     "-p", str(w.proc.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
 
         client = weed.boto3_client() if weed is not None else None
 
@@ -230,8 +337,22 @@ def main() -> int:
             return Result(dt, table_digest({0: table}), seg_bytes, table.num_rows)
 
         floor_name = "boto3 download_file" if client is not None else "shutil.copyfile"
-        rows = run_rounds({"scan, read-ahead": scan, "scan, no read-ahead": lambda: scan(read_ahead_chunks=0),
-                           floor_name: floor}, args.rounds, label="scan", expect=want)
+        cases: dict[str, Any] = {
+            "scan, read-ahead": lambda: workers[""].scan(seg_bytes),
+            "scan, no read-ahead": lambda: workers[""].scan(seg_bytes, read_ahead_chunks=0,
+                                                            read_ahead_bytes=0),
+            floor_name: floor}
+        for vname in workers:
+            if vname:
+                cases[f"scan, {vname}"] = lambda w=workers[vname]: w.scan(seg_bytes)
+        try:
+            rows = run_rounds(cases, args.rounds, label="scan", expect=want)
+        finally:
+            for spy in spies:
+                spy.send_signal(2)
+                spy.wait(timeout=60)
+            for w in workers.values():
+                w.close()
         rec.section("scan", rows)
         for r in rows:
             for v in r["cases"].values():
@@ -240,9 +361,15 @@ def main() -> int:
               f"median of per-round ratios:")
         rec.add(headline(rows, f"scan to Arrow vs raw {'download' if client else 'copy'} of the segments "
                          f"({args.storage})", "scan, read-ahead", floor_name,
-                         0.8 if client is not None else None))
+                         1.0 if client is not None else None))
         rec.add(headline(rows, f"read-ahead on vs off ({args.storage})", "scan, read-ahead",
                          "scan, no read-ahead", 1.0, ">= 1x"))
+        for vname in workers:
+            if vname:
+                rec.add(headline(rows, f"scan, this code vs {vname} ({args.storage})", "scan, read-ahead",
+                                 f"scan, {vname}", None))
+                rec.add(headline(rows, f"scan, {vname} vs raw download ({args.storage})", f"scan, {vname}",
+                                 floor_name, None))
         rec.save(not args.no_save)
     finally:
         kafka.stop()

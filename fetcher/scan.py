@@ -120,11 +120,15 @@ def scan_ranges(plan: PartitionPlan, ranges: Sequence[ScanRange], reader: Segmen
 def _extent(rng: ScanRange, indexes: RemoteIndexCache) -> Extent:
     """The bytes of ``rng``'s segment the decoder will read: from the index entry at its start to
     the segment's end, or, when the range ends inside the segment, to the batch after the first
-    index entry at or past its end (that entry's batch may still hold offsets below the end)."""
+    index entry at or past its end (that entry's batch may still hold offsets below the end). A
+    range over the whole segment needs no index: a scan of whole segments GETs only their data."""
     md = rng.link.metadata
+    start, stop = 0, md.segment_size_in_bytes
+    if rng.start <= md.start_offset and rng.end > md.end_offset:
+        return Extent(md, start, stop)
     index = indexes.get(md).offset
-    start = index.lookup(rng.start).position
-    stop = md.segment_size_in_bytes
+    if rng.start > md.start_offset:
+        start = index.lookup(rng.start).position
     if rng.end <= md.end_offset and len(index.offsets):
         j = int(np.searchsorted(index.offsets, rng.end, side="left")) + 1
         if j < len(index.offsets):
