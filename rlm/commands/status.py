@@ -159,6 +159,10 @@ def render_table(st: DaemonStatus, now: int | None = None) -> str:
             )
             more = " ..." if len(p.quarantined) > 5 else ""
             out.append(f"quarantined {key}: {held}{more}: off the epoch lineage, kept for the grace period")
+    for key in sorted(st.partitions):  # configured to be tiered and cannot be (the daemon's discovery)
+        p = st.partitions[key]
+        if not p.tiered and p.last_error:
+            out.append(f"ERROR {key}: {p.last_error}")
     if st.untiered:
         out.append("not tiered:")
         out += [f"  {topic}: {why_not}" for topic, why_not in sorted(st.untiered.items())]

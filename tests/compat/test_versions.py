@@ -227,7 +227,7 @@ def test_partition_without_topic_id_is_an_error_not_silence(written: Written, tm
     assert not part["tiered"] and part["last_error"].startswith("NOT PROTECTED: topic id unknown"), part
     assert "bootstrap_servers" in part["last_error"]
     table = rlm("status", "--config", str(config_path)).stdout
-    assert "NOT PROTECTED" in table
+    assert f"ERROR {w.topic}-0: {part['last_error']}" in table.splitlines(), table
 
 
 def test_verify_fails_on_an_enabled_partition_with_nothing_remote(written: Written, tmp_path: Path) -> None:
