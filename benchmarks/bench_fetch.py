@@ -24,7 +24,9 @@ included for the scan. ``--pin`` runs the serving side (SeaweedFS, the broker: e
 their process trees) on CPU 0 and the readers (this process, the workers) on CPU 1, as the
 Kafka endpoint benchmark's pinned variant does, so a round's ratio does not follow which side the
 scheduler favoured; pinned results go to ``bench-fetch-<storage>-pinned.json``. ``--py-spy DIR``
-records a py-spy profile (raw collapsed stacks) of each scan worker over all rounds.
+records a py-spy profile (raw collapsed stacks) of each scan worker over all rounds. ``--repeat
+N`` makes each case of a round N scans (downloads) back to back, each with a new fetcher, timed
+together: rounds long enough that a burst of the machine's other load does not decide one.
 
 Printed: every round, and the median of the per-round ratios (scan rate / floor rate). Raw
 results go to ``docs/data/bench-fetch-<storage>[-pinned].json`` unless ``--no-save``.
@@ -124,15 +126,21 @@ def worker(conf_path: str) -> int:
     for line in sys.stdin:
         req = json.loads(line)
         work = tmp / f"scan-{req['name']}"
-        shutil.rmtree(work, ignore_errors=True)
-        with RemoteFetcher.from_config(load_config(None, work_dir=str(work), read=req["read"], **base)) as f:
-            getattr(f.rsm, "client", None)  # the floor's client is made once, untimed: so is this one
-            t0 = time.perf_counter()
-            batches = list(f.scan(TOPIC, 0, include_headers=False))
-            dt = time.perf_counter() - t0
-            st = f.stats.snapshot()
-        table = pa.Table.from_batches(batches)
-        print(json.dumps({"seconds": dt, "digest": table_digest({0: table}), "rows": table.num_rows,
+        total, digests = 0.0, set()
+        for _ in range(req["repeat"]):  # each a new fetcher: cold caches, as the first
+            shutil.rmtree(work, ignore_errors=True)
+            cfg = load_config(None, work_dir=str(work), read=req["read"], **base)
+            with RemoteFetcher.from_config(cfg) as f:
+                getattr(f.rsm, "client", None)  # the floor's client is made once, untimed: so is this one
+                t0 = time.perf_counter()
+                batches = list(f.scan(TOPIC, 0, include_headers=False))
+                total += time.perf_counter() - t0
+                st = f.stats.snapshot()
+            table = pa.Table.from_batches(batches)
+            del batches
+            digests.add(table_digest({0: table}))
+        print(json.dumps({"seconds": total, "rows": table.num_rows,
+                          "digest": digests.pop() if len(digests) == 1 else f"differs: {sorted(digests)}",
                           "get_requests": st["get_requests"], "index_fetches": st["index_fetches"]}),
               flush=True)
     return 0
@@ -157,15 +165,15 @@ class ScanWorker:
             cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
         print(f"scan worker {name}: code from {Path(where).parent.parent}", flush=True)
 
-    def scan(self, seg_bytes: int, **read: Any) -> Result:
+    def scan(self, seg_bytes: int, repeat: int, **read: Any) -> Result:
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps({"name": self.name, "read": read}) + "\n")
+        self.proc.stdin.write(json.dumps({"name": self.name, "read": read, "repeat": repeat}) + "\n")
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line:
             raise BenchFailure(f"scan worker {self.name} ended (exit {self.proc.wait()})")
         r = json.loads(line)
-        return Result(r["seconds"], r["digest"], seg_bytes, r["rows"],
+        return Result(r["seconds"], r["digest"], seg_bytes * repeat, r["rows"],
                       {"get_requests": r["get_requests"], "index_fetches": r["index_fetches"]})
 
     def close(self) -> None:
@@ -186,6 +194,8 @@ def main() -> int:
     ap.add_argument("--cold-samples", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=3, help="counted interleaved rounds (after one warm-up)")
     ap.add_argument("--no-save", action="store_true", help="write no docs/data/bench-fetch-<storage>.json")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="scans (downloads) per case and round, timed together: longer, steadier rounds")
     ap.add_argument("--pin", action="store_true",
                     help="serving side (SeaweedFS, broker) on CPU 0, readers (this process, scan "
                     "workers) on CPU 1")
@@ -320,31 +330,36 @@ def main() -> int:
         client = weed.boto3_client() if weed is not None else None
 
         def floor() -> Result:
-            dl = tmp / "download"
-            shutil.rmtree(dl, ignore_errors=True)
-            dl.mkdir()
-            t0 = time.perf_counter()
-            for i, src in enumerate(sources):
-                if client is not None:
-                    client.download_file(storage["config"]["bucket"], src, str(dl / f"{i:06d}.log"))
-                else:
-                    shutil.copyfile(src, dl / f"{i:06d}.log")
-            dt = time.perf_counter() - t0
-            tables = [read_arrow(dl / f"{i:06d}.log", topic=TOPIC, partition=0) for i in range(len(sources))]
-            table = pa.concat_tables(tables)
-            table = table.filter(pa.compute.less(table.column("offset"), end))
-            shutil.rmtree(dl, ignore_errors=True)
-            return Result(dt, table_digest({0: table}), seg_bytes, table.num_rows)
+            total, digests = 0.0, set()
+            for _ in range(args.repeat):
+                dl = tmp / "download"
+                shutil.rmtree(dl, ignore_errors=True)
+                dl.mkdir()
+                t0 = time.perf_counter()
+                for i, src in enumerate(sources):
+                    if client is not None:
+                        client.download_file(storage["config"]["bucket"], src, str(dl / f"{i:06d}.log"))
+                    else:
+                        shutil.copyfile(src, dl / f"{i:06d}.log")
+                total += time.perf_counter() - t0
+                tables = [read_arrow(dl / f"{i:06d}.log", topic=TOPIC, partition=0)
+                          for i in range(len(sources))]
+                table = pa.concat_tables(tables)
+                table = table.filter(pa.compute.less(table.column("offset"), end))
+                digests.add(table_digest({0: table}))
+                shutil.rmtree(dl, ignore_errors=True)
+            return Result(total, digests.pop() if len(digests) == 1 else f"differs: {sorted(digests)}",
+                          seg_bytes * args.repeat, table.num_rows)
 
         floor_name = "boto3 download_file" if client is not None else "shutil.copyfile"
         cases: dict[str, Any] = {
-            "scan, read-ahead": lambda: workers[""].scan(seg_bytes),
-            "scan, no read-ahead": lambda: workers[""].scan(seg_bytes, read_ahead_chunks=0,
+            "scan, read-ahead": lambda: workers[""].scan(seg_bytes, args.repeat),
+            "scan, no read-ahead": lambda: workers[""].scan(seg_bytes, args.repeat, read_ahead_chunks=0,
                                                             read_ahead_bytes=0),
             floor_name: floor}
         for vname in workers:
             if vname:
-                cases[f"scan, {vname}"] = lambda w=workers[vname]: w.scan(seg_bytes)
+                cases[f"scan, {vname}"] = lambda w=workers[vname]: w.scan(seg_bytes, args.repeat)
         try:
             rows = run_rounds(cases, args.rounds, label="scan", expect=want)
         finally:

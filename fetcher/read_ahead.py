@@ -133,11 +133,14 @@ class SequentialRead:
 
     @property
     def depth(self) -> int:
-        """Chunks to keep in flight: a GET's time over a chunk's decode time, plus one."""
+        """Chunks to keep in flight: a GET's time over a chunk's decode time, plus one; the whole
+        budget until both are measured (a scan starts as fast as a plain download does)."""
         if not self.read_ahead:
             return 1
         get_s, use_s = self._get_s.value, self._use_s.value
-        want = 2 if get_s is None or use_s is None else math.ceil(get_s / max(use_s, 1e-4)) + 1
+        if get_s is None or use_s is None:
+            return self.pool.max_buffers
+        want = math.ceil(get_s / max(use_s, 1e-4)) + 1
         return max(1, min(self.pool.max_buffers, want))
 
     @property

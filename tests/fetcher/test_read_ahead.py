@@ -191,7 +191,7 @@ def test_a_scan_of_a_gibibyte_holds_at_most_its_read_ahead_budget() -> None:
 
 
 @pytest.mark.parametrize(("get_s", "use_s", "depth"), [
-    (None, None, 2),  # nothing measured yet
+    (None, None, 8),  # nothing measured yet: the budget
     (0.01, 0.05, 2),  # a fast store: one ahead of the chunk being decoded
     (0.05, 0.01, 6),  # a slow store: as many in flight as a GET's time covers
     (10.0, 0.01, 8),  # within the budget
