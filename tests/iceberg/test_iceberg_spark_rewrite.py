@@ -123,7 +123,10 @@ def _catalog(kind: str, w: World, request: pytest.FixtureRequest) -> Catalog:
         "type": "rest", "uri": rest.uri, "warehouse": rest.warehouse,
         "io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
         "s3.endpoint": rest.s3.endpoint_url, "s3.path-style-access": "true",
-        "s3.access-key-id": ACCESS_KEY, "s3.secret-access-key": SECRET_KEY, "client.region": REGION},
+        "s3.access-key-id": ACCESS_KEY, "s3.secret-access-key": SECRET_KEY, "client.region": REGION,
+        # Spark writes here (the rewrite's files): SeaweedFS (no IAM) refuses the SDK's
+        # streaming-signed (aws-chunked) uploads, as for the REST server's own S3FileIO
+        "s3.chunked-encoding-enabled": "false"},
         {"AWS_REGION": REGION, "AWS_REQUEST_CHECKSUM_CALCULATION": "WHEN_REQUIRED",  # SeaweedFS
          "AWS_RESPONSE_CHECKSUM_VALIDATION": "WHEN_REQUIRED"})
 
