@@ -9,7 +9,10 @@ refuses such a length (``MessageUtil``: an array cannot have more elements than 
 
 This walk reads the same fields in the same order as kio's reader (plain fields through kio's
 own field readers, so the encodings are not written twice) and refuses a frame as soon as an
-array claims more elements than bytes remain: every element takes at least one byte.
+array claims more elements than bytes remain: every element takes at least one byte. It also
+refuses a null (length -1) for an array the schema does not let be null, as Kafka's parser does:
+kio reads it as None, and a handler iterating it failed with a traceback (DescribeGroups v2 with a
+null ``groups``, found by the fuzzer).
 """
 
 from __future__ import annotations
@@ -100,6 +103,11 @@ def _check_field(
     cls: type[Entity], f: Field[Any], buf: bytes, at: int, end: int, flexible: bool, tagged: bool
 ) -> int:
     kind = classify_field(f)
+    if kind.is_array and not is_optional(f):  # as Kafka: "non-nullable field ... serialized as null"
+        read_length = read_compact_array_length if flexible else read_legacy_array_length
+        count = read_length(buf, at)[0]
+        if count is None or count < 0:  # compact null reads as None, legacy null as -1
+            raise FrameBoundsError(f"{cls.__name__}.{f.name}: null for an array that cannot be null")
     if isinstance(kind, PrimitiveField):
         _, n = _plain_reader(cls, f, False, tagged)(buf, at)  # request bodies only, never a header
         return at + int(n)

@@ -269,3 +269,13 @@ def test_an_array_longer_than_the_frame_is_refused(version: int, length: bytes) 
     cls = load_request_schema(3, version)
     with pytest.raises(FrameBoundsError, match="topics"):
         check_entity(cls, length + b"\x00", 0)
+
+
+def test_a_null_for_an_array_that_cannot_be_null_is_refused() -> None:
+    """The fuzzer's second find: DescribeGroups v2 with ``groups`` = null (body ``ff ff ff ff``)
+    was read by kio as None and the handler failed with a traceback (UNKNOWN_SERVER_ERROR). Kafka's
+    parser refuses it; a nullable array (Metadata's ``topics``) stays allowed."""
+    with pytest.raises(FrameBoundsError, match="groups"):
+        check_entity(load_request_schema(15, 2), b"\xff\xff\xff\xff", 0)
+    metadata_all_topics = struct.pack(">i", -1) + b"\x00\x00\x00"  # topics null, then 3 booleans
+    assert check_entity(load_request_schema(3, 8), metadata_all_topics, 0) == len(metadata_all_topics)
