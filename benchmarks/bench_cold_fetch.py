@@ -15,6 +15,13 @@ same run, interleaved rounds (one warm-up, then ``--rounds``), each case a **new
   runs, same jars and heap) reading the same record from the broker;
 * ``rlm offsets --json`` for a timestamp inside the tiered range, against ``GetOffsetShell``.
 
+Python runs from bytecode as installed: ``pip install`` (and the container image) compile every
+module's ``.pyc`` at install time, but this repository's venv is installed by ``uv`` without, and
+a shell may set ``PYTHONDONTWRITEBYTECODE`` (the image does, over its compiled files). So ``rlm``
+gets a bytecode cache of its own (``PYTHONPYCACHEPREFIX`` in the run's temp dir, filled by the
+warm-up round). ``rlm cold, no .pyc`` runs the same cold command compiling every module from
+source each time, for context.
+
 Every answer is checked: the record's offset, key and value, and the offset found, must equal
 the broker tool's, or the benchmark fails. Headline = median of per-round time ratios (the
 tool's seconds / ours: > 1 means ours is faster). Raw results go to
@@ -53,7 +60,10 @@ def produce(bs: str, records: int) -> None:
     """``records`` printable records to partition 0 (the console consumer prints them as they are)."""
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bs, "linger.ms": 5, "compression.type": "none", "acks": "all"})
+    # idempotent: batches retried while the new topic's leader settles stay in order, so offsets
+    # follow the timestamps and a lookup in the middle of the range searches the indexes
+    p = Producer({"bootstrap.servers": bs, "linger.ms": 5, "compression.type": "none", "acks": "all",
+                  "enable.idempotence": True})
     for i in range(records):
         p.produce(TOPIC, key=f"k{i}".encode(), value=f"v{i}-".encode() + b"x" * 600, partition=0,
                   timestamp=T0 + i * 1000)
@@ -142,11 +152,14 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=6000, help="records of partition 0 (600 B each)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--no-save", action="store_true", help="write no docs/data/bench-cold-fetch.json")
+    ap.add_argument("--hold", action="store_true",
+                    help="set up, print the commands each case runs, wait for Enter (to profile one), stop")
     args = ap.parse_args()
     quiet_logs()
 
     import yaml
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic
 
     from rlm.config import load_config
     from rlm.daemon.service import Daemon
@@ -199,9 +212,14 @@ def main() -> int:
         shutil.rmtree(tmp / "reader", ignore_errors=True)
         rec.facts.update(metadata_partitions=METADATA_PARTITIONS, partitions=args.partitions,
                          segments=args.segments, metadata_records=written, tiered_end=plan.log_end,
-                         offset=offset)
+                         offset=offset, timestamp=ts, tiered_segments_partition_0=len(plan.segments),
+                         bytecode="rlm: a .pyc cache (PYTHONPYCACHEPREFIX), filled by the warm-up round")
 
         env = {k: v for k, v in os.environ.items() if not k.startswith("RLM_")}
+        no_pyc = {**env, "PYTHONDONTWRITEBYTECODE": "1"}
+        no_pyc.pop("PYTHONPYCACHEPREFIX", None)
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")  # see the module's docstring
         rlm = [sys.executable, "-m", "rlm.cli"]
 
         def config(name: str, fresh: bool) -> Path:
@@ -215,10 +233,11 @@ def main() -> int:
         def digest(o: int, key: bytes | None, value: bytes | None) -> str:
             return f"{o}:{(key or b'').hex()}:{(value or b'').hex()}"
 
-        def rlm_fetch(name: str, fresh: bool) -> Result:
+        def rlm_fetch(name: str, fresh: bool, pyc: bool = True) -> Result:
             path = config(name, fresh)
             took, res = timed([*rlm, "fetch", "--config", str(path), "--topic", TOPIC, "--partition", "0",
-                               "--offset", str(offset), "--count", "1", "--format", "json"], env)
+                               "--offset", str(offset), "--count", "1", "--format", "json"],
+                              env if pyc else no_pyc)
             r = json.loads(res.stdout.splitlines()[0])
             return Result(took, digest(r["offset"], base64.b64decode(r["key"]), base64.b64decode(r["value"])),
                           records=1)
@@ -234,10 +253,10 @@ def main() -> int:
             found = digest(int(head.removeprefix("Offset:")), key.encode(), value.encode())
             return Result(took, found, records=1)
 
-        def rlm_offsets(name: str, fresh: bool) -> Result:
+        def rlm_offsets(name: str, fresh: bool, pyc: bool = True) -> Result:
             path = config(name, fresh)
             took, res = timed([*rlm, "offsets", "--config", str(path), "--topic", TOPIC, "--partition", "0",
-                               "--timestamp", str(ts), "--json"], env)
+                               "--timestamp", str(ts), "--json"], env if pyc else no_pyc)
             r = json.loads(res.stdout.splitlines()[0])
             return Result(took, f"{r['offset']}", extra={"source": r["source"]})
 
@@ -248,20 +267,37 @@ def main() -> int:
             line = next(ln for ln in res.stdout.splitlines() if ln.startswith(f"{TOPIC}:0:"))
             return Result(took, line.rsplit(":", 1)[1])
 
+        if args.hold:  # profile one case by hand: the same commands, broker and data, kept up
+            pyc = f"env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX={env['PYTHONPYCACHEPREFIX']}"
+            print("rlm fetch:", pyc, " ".join([*rlm, "fetch", "--config", str(config("fetch-cold", True)),
+                                               "--topic", TOPIC, "--partition", "0", "--offset", str(offset),
+                                               "--count", "1", "--format", "json"]))
+            off_cfg = str(config("offsets-cold", True))
+            print("rlm offsets:", pyc, " ".join([*rlm, "offsets", "--config", off_cfg, "--topic", TOPIC,
+                                                 "--partition", "0", "--timestamp", str(ts), "--json"]))
+            print("GetOffsetShell:", " ".join(java_tool(kafka, "org.apache.kafka.tools.GetOffsetShell",
+                                                        "--bootstrap-server", bs, "--topic-partitions",
+                                                        f"{TOPIC}:0", "--time", str(ts))), flush=True)
+            input("holding the broker; Enter stops it\n")
+            return 0
         fetch_rows = run_rounds({
             "console consumer": console,
             "rlm cold": lambda: rlm_fetch("fetch-cold", True),
             "rlm warm dir": lambda: rlm_fetch("fetch-warm", False),
+            "rlm cold, no .pyc": lambda: rlm_fetch("fetch-cold", True, pyc=False),
         }, args.rounds, label="fetch one record")  # every answer must equal the console consumer's
         rec.section("fetch", fetch_rows)
         rec.add(headline(fetch_rows, "cold rlm fetch of one record (new work dir)", "rlm cold",
                          "console consumer", 1.0, ">= 1.0x (Kafka's console consumer's time or less)"))
         rec.add(headline(fetch_rows, "rlm fetch of one record, work dir kept", "rlm warm dir",
                          "console consumer", None))
+        rec.add(headline(fetch_rows, "cold rlm fetch, every module compiled from source", "rlm cold, no .pyc",
+                         "console consumer", None))
         offsets_rows = run_rounds({
             "GetOffsetShell": get_offset_shell,
             "rlm cold": lambda: rlm_offsets("offsets-cold", True),
             "rlm warm dir": lambda: rlm_offsets("offsets-warm", False),
+            "rlm cold, no .pyc": lambda: rlm_offsets("offsets-cold", True, pyc=False),
         }, args.rounds, label="offset for a timestamp")  # ... and GetOffsetShell's
         if any(r["cases"]["rlm cold"]["source"] != "remote" for r in offsets_rows):
             raise BenchFailure("rlm offsets did not answer from remote storage")
@@ -269,6 +305,8 @@ def main() -> int:
         rec.add(headline(offsets_rows, "cold rlm offsets (new work dir)", "rlm cold", "GetOffsetShell", 1.0,
                          ">= 1.0x (GetOffsetShell's time or less)"))
         rec.add(headline(offsets_rows, "rlm offsets, work dir kept", "rlm warm dir", "GetOffsetShell", None))
+        rec.add(headline(offsets_rows, "cold rlm offsets, every module compiled from source",
+                         "rlm cold, no .pyc", "GetOffsetShell", None))
         rec.save(not args.no_save)
     finally:
         kafka.stop()

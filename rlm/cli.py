@@ -13,10 +13,12 @@ disk) is one line too, naming the path and the fix (:mod:`rlm.environment`). Eve
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import importlib.util
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from rlm.errors import ConfigError, InstanceLockedError, PluginLoadError, PreflightError, RlmError
 from rlm.exit_codes import EPILOG, ExitCode
@@ -54,6 +56,20 @@ def version() -> str:
         return "unknown"
 
 
+class _VersionAction(argparse.Action):
+    """``--version``, looked up only when asked: ``importlib.metadata`` (and the ``email`` parser it
+    pulls in) costs ~50 ms of CPU, which every command paid to build a string it never printed."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 default: Any = argparse.SUPPRESS, help: str | None = "show the version and exit") -> None:
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        sys.stdout.write(f"rlm {version()}\n")
+        parser.exit()
+
+
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser; given the arguments, only the command they name is imported.
 
@@ -67,7 +83,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"rlm {version()}")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     first = next((a for a in argv or () if not a.startswith("-")), None)
     modules = (COMMANDS[first],) if first in COMMANDS else COMMAND_MODULES
@@ -82,9 +98,26 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    """Run the command ``argv`` names (default: this process's own command line, ``sys.argv``)."""
+    if argv is not None:  # called in-process (tests, scripts): the caller's interpreter is left alone
+        return _run(list(argv))
+    # The process's own command: a cold command is mostly start-up, and CPython's cyclic GC
+    # spends a tenth of it walking the objects the imports create (classes, pydantic schemas),
+    # which live until exit anyway. Paused while the command's module loads; frozen before the
+    # interpreter's final collections, which would walk them all once more (a few tenths of a
+    # second of wall time on a busy machine). The command has closed what it opened by then.
+    gc.disable()
+    try:
+        return _run(sys.argv[1:], entry=True)
+    finally:
+        gc.freeze()
+
+
+def _run(argv: list[str], *, entry: bool = False) -> int:
     parser = build_parser(argv)
     args = parser.parse_args(argv)
+    if entry:
+        gc.enable()  # the command itself (a daemon, a long scan) collects as always
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()

@@ -49,7 +49,6 @@ from rlmm.api import (
 from rlmm.cache import RemoteLogMetadataCache
 from rlmm.partitioner import RemoteLogMetadataTopicPartitioner
 from rlmm.serde import RemoteLogMetadata, serialize
-from rlmm.topic_admin import ensure_metadata_topic
 from rlmm.topic_config import CONSUME_WAIT_MS, TopicRlmmConfig
 from rlmm.topic_consumer import ConsumerStats, MetadataConsumer
 from rlmm.topic_producer import MetadataPublisher
@@ -81,17 +80,30 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
 
     # ---- lifecycle ---------------------------------------------------------------------------
     def configure(self, config: Mapping[str, Any]) -> None:
-        """Parses Kafka-named settings, creates/verifies the topic, starts producer and consumer."""
+        """Parses Kafka-named settings, creates/verifies the topic, starts the consumer (the producer
+        starts when writing does: :meth:`on_partition_leadership_changes` with leaders, or a write)."""
         if self._cfg is not None:
             raise RemoteLogMetadataError("TopicBasedRemoteLogMetadataManager is already configured")
         cfg = TopicRlmmConfig.from_mapping(config)
-        ensure_metadata_topic(cfg)
-        cfg.log_dir.mkdir(parents=True, exist_ok=True)
-        snapshots = TopicSnapshotStore(cfg.snapshot_dir)
+        consumer = MetadataConsumer(cfg, self._cache, self._lock, None)
+        try:
+            # The consumer's own Metadata request answers the usual case (the topic is there, with
+            # the configured partition count): a cold reader then opens one client, not also an
+            # admin client. Anything else (absent, another count, no answer yet) is created,
+            # refused or retried as before, with an admin client.
+            if consumer.topic_partitions() != cfg.num_partitions:
+                from rlmm.topic_admin import ensure_metadata_topic  # the admin client's module too
+
+                ensure_metadata_topic(cfg)
+            cfg.log_dir.mkdir(parents=True, exist_ok=True)
+            consumer.use_snapshots(TopicSnapshotStore(cfg.snapshot_dir))
+        except BaseException:
+            consumer.close()
+            raise
         self._partitioner = RemoteLogMetadataTopicPartitioner(cfg.num_partitions)
         self._write_locks = {mp: threading.Lock() for mp in range(cfg.num_partitions)}
-        self._publisher = MetadataPublisher(cfg)
-        self._consumer = MetadataConsumer(cfg, self._cache, self._lock, snapshots)
+        self._publisher = MetadataPublisher(cfg)  # its producer starts when writing does
+        self._consumer = consumer
         self._cfg = cfg
         self._consumer.start()
         log.info("rlmm_topic_started", topic=cfg.topic_name, partitions=cfg.num_partitions,
@@ -141,7 +153,9 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     # ---- partition management ----------------------------------------------------------------
     def on_partition_leadership_changes(self, leaders: Set[TopicIdPartition],
                                         followers: Set[TopicIdPartition]) -> None:
-        _, consumer, partitioner, _ = self._started()
+        _, consumer, partitioner, publisher = self._started()
+        if leaders:
+            publisher.start()  # a leader writes: its producer is ready (or refused) before it does
         with self._lock:
             self._managed |= set(leaders) | set(followers)
             # A follower's metadata may lag what the previous leader wrote last; a new leader first

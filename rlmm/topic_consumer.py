@@ -127,6 +127,25 @@ class MetadataConsumer:
     def start(self) -> None:
         self._thread.start()
 
+    def use_snapshots(self, snapshots: TopicSnapshotStore | None) -> None:
+        """Where partitions start from and their snapshots go (before :meth:`start`)."""
+        self._snapshots = snapshots
+
+    def topic_partitions(self) -> int | None:
+        """The metadata topic's partition count, asked on this consumer's own connection (before
+        :meth:`start`); ``None`` when the topic is absent or the cluster does not answer in time
+        (at most the initialization timeout: the caller then retries for that long)."""
+        name = self._cfg.topic_name
+        timeout = min(_LIST_OFFSETS_TIMEOUT_S, self._cfg.init_retry_max_timeout_ms / 1000)
+        try:
+            md = self._consumer.list_topics(name, timeout=timeout).topics.get(name)
+        except KafkaException as e:
+            log.debug("rlmm_topic_unlisted", topic=name, error=str(e))
+            return None
+        if md is None or md.error is not None:
+            return None
+        return len(md.partitions)
+
     # ---- API for the manager (any thread) ----------------------------------------------------
     def set_wanted(self, partitions: set[int]) -> None:
         with self._cond:
@@ -197,7 +216,9 @@ class MetadataConsumer:
         with self._cond:
             self._closing = True
             self._cond.notify_all()
-        if self._thread.is_alive():
+        if self._thread.ident is None:  # never started: the thread that closes the client never ran
+            self._consumer.close()
+        elif self._thread.is_alive():
             self._thread.join(timeout)
 
     def _wait(self, deadline: float) -> bool:

@@ -44,7 +44,10 @@ class _Delivery:
 
 
 class MetadataPublisher:
-    """One producer shared by all writer threads."""
+    """One producer shared by all writer threads, created when writing begins (:meth:`start`, or
+    the first :meth:`publish`): a reader (``rlm fetch``, ``rlm offsets``) never writes, and a
+    producer it does not use would cost it a broker connection, an idempotence handshake and
+    the client's shutdown."""
 
     def __init__(self, cfg: TopicRlmmConfig) -> None:
         self._cfg = cfg
@@ -54,7 +57,21 @@ class MetadataPublisher:
         # Metadata events are rare and a writer waits for each one: do not hold them back.
         self._conf.setdefault("linger.ms", "0")
         self._lock = threading.Lock()
-        self._producer = self._new_producer()
+        self._producer: Producer | None = None
+        self._closed = False
+
+    def start(self) -> None:
+        """Create the producer now (a writer about to write: its idempotence handshake starts
+        before the first event, and a bad producer setting fails here, not at the first write)."""
+        self._current()
+
+    def _current(self) -> Producer:
+        with self._lock:
+            if self._closed:
+                raise MetadataUnavailableError("the metadata producer is closed")
+            if self._producer is None:
+                self._producer = self._new_producer()
+            return self._producer
 
     def _new_producer(self) -> Producer:
         try:
@@ -65,8 +82,7 @@ class MetadataPublisher:
     def publish(self, partition: int, value: bytes, deadline: float) -> int:
         """Writes ``value`` (key null) to ``partition``; returns its offset once acknowledged."""
         d = _Delivery()
-        with self._lock:
-            producer = self._producer
+        producer = self._current()
         try:
             producer.produce(self._cfg.topic_name, value=value, key=None, partition=partition, on_delivery=d)
         except BufferError as e:
@@ -91,7 +107,8 @@ class MetadataPublisher:
             log.error("rlmm_producer_fatal", error=err.str())
             with self._lock:
                 old, self._producer = self._producer, self._new_producer()
-            old.flush(0)
+            if old is not None:
+                old.flush(0)
             raise MetadataUnavailableError(
                 f"metadata producer failed fatally writing to {where}: {err.str()}")
         if err.code() == KafkaError._MSG_TIMED_OUT:
@@ -101,8 +118,11 @@ class MetadataPublisher:
 
     def close(self, timeout: float = 10.0) -> None:
         with self._lock:
-            remaining = self._producer.flush(timeout)
+            producer, self._producer, self._closed = self._producer, None, True
+            if producer is None:  # never wrote
+                return
+            remaining = producer.flush(timeout)
         if remaining:
             log.warning("rlmm_producer_unflushed", messages=remaining)
         # confluent-kafka frees the client only when the object goes; break our reference to it.
-        del self._producer
+        del producer
