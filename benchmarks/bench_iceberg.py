@@ -154,10 +154,10 @@ def main() -> int:
     from pyiceberg.expressions import And, GreaterThanOrEqual, LessThan
 
     from fetcher import RemoteFetcher
-    from fetcher.iceberg import IcebergSync
     from rlm.commands import backfill
     from rlm.config import IcebergConfig, load_config
     from rlm.daemon.service import Daemon
+    from rlm.tables import IcebergSync
     from tests.daemon.helpers import create_topic
     from tests.services.kafka import KafkaCluster
 
@@ -257,7 +257,7 @@ def main() -> int:
             return Result(dt, digest(t), seg_bytes, int(s["rows"]), {"rows_per_s": s["rows"] / dt})
 
         def iceberg_spark() -> Result:
-            from fetcher.iceberg.spark_engine import SparkIcebergSync
+            from rlm.tables.spark_engine import SparkIcebergSync
 
             catalog, props = fresh_catalog("ice-spark")
             cfg = IcebergConfig(catalog=props) if args.spark_segments_per_commit is None else IcebergConfig(

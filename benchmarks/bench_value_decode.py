@@ -6,7 +6,7 @@ schema, Protobuf with the message class of a registered ``.proto`` (``Order`` wi
 string, an optional double, a ``google.protobuf.Timestamp``, a repeated string and a nested
 message) — framed the Confluent way, against the in-process registry stand-in of the tests. Then,
 in interleaved rounds (one warm-up, then ``--rounds``), each decoder of
-:mod:`fetcher.iceberg.decode` decodes them in batches of ``--batch`` (Protobuf with each engine
+:mod:`rlm.tables.decode` decodes them in batches of ``--batch`` (Protobuf with each engine
 installed: ``upb``, and ``ptars`` when it is) (the writer's batch is a
 segment group's values). The decoded columns of both must be equal, row for row, in every round
 (else exit 2).
@@ -34,10 +34,10 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fetcher.iceberg.decode import make_decoder
-from fetcher.iceberg.protobuf_decode import ProtobufDecoder, load_schema
-from fetcher.iceberg.registry import SchemaRegistry
 from rlm.config import SchemaRegistryConfig, ValueDecodeConfig
+from rlm.tables.decode import make_decoder
+from rlm.tables.protobuf_decode import ProtobufDecoder, load_schema
+from rlm.tables.registry import SchemaRegistry
 from tests.iceberg.test_decode import register
 from tests.iceberg.test_decode_protobuf import register_proto
 from tests.services.schema_registry import schema_registry

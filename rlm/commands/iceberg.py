@@ -58,7 +58,7 @@ def summary(config: DaemonConfig, sync: Any, added_segments: int, added_rows: in
             waiting: int, orphans: int) -> dict[str, Any]:
     """``segments``/``rows``: the whole table's; ``topics``: per topic it holds (several when the
     table is shared, ``iceberg.shared_tables``); ``topic``: the one this run wrote."""
-    from fetcher.iceberg import catalog_properties, read_ledgers
+    from rlm.tables import catalog_properties, read_ledgers
 
     sync.status()  # (reloads the table)
     ledgers, rows, snapshots = read_ledgers(sync.table)
@@ -81,7 +81,7 @@ def _open_catalog(config: DaemonConfig, open_catalog: Any) -> Any:
     except (OSError, RlmError):
         raise
     except Exception as e:
-        from fetcher.iceberg import catalog_properties
+        from rlm.tables import catalog_properties
 
         where = public_properties(catalog_properties(config)).get("uri", config.iceberg.catalog_name)
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -95,7 +95,7 @@ def iceberg(args: argparse.Namespace) -> int:
     if args.action == "compact":
         return compact_command(args)
     try:
-        from fetcher.iceberg import IcebergSync, open_catalog, orphan_files
+        from rlm.tables import IcebergSync, open_catalog, orphan_files
     except ImportError as e:
         raise ConfigError("rlm iceberg needs the `iceberg` extra "
                           f"(pip install 'kafka-rlm-sidecar[iceberg]'): {e}") from None
@@ -118,7 +118,7 @@ def iceberg(args: argparse.Namespace) -> int:
         if args.engine == "spark":
             from pyspark.sql import SparkSession
 
-            from fetcher.iceberg.spark_engine import SparkIcebergSync
+            from rlm.tables.spark_engine import SparkIcebergSync
 
             own_spark = SparkSession.getActiveSession() is None  # (under spark-submit: the job's session)
             spark = SparkSession.builder.appName(f"rlm-iceberg-{args.topic}").getOrCreate()

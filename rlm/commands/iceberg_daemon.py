@@ -3,7 +3,7 @@
 The daemon (``rlm.daemon``) and the read core (``fetcher``) are sibling layers that do not import
 each other, so the pairing lives here, beside ``rlm run``, like the read API it can start: one
 :class:`IcebergFollower` per process, with a read core and a catalog of its own, running the same
-writer as ``rlm iceberg`` (:class:`fetcher.iceberg.IcebergSync`: same ledger, a table property,
+writer as ``rlm iceberg`` (:class:`rlm.tables.IcebergSync`: same ledger, a table property,
 so a daemon pass and an ``rlm iceberg`` run can take turns on a table and never add a
 segment twice). ``--once`` calls :meth:`IcebergFollower.run_pass` after its copy pass; a running
 daemon runs a pass every ``iceberg.daemon.interval_ms`` on a thread. A pass that fails (catalog
@@ -43,7 +43,7 @@ class IcebergFollower:
 
     def __init__(self, config: DaemonConfig) -> None:
         try:
-            from fetcher.iceberg import open_catalog
+            from rlm.tables import open_catalog
         except ImportError as e:
             raise ConfigError("iceberg.daemon needs the `iceberg` extra "
                               f"(pip install 'kafka-rlm-sidecar[iceberg]'): {e}") from None
@@ -64,8 +64,8 @@ class IcebergFollower:
     def run_pass(self) -> FollowPass:
         """One pass: every selected topic's missing segments, one topic's failure not stopping
         the others."""
-        from fetcher.iceberg import IcebergSync
         from rlm.commands.iceberg_maint import PassHook
+        from rlm.tables import IcebergSync
 
         out = FollowPass()
         topics = sorted(t for t in self.fetcher.topics() if self.config.iceberg.daemon.selects(t))

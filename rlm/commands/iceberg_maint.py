@@ -38,7 +38,7 @@ class PassHook:
     for ``rlm status`` and update the metrics."""
 
     def __init__(self, config: DaemonConfig, fetcher: Any, sync: Any, metrics_port: int | None) -> None:
-        from fetcher.iceberg.metrics import IcebergMetrics
+        from rlm.tables.metrics import IcebergMetrics
 
         self.config, self.fetcher, self.sync = config, fetcher, sync
         self.metrics = IcebergMetrics()
@@ -49,8 +49,8 @@ class PassHook:
             start_http_server(metrics_port, registry=self.metrics.registry)
 
     def __call__(self, result: Any, seconds: float) -> None:
-        from fetcher.iceberg.expire import expire_deleted
-        from fetcher.iceberg.lag import measure, write_lag
+        from rlm.tables.expire import expire_deleted
+        from rlm.tables.lag import measure, write_lag
 
         if self.config.iceberg.expire_deleted_segments:
             self.expired_rows += expire_deleted(
@@ -69,9 +69,9 @@ class PassHook:
 
 
 def compact_command(args: argparse.Namespace) -> int:
-    from fetcher.iceberg import ensure_table, open_catalog, table_identifier
-    from fetcher.iceberg.compact import compact
     from rlm.logging_setup import configure_logging
+    from rlm.tables import ensure_table, open_catalog, table_identifier
+    from rlm.tables.compact import compact
 
     config = load_config(args.config)
     configure_logging("console", "warning")  # stdout carries the summary

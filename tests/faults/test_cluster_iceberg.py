@@ -47,7 +47,7 @@ def test_iceberg_table_after_an_unclean_election_holds_only_the_lineage(
     cluster3: KafkaCluster, tmp_path: Path
 ) -> None:
     """A real diverged epoch: the table equals C's read_committed read, A's lost tail is absent."""
-    from fetcher.iceberg import IcebergSync, read_ledger
+    from rlm.tables import IcebergSync, read_ledger
 
     c, topic = cluster3, "ice-unclean"
     bs = c.bootstrap

@@ -41,8 +41,8 @@ def test_table_equals_the_brokers_consumer_at_the_frontier(
 ) -> None:
     from pyiceberg.catalog import load_catalog
 
-    from fetcher.iceberg import IcebergSync, read_ledger
     from rlm.config import IcebergConfig
+    from rlm.tables import IcebergSync, read_ledger
 
     (tmp_path / "wh").mkdir()
     catalog = load_catalog(

@@ -16,10 +16,10 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from fetcher.iceberg.decode import DecodeConfigError, decoded_schema, make_decoder
-from fetcher.iceberg.registry import SchemaRegistryError
 from rlm.config import ValueDecodeConfig, load_config
 from rlm.errors import ConfigError
+from rlm.tables.decode import DecodeConfigError, decoded_schema, make_decoder
+from rlm.tables.registry import SchemaRegistryError
 from tests.services.schema_registry import SchemaRegistryServer, schema_registry
 
 JSON_FIELDS: list[dict[str, Any]] = [
@@ -203,7 +203,7 @@ def confluent_json(schema_id: int, doc: Any) -> bytes:
 
 
 def test_json_schema_properties_to_columns() -> None:
-    from fetcher.iceberg.json_schema import JsonSchemaError, columns_from_json_schema
+    from rlm.tables.json_schema import JsonSchemaError, columns_from_json_schema
 
     cols = columns_from_json_schema(ORDER_JSON_SCHEMA)
     cfg = ValueDecodeConfig.model_validate({"format": "json", "fields": [

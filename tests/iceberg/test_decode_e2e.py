@@ -291,7 +291,7 @@ def test_avro_values_decode_to_typed_columns_and_bad_ones_reach_the_dead_letter_
     assert by_kind["corrupt"]["reason"].startswith("corrupt Avro payload for schema id ")
     assert by_kind["plain"]["reason"] == "not Confluent wire format (magic byte 110)"
     # a rerun (in-process: the same code) adds nothing to either table
-    from fetcher.iceberg import IcebergSync, read_ledger
+    from rlm.tables import IcebergSync, read_ledger
 
     cfg = IcebergConfig.model_validate(w.iceberg("avro"))
     again = IcebergSync(w.fetcher, load_catalog("rlm", **w.catalog), cfg, w.topic)
@@ -304,8 +304,8 @@ def test_a_crash_between_the_dead_letter_and_the_main_commit(avro_world: AvroWor
     """The writer dies after the dead-letter commit, before the main one: the dead-letter table
     holds the group's segments, the main table nothing; the rerun adds the main rows and no
     dead letter twice. With ``keep_value: false`` the decoded rows carry no raw bytes."""
-    import fetcher.iceberg.writer as writer
-    from fetcher.iceberg import IcebergSync, read_ledger
+    import rlm.tables.writer as writer
+    from rlm.tables import IcebergSync, read_ledger
 
     w = avro_world
 
@@ -336,7 +336,7 @@ def test_a_crash_between_the_dead_letter_and_the_main_commit(avro_world: AvroWor
 def test_json_values_decode_to_typed_columns_and_bad_ones_reach_the_dead_letter_table(
         avro_world: AvroWorld) -> None:
     """A JSON topic (tiered in the same pass): an in-process writer, as ``rlm iceberg`` runs it."""
-    from fetcher.iceberg import IcebergSync
+    from rlm.tables import IcebergSync
 
     w = avro_world
     plan = w.fetcher.plan(w.json_topic, 0)
@@ -381,7 +381,7 @@ def test_json_values_of_two_topics_in_one_shared_table(avro_world: AvroWorld) ->
     reruns add nothing to either table."""
     from pyiceberg.expressions import EqualTo
 
-    from fetcher.iceberg import IcebergSync, read_ledger
+    from rlm.tables import IcebergSync, read_ledger
 
     w = avro_world
     topics = (w.json_topic, w.json_topic2)
@@ -435,7 +435,7 @@ def test_two_writers_at_once_put_each_record_once_in_one_table(avro_world: AvroW
     """Two in-process writers of the same tables at once, a snapshot per segment: whichever wins
     each commit, every record is once in the table or once in the dead-letter table."""
 
-    from fetcher.iceberg import IcebergSync
+    from rlm.tables import IcebergSync
 
     w = avro_world
     cfg = IcebergConfig.model_validate({**w.iceberg("pair"), "segments_per_commit": 1})

@@ -21,9 +21,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from fetcher.iceberg.decode import DecodeConfigError, decoded_schema, make_decoder
-from fetcher.iceberg.protobuf_decode import ProtobufDecoder, read_index_list
 from rlm.config import ValueDecodeConfig
+from rlm.tables.decode import DecodeConfigError, decoded_schema, make_decoder
+from rlm.tables.protobuf_decode import ProtobufDecoder, read_index_list
 from tests.iceberg.test_decode import AVRO_SCHEMA, confluent_avro, register
 from tests.services.schema_registry import SchemaRegistryServer, schema_registry
 
@@ -382,10 +382,10 @@ def test_through_the_tables_with_an_id_above_int32(registry: SchemaRegistryServe
     in their table, one with a schema id above 2^31 - 1 (its column null, its reason naming it)."""
     from pyiceberg.catalog import load_catalog
 
-    from fetcher.iceberg.deadletter import Decoding
-    from fetcher.iceberg.ledger import SegmentWork
-    from fetcher.iceberg.table import ARROW_SCHEMA
     from rlm.config import IcebergConfig
+    from rlm.tables.deadletter import Decoding
+    from rlm.tables.ledger import SegmentWork
+    from rlm.tables.table import ARROW_SCHEMA
 
     sid, subject = order_ids
     props = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'c.db'}", "warehouse": tmp_path.as_uri()}
@@ -420,9 +420,9 @@ def test_proto2_presence_defaults_and_a_missing_required_field(registry: SchemaR
     field decodes, a record without a ``required`` field is a dead letter."""
     from google.protobuf import message_factory
 
-    from fetcher.iceberg.protobuf_decode import load_schema
-    from fetcher.iceberg.registry import SchemaRegistry
     from rlm.config import SchemaRegistryConfig
+    from rlm.tables.protobuf_decode import load_schema
+    from rlm.tables.registry import SchemaRegistry
 
     text = """syntax = "proto2";
 package p2;
@@ -456,9 +456,9 @@ def test_well_known_messages_are_structs_with_both_engines(registry: SchemaRegis
     taken the upb way)."""
     from google.protobuf import message_factory
 
-    from fetcher.iceberg.protobuf_decode import load_schema
-    from fetcher.iceberg.registry import SchemaRegistry
     from rlm.config import SchemaRegistryConfig
+    from rlm.tables.protobuf_decode import load_schema
+    from rlm.tables.registry import SchemaRegistry
 
     text = """syntax = "proto3";
 package wk;

@@ -31,9 +31,9 @@ import yaml
 from confluent_kafka import Consumer, Producer, TopicPartition
 from pyiceberg.catalog import load_catalog
 
-from fetcher.iceberg import HOLD_BEFORE_COMMIT_ENV
 from rlm.config import load_config
 from rlm.daemon.service import Daemon
+from rlm.tables import HOLD_BEFORE_COMMIT_ENV
 from tests.daemon.helpers import create_topic, s3_storage, topic_rlmm, transactional_producer, wait_for
 from tests.services.kafka import KafkaCluster
 from tests.services.s3 import ACCESS_KEY, REGION, SECRET_KEY, SeaweedFS
@@ -73,8 +73,8 @@ class World:
 
     def sync(self, name: str, topic: str | None = None, **iceberg: Any) -> Any:
         """An in-process writer of table ``name`` (the same code the command runs)."""
-        from fetcher.iceberg import IcebergSync
         from rlm.config import IcebergConfig
+        from rlm.tables import IcebergSync
 
         cfg = IcebergConfig.model_validate(self.iceberg(name, **iceberg))
         catalog = load_catalog("rlm", **iceberg.get("catalog", self.catalog))
@@ -236,7 +236,7 @@ def _check_equal(world: World, result: dict[str, Any], ids: list[str]) -> list[R
 
 def _result(world: World, name: str) -> dict[str, Any]:
     """What ``--json`` says, for an in-process writer's table."""
-    from fetcher.iceberg import read_ledger
+    from rlm.tables import read_ledger
 
     sync = world.sync(name)
     ledger = read_ledger(sync.table)
@@ -396,8 +396,8 @@ def test_a_writer_that_loses_the_commit_race_adds_nothing(world: World,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Writer A has written its files when B adds every segment; A's commit then conflicts, A
     reads the ledger again, finds its segments taken, deletes its files and adds nothing."""
-    import fetcher.iceberg.writer as writer
-    from fetcher.iceberg import orphan_files
+    import rlm.tables.writer as writer
+    from rlm.tables import orphan_files
 
     holding, go = threading.Event(), threading.Event()
 
@@ -489,8 +489,8 @@ def test_warehouse_on_the_object_store(world: World, seaweedfs: SeaweedFS,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """The warehouse in S3 (SeaweedFS, the catalog's endpoint): a writer that dies after its data
     files leaves orphans there, listed; the next writer adds every segment once."""
-    import fetcher.iceberg.writer as writer
-    from fetcher.iceberg import orphan_files, read_ledger
+    import rlm.tables.writer as writer
+    from rlm.tables import orphan_files, read_ledger
 
     catalog = {"type": "sql", "uri": f"sqlite:///{world.tmp / 'iceberg' / 's3-catalog.db'}",
                "warehouse": f"s3://{seaweedfs.create_bucket('iceberg-wh')}/wh",
@@ -518,8 +518,8 @@ def test_warehouse_on_the_object_store(world: World, seaweedfs: SeaweedFS,
 
 def test_a_topic_with_two_partitions(world: World) -> None:
     """Every partition's lineage segments, each partition's rows as its consumer read them."""
-    from fetcher.iceberg import IcebergSync
     from rlm.config import IcebergConfig
+    from rlm.tables import IcebergSync
 
     topic = f"ice2-{uuid.uuid4().hex[:8]}"
     create_topic(world.bootstrap, topic, partitions=2)
@@ -672,9 +672,9 @@ def test_expiry_and_compaction_of_a_shared_table(world: World, second: tuple[str
     file of that topic; rows, per-topic ledgers and answers unchanged; reruns add nothing."""
     from types import SimpleNamespace
 
-    from fetcher.iceberg import read_ledger
-    from fetcher.iceberg.compact import compact
-    from fetcher.iceberg.expire import expire_deleted
+    from rlm.tables import read_ledger
+    from rlm.tables.compact import compact
+    from rlm.tables.expire import expire_deleted
 
     b_topic, b_truth = second
     shared = {"shared_tables": [{"name": "pair2", "topics": [world.topic, b_topic]}],

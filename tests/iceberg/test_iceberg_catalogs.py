@@ -40,7 +40,7 @@ second = _base.second
 
 
 def _rest_result(world: World, rest: IcebergRestCatalog, name: str) -> dict[str, Any]:
-    from fetcher.iceberg import read_ledger
+    from rlm.tables import read_ledger
 
     sync = world.sync(name, catalog=rest.properties)
     ledger = read_ledger(sync.table)
@@ -219,9 +219,9 @@ def test_spark_engine_writes_a_pass_in_one_job_and_commits_per_group(world: Worl
     files holding that segment's rows only, sorted by offset; the table equals the consumer's read."""
     import pyarrow.parquet as pq
 
-    from fetcher.iceberg import orphan_files, read_ledger
-    from fetcher.iceberg.spark_engine import SparkIcebergSync
     from rlm.config import IcebergConfig
+    from rlm.tables import orphan_files, read_ledger
+    from rlm.tables.spark_engine import SparkIcebergSync
 
     cfg = IcebergConfig.model_validate(world.iceberg("onejob", segments_per_commit=1))
     sync = SparkIcebergSync(world.fetcher, load_catalog("rlm", **world.catalog), cfg, world.topic,
@@ -272,9 +272,9 @@ def test_spark_engine_caps_the_segments_of_one_job(world: World, spark: Any) -> 
     """``spark_segments_per_job: 2`` with one segment per commit: the pass runs a job per two
     segments (each started when the commits reach its groups), one snapshot per segment, in order,
     nothing left over, the table equal to the consumer's read."""
-    from fetcher.iceberg import orphan_files, read_ledger
-    from fetcher.iceberg.spark_engine import SparkIcebergSync
     from rlm.config import IcebergConfig
+    from rlm.tables import orphan_files, read_ledger
+    from rlm.tables.spark_engine import SparkIcebergSync
 
     cfg = IcebergConfig.model_validate(
         world.iceberg("jobcap", segments_per_commit=1, spark_segments_per_job=2))
@@ -459,9 +459,9 @@ def test_spark_engine_refuses_a_warehouse_its_hadoop_cannot_write(
     """The REST catalog's warehouse is ``s3://``, a scheme the session's Hadoop has no filesystem
     for (no hadoop-aws): ``--engine spark`` is refused at start with a typed configuration error
     naming the location, before any job (the PyIceberg engine writes there: see above)."""
-    from fetcher.iceberg.spark_engine import SparkIcebergSync
     from rlm.config import IcebergConfig
     from rlm.errors import ConfigError
+    from rlm.tables.spark_engine import SparkIcebergSync
 
     cfg = IcebergConfig.model_validate(world.iceberg("sparkrest", catalog=iceberg_rest.properties,
                                                      **_shared("spark_rest", world, second)))

@@ -30,7 +30,7 @@ from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
 from pyiceberg.table import Table
 
-import fetcher.iceberg.writer as writer_mod
+import rlm.tables.writer as writer_mod
 from fetcher.planning import plan_partition
 from rlm.config import IcebergConfig
 from rlm.types import (
@@ -114,7 +114,7 @@ class World:
                                              "partition_by": ["partition"], **extra})
 
     def sync(self, **extra: Any) -> Any:
-        from fetcher.iceberg import IcebergSync
+        from rlm.tables import IcebergSync
 
         return IcebergSync(self.history, self.catalog, self.config(**extra), self.history.topic)  # type: ignore[arg-type]
 
@@ -252,7 +252,7 @@ def test_expiry_by_age_interleaved_with_passes(world: World) -> None:
 def test_compaction_then_expiry_then_a_pass(world: World) -> None:
     """``rlm iceberg compact`` makes a replace snapshot with no segments the newest one; expiring
     everything older leaves only it: the ledger is still whole."""
-    from fetcher.iceberg.compact import compact
+    from rlm.tables.compact import compact
 
     h = world.history
     h.tier(0, 5)
@@ -271,7 +271,7 @@ def test_compaction_then_expiry_then_a_pass(world: World) -> None:
 def test_the_writers_own_row_expiry_survives_snapshot_expiry(world: World) -> None:
     """``iceberg.expire_deleted_segments``: rows below the log start go; after the snapshots
     are expired, the bound is still known (no second delete) and nothing comes back."""
-    from fetcher.iceberg.expire import expire_deleted
+    from rlm.tables.expire import expire_deleted
 
     h = world.history
     h.tier(0, 3)
@@ -333,7 +333,7 @@ def test_a_writer_that_loses_the_race_to_a_writer_whose_snapshots_were_expired(
     """Writer A has written its files when B adds every segment and the snapshots are expired;
     A's commit conflicts, A finds its segments taken by another commit, deletes its files and
     adds nothing."""
-    from fetcher.iceberg import orphan_files
+    from rlm.tables import orphan_files
 
     h = world.history
     h.tier(0, 3)
@@ -381,8 +381,8 @@ def test_two_writers_at_once(world: World) -> None:
 def old_append(world: World, group: list[Any]) -> None:
     """An append as rlm wrote them before the ledger property: rows, and the segments in the
     snapshot summary only."""
-    from fetcher.iceberg.ledger import summary_properties
-    from fetcher.iceberg.table import ROW_ORDER, ensure_table, to_rows
+    from rlm.tables.ledger import summary_properties
+    from rlm.tables.table import ROW_ORDER, ensure_table, to_rows
 
     table = ensure_table(world.catalog, world.config(), world.history.topic)
     data = pa.concat_tables([to_rows(b, w.segment_id) for w in group for b in world.history.scan(
@@ -394,7 +394,7 @@ def old_append(world: World, group: list[Any]) -> None:
 
 def old_table(world: World) -> None:
     """Four old-form appends (a segment each) of partition 0, two of partition 1."""
-    from fetcher.iceberg.ledger import SegmentWork
+    from rlm.tables.ledger import SegmentWork
 
     h = world.history
     h.tier(0, 4)
@@ -408,7 +408,7 @@ def old_table(world: World) -> None:
 
 
 def test_a_table_of_the_old_form_migrates_on_its_first_write(world: World) -> None:
-    from fetcher.iceberg import read_ledger
+    from rlm.tables import read_ledger
 
     old_table(world)
     h = world.history
@@ -424,7 +424,7 @@ def test_a_table_of_the_old_form_migrates_on_its_first_write(world: World) -> No
 def test_an_old_table_whose_snapshots_were_already_expired_is_rebuilt_from_its_rows(world: World) -> None:
     """Snapshots expired before the upgrade: neither a property nor a whole ancestry; the ledger
     is rebuilt from the rows (partition, offset, segment id) and nothing is appended twice."""
-    from fetcher.iceberg import read_ledger
+    from rlm.tables import read_ledger
 
     old_table(world)
     world.expire_all_but_newest()
@@ -440,7 +440,7 @@ def test_an_old_table_whose_snapshots_were_already_expired_is_rebuilt_from_its_r
 def test_a_rollback_is_seen(world: World) -> None:
     """The table rolled back to an earlier snapshot: the property is ahead of the table; the
     ledger is rebuilt from the rows and the rolled-back segments are appended again, once."""
-    from fetcher.iceberg import read_ledger
+    from rlm.tables import read_ledger
 
     h = world.history
     h.tier(0, 2)
@@ -471,8 +471,8 @@ OPS = st.one_of(
 
 
 def run_ops(world: World, ops: list[tuple[Any, ...]], monkeypatch_hold: Callable[[int | None], None]) -> None:
-    from fetcher.iceberg.compact import compact
-    from fetcher.iceberg.expire import expire_deleted
+    from rlm.tables.compact import compact
+    from rlm.tables.expire import expire_deleted
 
     h = world.history
     world.sync()  # (creates the table)

@@ -81,7 +81,7 @@ class Fetcher:
 
 
 def test_only_lineage_segments_reach_the_table(tmp_path: Path) -> None:
-    from fetcher.iceberg import IcebergSync, read_ledger
+    from rlm.tables import IcebergSync, read_ledger
 
     old = seg(100, 200, [(5, 100)])  # the old leader's copy: 150..200 diverged
     new_a = seg(100, 149, [(5, 100)])  # the new leader's copy of epoch 5, cut at 149

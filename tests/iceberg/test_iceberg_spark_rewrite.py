@@ -31,8 +31,8 @@ from pyiceberg.expressions import EqualTo, Reference
 from pyiceberg.expressions.literals import literal
 from pyiceberg.table import Table
 
-from fetcher.iceberg.ledger import LEDGER_PREFIX, SUMMARY_KEY
 from rlm.config import load_config
+from rlm.tables.ledger import LEDGER_PREFIX, SUMMARY_KEY
 from tests.daemon.helpers import create_topic, s3_storage, topic_rlmm, wait_for
 from tests.iceberg.test_iceberg import Row, World, _produce, consumed, run_iceberg
 from tests.services.iceberg_rest import IcebergRestCatalog

@@ -68,8 +68,8 @@ class Up:
         return path
 
     def sync(self, name: str, **extra: Any) -> Any:
-        from fetcher.iceberg import IcebergSync
         from rlm.config import IcebergConfig
+        from rlm.tables import IcebergSync
 
         cfg = IcebergConfig.model_validate(self.iceberg(name, **extra))
         return IcebergSync(self.fetcher, load_catalog("rlm", **self.catalog), cfg, self.topic)
@@ -178,9 +178,9 @@ def test_compaction_rewrites_closed_days_in_one_commit_and_deletes_orphans(
     two closed days' files as one file each, in one replace snapshot; the newest day is left
     alone; rows, ledger and answers are unchanged; a rerun of the writer adds nothing; the file
     a writer killed before its commit left behind is deleted."""
-    import fetcher.iceberg.writer as writer
-    from fetcher.iceberg import orphan_files, read_ledger
-    from fetcher.iceberg.compact import compact
+    import rlm.tables.writer as writer
+    from rlm.tables import orphan_files, read_ledger
+    from rlm.tables.compact import compact
 
     def die() -> None:
         raise KeyboardInterrupt("killed before the commit")
@@ -235,10 +235,10 @@ def test_compaction_rewrites_closed_days_in_one_commit_and_deletes_orphans(
 def test_lag_in_status_and_metrics(up: Up) -> None:
     """Behind by every lineage segment before the first pass, by none after it: what
     ``rlm iceberg`` writes for ``rlm status`` and what the metrics say."""
-    from fetcher.iceberg import read_ledger
-    from fetcher.iceberg.lag import measure
     from rlm.commands.iceberg_maint import PassHook
     from rlm.commands.status import render_iceberg
+    from rlm.tables import read_ledger
+    from rlm.tables.lag import measure
 
     sync = up.sync("lag")
     lag = measure(up.fetcher, sync.table, read_ledger(sync.table), up.topic, sync.identifier)
@@ -271,8 +271,8 @@ def test_retention_then_expiry(up: Up) -> None:
     rows by default (a rerun adds nothing, removes nothing); with ``expire_deleted_segments``
     one pass removes them, recorded, so the table holds exactly the records readers still serve;
     a second pass does nothing. A table built now never has a record below the log start."""
-    from fetcher.iceberg import read_ledger
-    from fetcher.iceberg.expire import EXPIRED_KEY, expire_deleted
+    from rlm.tables import read_ledger
+    from rlm.tables.expire import EXPIRED_KEY, expire_deleted
 
     links = up.links()
     for name in ("hist", "hist2"):  # history tables built before retention

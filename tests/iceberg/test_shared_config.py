@@ -11,9 +11,9 @@ import pytest
 import yaml
 from pyiceberg.catalog import load_catalog
 
-from fetcher.iceberg import ensure_table, table_identifier
 from rlm.config import IcebergConfig, load_config
 from rlm.errors import ConfigError
+from rlm.tables import ensure_table, table_identifier
 
 SHARED: dict[str, Any] = {"shared_tables": [{"name": "shop.events", "topics": ["orders", "pay-*"]},
                                             {"name": "other", "topics": ["pay-eu", "audit"]}]}

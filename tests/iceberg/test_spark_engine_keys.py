@@ -1,4 +1,4 @@
-"""The Spark engine's partition key (``fetcher.iceberg.spark_engine.partition_key``): rows go to
+"""The Spark engine's partition key (``rlm.tables.spark_engine.partition_key``): rows go to
 the files of their Iceberg partition whatever the session's time zone.
 
 Iceberg's ``day``/``hour`` transforms count UTC days/hours since the epoch; the key must too. A
@@ -17,7 +17,7 @@ import pytest
 from pyiceberg.transforms import DayTransform, HourTransform
 from pyiceberg.types import TimestamptzType
 
-from fetcher.iceberg.table import partition_spec
+from rlm.tables.table import partition_spec
 
 pytestmark = [pytest.mark.spark]
 
@@ -41,7 +41,7 @@ def _micros(t: datetime) -> int:
 
 @pytest.mark.parametrize("tz", ["America/New_York", "Asia/Kolkata", "UTC"])
 def test_day_and_hour_keys_are_icebergs_utc_transforms(zone: Any, tz: str) -> None:
-    from fetcher.iceberg.spark_engine import partition_key
+    from rlm.tables.spark_engine import partition_key
 
     spark = zone
     spark.conf.set("spark.sql.session.timeZone", tz)
@@ -60,8 +60,8 @@ def test_day_and_hour_keys_are_icebergs_utc_transforms(zone: Any, tz: str) -> No
 
 def test_segment_runs_join_consecutive_segments_of_a_partition_only() -> None:
     """The Spark engine reads each run with one scan: runs never span a gap or two partitions."""
-    from fetcher.iceberg.ledger import SegmentWork
-    from fetcher.iceberg.spark_engine import segment_runs
+    from rlm.tables.ledger import SegmentWork
+    from rlm.tables.spark_engine import segment_runs
 
     g = [SegmentWork(1, "d", 0, 50), SegmentWork(0, "b", 100, 200), SegmentWork(0, "a", 0, 100),
          SegmentWork(0, "c", 250, 300), SegmentWork(1, "e", 50, 60)]
@@ -72,8 +72,8 @@ def test_segment_runs_join_consecutive_segments_of_a_partition_only() -> None:
 def test_by_offset_names_the_segment_holding_each_offset(spark: Any) -> None:
     """Each row gets the value of the segment whose [start, end) holds its offset; segments that
     share a value (a commit group) share a branch and still answer per offset."""
-    from fetcher.iceberg.ledger import SegmentWork
-    from fetcher.iceberg.spark_engine import by_offset
+    from rlm.tables.ledger import SegmentWork
+    from rlm.tables.spark_engine import by_offset
 
     run = [SegmentWork(0, "a", 0, 10), SegmentWork(0, "b", 10, 20), SegmentWork(0, "c", 20, 25),
            SegmentWork(0, "d", 25, 40)]

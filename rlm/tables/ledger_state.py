@@ -3,14 +3,14 @@
 The state says, per partition, which offset ranges were ever appended (``[start, end)``,
 adjacent ranges merged: a table fed in order holds one range per partition however many
 segments it took), how many segments that was, and below which offset the rows were expired
-(:mod:`fetcher.iceberg.expire`); per topic, its topic id and rows, the snapshot the state is
+(:mod:`rlm.tables.expire`); per topic, its topic id and rows, the snapshot the state is
 as of (``anchor``: id and sequence number) and the last few commits (``tail``: commit token and
 ranges per partition) so that a writer whose commit answer was lost can tell its own commit
 from another writer's (:meth:`Ledger.owner`). Its size grows with partitions and gaps, never
 with segments or snapshots: 100k segments of one partition fed in order are one range.
 
 It is stored as a table property (``rlm.ledger.<topic>``) written in the same transaction as
-the append (or expiry) it describes, see :mod:`fetcher.iceberg.ledger`.
+the append (or expiry) it describes, see :mod:`rlm.tables.ledger`.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class Ledger:
     offsets. ``segments``: the ids known by name (the retained snapshots' summaries, this
     process's commits, a rebuild from the rows); the count of all of them is
     :attr:`segment_count`. ``rows``: the topic's rows (the whole table's for
-    :func:`fetcher.iceberg.ledger.read_ledger` without a topic). ``source``: where it was read
+    :func:`rlm.tables.ledger.read_ledger` without a topic). ``source``: where it was read
     from (``property``, ``ancestry`` for a table not migrated yet, ``data`` when neither could
     be trusted, ``empty``)."""
 

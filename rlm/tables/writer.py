@@ -2,7 +2,7 @@
 
 One pass (:meth:`IcebergSync.run_once`):
 
-1. read the table's ledger (:mod:`fetcher.iceberg.ledger`): the segment ids its snapshots hold;
+1. read the table's ledger (:mod:`rlm.tables.ledger`): the segment ids its snapshots hold;
 2. plan each partition through the read core (``RemoteFetcher.plan``: COPY_SEGMENT_FINISHED
    segments on the leader-epoch lineage, cut at the log start offset) and list the links not in
    the ledger. With read_committed, a link is taken only when it ends at or below the
@@ -19,7 +19,7 @@ counted by :func:`orphan_files`) and no ledger entry: the rerun writes the segme
 are never reused across passes: each pass writes its own).
 
 Each commit also sets the topic's ledger property (the cumulative state, see
-:mod:`fetcher.iceberg.ledger`) in the same transaction, and names in its summary the pass that
+:mod:`rlm.tables.ledger`) in the same transaction, and names in its summary the pass that
 made it (``rlm.writer``, a uuid per pass) and itself (``rlm.commit``, ``<writer>/<n>``).
 
 When the commit fails (another writer committed first: Iceberg's optimistic concurrency, the
@@ -52,8 +52,10 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
 from fetcher import IsolationLevel, RemoteFetcher
-from fetcher.iceberg.deadletter import Decoding
-from fetcher.iceberg.ledger import (
+from rlm.config import IcebergConfig
+from rlm.errors import IcebergTableError
+from rlm.tables.deadletter import Decoding
+from rlm.tables.ledger import (
     COMMIT_KEY,
     Ledger,
     SegmentWork,
@@ -63,7 +65,7 @@ from fetcher.iceberg.ledger import (
     stage_ledger,
     summary_properties,
 )
-from fetcher.iceberg.table import (
+from rlm.tables.table import (
     ARROW_SCHEMA,
     ROW_ORDER,
     ensure_table,
@@ -71,8 +73,6 @@ from fetcher.iceberg.table import (
     table_identifier,
     to_rows,
 )
-from rlm.config import IcebergConfig
-from rlm.errors import IcebergTableError
 
 log = structlog.get_logger(__name__)
 
@@ -98,7 +98,7 @@ class PassResult:
 
 class IcebergSync:
     """The writer of one topic's rows into its table (its own, or one shared with other topics:
-    the ledger is the topic's, see :mod:`fetcher.iceberg.ledger`). Not thread-safe; one per
+    the ledger is the topic's, see :mod:`rlm.tables.ledger`). Not thread-safe; one per
     process and topic."""
 
     def __init__(self, fetcher: RemoteFetcher, catalog: Catalog, config: IcebergConfig, topic: str, *,
@@ -187,7 +187,7 @@ class IcebergSync:
     def prepare_pass(self, groups: list[list[SegmentWork]], topic_id: str, result: PassResult) -> None:
         """Called once per pass with all its commit groups, in commit order, before the first
         commit: an engine that writes the data files of the whole pass at once (one Spark job, see
-        :class:`fetcher.iceberg.spark_engine.SparkIcebergSync`) writes them here, and
+        :class:`rlm.tables.spark_engine.SparkIcebergSync`) writes them here, and
         :meth:`write_files` then hands out each group's. Nothing here (PyIceberg writes each group
         just before its commit, so it holds no more than one group's rows)."""
 
@@ -205,9 +205,9 @@ class IcebergSync:
     def write_files(self, group: list[SegmentWork], topic_id: str,
                     result: PassResult) -> tuple[list[DataFile], int]:
         """The group's rows as data files of the table, not committed yet (and their row count):
-        PyIceberg here, a Spark job in :class:`fetcher.iceberg.spark_engine.SparkIcebergSync`.
+        PyIceberg here, a Spark job in :class:`rlm.tables.spark_engine.SparkIcebergSync`.
         With value decoding, the group's dead letters are committed first (see
-        :mod:`fetcher.iceberg.deadletter`) and only the decoded rows are written here."""
+        :mod:`rlm.tables.deadletter`) and only the decoded rows are written here."""
         data = pa.concat_tables([self.rows_of(w) for w in group])
         data = data.sort_by(ROW_ORDER)
         if self.decoding is not None:

@@ -6,7 +6,7 @@ the table's end to the remote end. ``rlm iceberg`` measures it after every pass 
 to ``<work_dir>/iceberg/lag/<namespace.table>+<topic>.json`` (atomically; a table shared by
 several topics has a lag per topic, from that topic's ledger); ``rlm status`` shows those
 files (with their age: a writer that stopped stops updating them) and
-:mod:`fetcher.iceberg.metrics` exports the same numbers.
+:mod:`rlm.tables.metrics` exports the same numbers.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import ancestors_of
 
 from fetcher import RemoteFetcher
-from fetcher.iceberg.ledger import SUMMARY_KEY, Ledger, SegmentWork, snapshot_topic
+from rlm.tables.ledger import SUMMARY_KEY, Ledger, SegmentWork, snapshot_topic
 
 LAG_DIR = ("iceberg", "lag")
 

@@ -1,7 +1,7 @@
 """Prometheus metrics of ``rlm iceberg`` (a registry of its own: several writers per process).
 
 ``rlm_iceberg_segments_behind`` / ``rlm_iceberg_offsets_behind`` (per table and partition): the
-lag measured after each pass (:mod:`fetcher.iceberg.lag`); ``rlm_iceberg_rows_per_second``: the
+lag measured after each pass (:mod:`rlm.tables.lag`); ``rlm_iceberg_rows_per_second``: the
 rows of the last pass that added any, over its duration; ``rlm_iceberg_last_commit_timestamp_seconds``:
 the newest append of segments; counters of rows, segments and commit conflicts.
 ``rlm iceberg --follow --metrics-port N`` serves them on ``:N/metrics``.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from fetcher.iceberg.lag import TableLag
+from rlm.tables.lag import TableLag
 
 
 class IcebergMetrics:

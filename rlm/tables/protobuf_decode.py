@@ -6,7 +6,7 @@ the schema's file the value is: zigzag varints, first the count then the indexes
 message's position, then nested positions); a count of 0 (the single byte ``00``, what nearly
 every value carries) means ``[0]``, the file's first message.
 
-The columns come from the subject's latest schema (:mod:`fetcher.iceberg.protobuf_schema`): the
+The columns come from the subject's latest schema (:mod:`rlm.tables.protobuf_schema`): the
 message ``iceberg.decode.message`` names, else the file's first. A record may be written under
 any schema id whose indexed message has the same full name (an older or newer version): its
 fields fill the columns by name, as Avro's do (a field the writer lacks is null).
@@ -52,7 +52,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import structlog
 
-from fetcher.iceberg.decode import (
+from rlm.config import ValueDecodeConfig
+from rlm.tables.decode import (
     DecodeConfigError,
     Decoded,
     arrow_fields,
@@ -61,7 +62,7 @@ from fetcher.iceberg.decode import (
     null_failed,
     required_errors,
 )
-from fetcher.iceberg.protobuf_schema import (
+from rlm.tables.protobuf_schema import (
     TIMESTAMP,
     ProtobufSchemaError,
     Source,
@@ -73,8 +74,7 @@ from fetcher.iceberg.protobuf_schema import (
     message_by_index,
     type_name,
 )
-from fetcher.iceberg.registry import SchemaRegistry, WriterSchema
-from rlm.config import ValueDecodeConfig
+from rlm.tables.registry import SchemaRegistry, WriterSchema
 
 log = structlog.get_logger(__name__)
 

@@ -11,13 +11,13 @@ table of several topics partitioned by ``topic`` (``iceberg.shared_tables``), "o
 newest" is per topic: a quiet topic's last day stays open while another topic moves on.
 
 The snapshot carries no ``rlm.segments`` and leaves the ledger as it is: the ledger is a table
-property (:mod:`fetcher.iceberg.ledger`), which a commit carries over, so a rerun of the writer
+property (:mod:`rlm.tables.ledger`), which a commit carries over, so a rerun of the writer
 adds nothing, also once the snapshots before the compaction are expired. The rows are the same (same count,
 checked before the commit). The old files stay referenced by the older snapshots (time travel)
 until snapshots are expired.
 
 It also deletes *orphan* data files (written by a writer that died before its commit, see
-:func:`fetcher.iceberg.writer.orphan_files`) older than ``orphan_min_age_s``: a younger file can
+:func:`rlm.tables.writer.orphan_files`) older than ``orphan_min_age_s``: a younger file can
 belong to a writer that is about to commit, and deleting it would leave that commit pointing to
 a missing file.
 """
@@ -44,9 +44,9 @@ from pyiceberg.table.snapshots import Operation, Summary
 from pyiceberg.table.update.snapshot import _OverwriteFiles
 from pyiceberg.transforms import DayTransform, HourTransform
 
-from fetcher.iceberg.ledger import WRITER_KEY
-from fetcher.iceberg.table import ARROW_SCHEMA, ROW_ORDER, SCHEMA
 from rlm.errors import IcebergTableError
+from rlm.tables.ledger import WRITER_KEY
+from rlm.tables.table import ARROW_SCHEMA, ROW_ORDER, SCHEMA
 
 log = structlog.get_logger(__name__)
 
@@ -205,7 +205,7 @@ def compact(
 
 def orphans_with_age(table: Table) -> list[tuple[str, float]]:
     """(uri, age in seconds) of the data files under ``data/`` that no snapshot references."""
-    from fetcher.iceberg.writer import orphan_files
+    from rlm.tables.writer import orphan_files
 
     found = orphan_files(table)
     if not found:

@@ -4,7 +4,7 @@ Confluent-framed JSON under a registry's JSON Schema.
 A decoder takes a batch of values (an Arrow binary array) and answers, for the whole batch, the
 decoded columns (one Arrow array per configured field, null where a row did not decode) and, per
 row that did not decode, the reason. It never drops a row: the writer sends each failed row to the
-dead-letter table (:mod:`fetcher.iceberg.deadletter`). A null value (a tombstone) decodes to
+dead-letter table (:mod:`rlm.tables.deadletter`). A null value (a tombstone) decodes to
 null columns, not to a dead letter.
 
 * **JSON** is parsed a batch at a time by Arrow's JSON reader against the configured schema
@@ -14,13 +14,13 @@ null columns, not to a dead letter.
   good data costs one C++ parse per batch, and a bad record costs a few extra parses.
 * **Avro** values are in Confluent's wire format: magic byte 0, the writer schema's id as 4
   bytes big-endian, then Avro binary. The writer schema comes from the registry
-  (:mod:`fetcher.iceberg.registry`), fastavro reads the record, and the configured fields are
+  (:mod:`rlm.tables.registry`), fastavro reads the record, and the configured fields are
   taken from it by name (the columns are the reader's view; fields the writer schema lacks are
   null). Arrow then builds the columns from the batch of records in one call.
 * **JSON Schema** values are Confluent-framed JSON text: the frame is checked with Arrow kernels
   for the batch, each schema id looked up once, and the texts parsed as JSON above
   (:class:`JsonSchemaDecoder`); the columns may come from a subject's JSON Schema
-  (:mod:`fetcher.iceberg.json_schema`).
+  (:mod:`rlm.tables.json_schema`).
 
 ``required`` fields are checked after decoding: a decoded record where one is null is a dead
 letter. Fields of the table are always optional in Iceberg (tombstones have no fields).
@@ -58,11 +58,11 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-from fetcher.iceberg.json_schema import columns_from_json_schema
-from fetcher.iceberg.registry import SchemaRegistry
-from fetcher.iceberg.table import SCHEMA
 from rlm.config import DecodedField, ValueDecodeConfig
 from rlm.errors import ConfigError
+from rlm.tables.json_schema import columns_from_json_schema
+from rlm.tables.registry import SchemaRegistry
+from rlm.tables.table import SCHEMA
 
 _PRIMITIVES: dict[str, IcebergType] = {
     "boolean": BooleanType(), "int": IntegerType(), "long": LongType(), "float": FloatType(),
@@ -487,7 +487,7 @@ def make_decoder(cfg: ValueDecodeConfig) -> Decoder:
     if cfg.format == "json_schema":
         return JsonSchemaDecoder(cfg)
     if cfg.format == "protobuf":
-        from fetcher.iceberg.protobuf_decode import ProtobufDecoder  # imports this module
+        from rlm.tables.protobuf_decode import ProtobufDecoder  # imports this module
 
         return ProtobufDecoder(cfg)
     return AvroDecoder(cfg)

@@ -1,12 +1,12 @@
 """Decoded values in the topic's table, the rest in its dead-letter table — each record once.
 
 :class:`Decoding` is what the writer calls when ``iceberg.decode`` is set. For a group of
-segments it decodes the rows (:mod:`fetcher.iceberg.decode`), returns the main table's rows
+segments it decodes the rows (:mod:`rlm.tables.decode`), returns the main table's rows
 (Kafka columns + decoded columns) and commits the rows that did not decode, with the reason, to
 ``<table><dead_letter_suffix>`` — *before* the main table's commit.
 
 Exactly once over two tables without a transaction spanning both: both tables keep a ledger
-(:mod:`fetcher.iceberg.ledger`: a table property set by each commit), and the main table's is
+(:mod:`rlm.tables.ledger`: a table property set by each commit), and the main table's is
 the one that says a segment is done. The dead-letter commit of a group records the group's
 segments that had dead letters; it leaves out the rows of any segment its ledger already covers
 (by offsets: the dead-letter table records some segments only). So:
@@ -44,8 +44,10 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import IntegerType, NestedField, StringType
 
-from fetcher.iceberg.decode import Decoder, decoded_schema, make_decoder
-from fetcher.iceberg.ledger import (
+from rlm.config import IcebergConfig
+from rlm.errors import IcebergTableError
+from rlm.tables.decode import Decoder, decoded_schema, make_decoder
+from rlm.tables.ledger import (
     SegmentWork,
     commit_keeping_files,
     ledger_transaction,
@@ -53,9 +55,7 @@ from fetcher.iceberg.ledger import (
     stage_ledger,
     summary_properties,
 )
-from fetcher.iceberg.table import NO_COMMIT_RETRY, SCHEMA, SORT_ORDER, table_identifier, topic_property
-from rlm.config import IcebergConfig
-from rlm.errors import IcebergTableError
+from rlm.tables.table import NO_COMMIT_RETRY, SCHEMA, SORT_ORDER, table_identifier, topic_property
 
 log = structlog.get_logger(__name__)
 

@@ -1,6 +1,6 @@
 """Which remote segments a table already holds, from its newest metadata alone.
 
-Each topic's ledger (:mod:`fetcher.iceberg.ledger_state`: per partition the offset ranges ever
+Each topic's ledger (:mod:`rlm.tables.ledger_state`: per partition the offset ranges ever
 appended, segment counts, expiry bounds; the topic's rows and id) is a **table property**,
 ``rlm.ledger.<topic>``, set in the same transaction as the append (or expiry) it describes, so
 "rows added" and "segments recorded" stay one atomic commit. A table property survives what
@@ -45,7 +45,7 @@ from pyiceberg.table import Table, Transaction
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 from pyiceberg.table.update import AssertRefSnapshotId
 
-from fetcher.iceberg.ledger_state import Ledger, SegmentWork
+from rlm.tables.ledger_state import Ledger, SegmentWork
 
 log = structlog.get_logger(__name__)
 
@@ -61,7 +61,7 @@ TOPIC_KEY = "rlm.topic"
 #: the pass that made a commit (a uuid per pass) and the commit itself (``<writer>/<n>``)
 WRITER_KEY = "rlm.writer"
 COMMIT_KEY = "rlm.commit"
-#: the summary of an expiry's snapshot (see :mod:`fetcher.iceberg.expire`)
+#: the summary of an expiry's snapshot (see :mod:`rlm.tables.expire`)
 EXPIRED_KEY = "rlm.expired"
 #: the table property holding a topic's ledger: ``rlm.ledger.<topic>``
 LEDGER_PREFIX = "rlm.ledger."
@@ -267,7 +267,7 @@ def commit_keeping_files(tx: Transaction) -> Table:
     exception for proof that the commit did not land. A catalog client that retries after a lost
     answer reports exactly that for a commit that did land (the retry finds the table moved on),
     and the table's current snapshot would then point to deleted manifests. The writer finds out
-    itself whether its commit landed (:func:`fetcher.iceberg.writer.IcebergSync._landed`); a
+    itself whether its commit landed (:func:`rlm.tables.writer.IcebergSync._landed`); a
     commit that really failed leaves a few unreferenced manifest files under ``metadata/``."""
     if hasattr(tx, "_snapshot_producers"):
         tx._snapshot_producers = []  # (PyIceberg >= 0.12: what its clean-up walks)

@@ -39,9 +39,9 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.table import Table
 
-from fetcher.iceberg.ledger import SegmentWork
-from fetcher.iceberg.writer import IcebergSync, PassResult
 from rlm.errors import ConfigError, IcebergTableError
+from rlm.tables.ledger import SegmentWork
+from rlm.tables.writer import IcebergSync, PassResult
 
 log = structlog.get_logger(__name__)
 

@@ -10,7 +10,7 @@ copy-on-write (whole files dropped, files straddling the bound rewritten) — in
 Its snapshots carry ``rlm.expired``: ``{"below": {partition: offset}, "segments": [[partition,
 segment id, first, end], ...]}`` (the recorded segments known by id whose rows went, wholly or in
 part). The same commit writes the bounds into the topic's ledger property
-(:mod:`fetcher.iceberg.ledger`; with the rows left), so a rerun with the same log start does
+(:mod:`rlm.tables.ledger`; with the rows left), so a rerun with the same log start does
 nothing (idempotent) even after the snapshots are expired, and the ledger keeps the expired
 offsets as written, so the writer never adds them back. In a table of several topics
 (``iceberg.shared_tables``) the delete is ``topic = t AND (...)``, the snapshot names its topic
@@ -33,7 +33,8 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
 from fetcher import RemoteFetcher
-from fetcher.iceberg.ledger import (
+from rlm.errors import IcebergTableError
+from rlm.tables.ledger import (
     EXPIRED_KEY,
     TOPIC_KEY,
     WRITER_KEY,
@@ -42,7 +43,6 @@ from fetcher.iceberg.ledger import (
     read_ledger,
     stage_ledger,
 )
-from rlm.errors import IcebergTableError
 
 log = structlog.get_logger(__name__)
 
