@@ -6,8 +6,9 @@ each other). The map is a contract in ``pyproject.toml``, checked by import-lint
 ``make lint`` and ``tests/test_layers.py``::
 
     rlm.cli                  the ``rlm`` command: parses, dispatches, maps errors to exit statuses
-    rlm.commands             one module per subcommand (run, status, dump, metadata, demo)
-    rlm.tables               the table writer (Iceberg): reads through ``fetcher``'s public surface
+    rlm.commands             one module per subcommand: argument parsing and output
+    rlm.tables | rlm.recovery  the table writer (Iceberg, reads through ``fetcher``'s public surface)
+                             | disaster recovery's library (rebuild, restore, adoption)
     rlm.daemon | fetcher     the writer (tiering daemon) and the read side: never import each other
     rlm.plugin_setup         builds the storage plugin and metadata manager from the configuration
     rsm_plugins | rlmm       storage plugins and metadata managers, each behind its ``api`` module

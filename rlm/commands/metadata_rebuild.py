@@ -3,7 +3,7 @@
 For disaster recovery: the cluster (and its ``__remote_log_metadata``) is gone, the bucket is not.
 For each partition the storage plugin lists (:meth:`RemoteStorageManager.list_partitions`):
 
-1. every complete segment is described (:mod:`rlm.commands.rebuild_scan`: its descriptor, or its
+1. every complete segment is described (:mod:`rlm.recovery.rebuild_scan`: its descriptor, or its
    own files for segments copied before descriptors existed);
 2. the current leader-epoch lineage is chosen with the read core's own rules
    (:func:`rlm.lineage.lineage_from_segments` and :func:`rlm.lineage.judge_segments`): duplicates
@@ -27,134 +27,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from rlm.config import load_config
-from rlm.daemon.crash import crash_point
-from rlm.daemon.probes import PROBE_TOPIC
-from rlm.errors import RlmError
 from rlm.exit_codes import ExitCode
-from rlm.lineage import chain, judge_segments, lineage_from_segments, lineage_last_offset
-from rlm.types import (
-    RemoteLogSegmentMetadata,
-    RemoteLogSegmentMetadataUpdate,
-    RemoteLogSegmentState,
-    TopicIdPartition,
-)
-from rlmm.api import RemoteLogMetadataManager
-from rsm_plugins.api import RemoteStorageManager
-
-from .rebuild_scan import FoundSegment, Unusable, scan_partition
+from rlm.recovery.rebuild import PartitionPlan, RebuildConflictError, apply_plan, build_plans
+from rlm.recovery.rebuild_scan import FoundSegment
 
 
-class RebuildConflictError(RlmError):
-    """The metadata store already holds segments of the partition that the bucket's plan does not
-    (or holds them with other offsets or epochs): rebuild writes only into an empty store."""
-
-
-@dataclass
-class PartitionPlan:
-    """What rebuild does for one partition."""
-
-    tp: TopicIdPartition
-    lineage: list[tuple[int, int]]
-    keep: list[FoundSegment] = field(default_factory=list)
-    skip: list[tuple[FoundSegment, str]] = field(default_factory=list)
-    unusable: list[Unusable] = field(default_factory=list)
-    released: list[Unusable] = field(default_factory=list)
-    """Objects this topic id released to its adopters (:mod:`rlm.daemon.shared_objects`)."""
-    unread: set[str] = field(default_factory=set)
-    """Kept segments no reader's chain reads (duplicates of a range another copy serves)."""
-    written: int = 0
-    already: int = 0
-    refused: str | None = None
-
-
-def plan_partition(
-    found: list[FoundSegment], unusable: list[Unusable], tp: TopicIdPartition
-) -> PartitionPlan:
-    """Keep or skip each segment by the lineage the read core derives from remote metadata."""
-    mds = [f.metadata for f in found]
-    lineage = lineage_from_segments(mds)
-    verdict = judge_segments(mds, lineage)
-    kept_ids = {md.remote_log_segment_id for md in verdict.kept}
-    read = {md.remote_log_segment_id for md, _, _ in chain(verdict.kept, lineage)[0]}
-    plan = PartitionPlan(tp, lineage, unusable=list(unusable))
-    for f in found:
-        md = f.metadata
-        if md.remote_log_segment_id in kept_ids:
-            plan.keep.append(f)
-            if md.remote_log_segment_id not in read:
-                plan.unread.add(md.remote_log_segment_id.id.text)
-        else:
-            agree = lineage_last_offset(md, lineage)
-            plan.skip.append((f, f"off the leader-epoch lineage from offset {agree + 1} (epochs "
-                                 f"{list(md.segment_leader_epochs)} diverge from {lineage}) and read "
-                                 "by no chain: the tail of a deposed leader"))
-    return plan
-
-
-def _same(a: RemoteLogSegmentMetadata, b: RemoteLogSegmentMetadata) -> bool:
-    return (a.start_offset, a.end_offset, a.segment_leader_epochs) == (
-        b.start_offset, b.end_offset, b.segment_leader_epochs)
-
-
-def apply_plan(rlmm: RemoteLogMetadataManager, plan: PartitionPlan) -> None:
-    """Write the kept segments (STARTED then FINISHED), skipping those already there.
-
-    Raises :class:`RebuildConflictError` before writing anything when the store holds segments
-    of the partition the plan does not, or in a state other than COPY_SEGMENT_STARTED/FINISHED.
-    """
-    tp = plan.tp
-    rlmm.on_partition_leadership_changes({tp}, set())
-    planned = {f.metadata.remote_log_segment_id: f.metadata for f in plan.keep}
-    existing = {md.remote_log_segment_id: md for md in rlmm.list_remote_log_segments(tp)}
-    for sid, md in existing.items():
-        want = planned.get(sid)
-        if want is None or not _same(md, want) or md.state not in (
-                RemoteLogSegmentState.COPY_SEGMENT_STARTED, RemoteLogSegmentState.COPY_SEGMENT_FINISHED):
-            raise RebuildConflictError(
-                f"{tp.topic}-{tp.partition}: the metadata store already holds segment {sid.id.text} "
-                f"(offsets {md.start_offset}..{md.end_offset}, {md.state.name}) that the bucket's plan "
-                f"{'does not have' if want is None else 'has differently'}; rebuild writes only into "
-                "an empty store (or completes its own earlier run)")
-    for f in plan.keep:
-        md = f.metadata
-        have = existing.get(md.remote_log_segment_id)
-        if have is not None and have.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED:
-            plan.already += 1
-            continue
-        if have is None:  # one left STARTED by an interrupted run is only finished
-            started = replace(md, state=RemoteLogSegmentState.COPY_SEGMENT_STARTED)
-            rlmm.add_remote_log_segment_metadata(started)
-            crash_point("rebuild_after_started")
-        rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
-            md.remote_log_segment_id, md.event_timestamp_ms, RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
-            md.broker_id, md.custom_metadata))
-        plan.written += 1
-        crash_point("rebuild_after_finished")
-
-
-def build_plans(rsm: RemoteStorageManager, topic: str | None, *, use_descriptors: bool = True
-                ) -> list[PartitionPlan]:
-    """The plan of every partition in the bucket (of ``topic`` only, when given)."""
-    tps = rsm.list_partitions()
-    if tps is None:
-        raise RlmError(f"{rsm.display_name} storage cannot list its partitions: rebuild needs a listing")
-    plans = []
-    for tp in tps:
-        if (topic is not None and tp.topic != topic) or tp.topic == PROBE_TOPIC:
-            continue  # the probe partition holds the daemon's storage probes, never data
-        scan = scan_partition(rsm, tp, use_descriptors=use_descriptors)
-        plan = plan_partition(scan.found, scan.unusable, tp)
-        plan.released = scan.released
-        plans.append(plan)
-    return plans
-
-
-# ---- output ----------------------------------------------------------------------------------------
 def _seg(f: FoundSegment) -> dict[str, Any]:
     md = f.metadata
     return {"segment_id": md.remote_log_segment_id.id.text, "start_offset": md.start_offset,

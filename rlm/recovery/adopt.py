@@ -30,11 +30,14 @@ this history is refused (adoption never merges two histories).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from rlm.daemon.crash import crash_point
 from rlm.daemon.shared_objects import record_adoption, release_owner
 from rlm.errors import RlmError
+from rlm.log.checkpoints import read_partition_metadata
 from rlm.types import (
     KafkaUuid,
     RemoteLogSegmentId,
@@ -85,6 +88,21 @@ def plan_adoption(source: RemoteLogMetadataManager, tp: TopicIdPartition, new_to
     segs = sorted((md for md in source.list_remote_log_segments(tp) if md.state is _FINISHED),
                   key=lambda md: (md.start_offset, md.remote_log_segment_id.id.text))
     return Adoption(tp, target, [adopted(md, target) for md in segs], owners=segs)
+
+
+def plan_adoptions(source: RemoteLogMetadataManager, tps: Iterable[TopicIdPartition], log_dir: Path,
+                   to_topic: str) -> tuple[list[Adoption], list[str]]:
+    """The adoption of each of ``tps`` whose partition directory ``log_dir/<to_topic>-<p>`` exists
+    (its ``partition.metadata`` names the new topic id), and why each other one is skipped."""
+    plans: list[Adoption] = []
+    skipped: list[str] = []
+    for tp in tps:
+        meta = log_dir / f"{to_topic}-{tp.partition}" / "partition.metadata"
+        if not meta.exists():
+            skipped.append(f"{tp.topic}-{tp.partition}: no {meta} (the partition is not on this broker)")
+            continue
+        plans.append(plan_adoption(source, tp, read_partition_metadata(meta), to_topic))
+    return plans, skipped
 
 
 def apply_adoption(target: RemoteLogMetadataManager, rsm: RemoteStorageManager, ad: Adoption,
