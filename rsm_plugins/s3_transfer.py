@@ -26,6 +26,9 @@ from rlm.errors import RemoteStorageError
 from .integrity import Crc32c, FileChecksum, crc32c, crc32c_combine
 from .s3_errors import map_error, with_retries
 
+#: S3's limit on the parts of one multipart upload.
+MAX_PARTS = 10_000
+
 
 @dataclass
 class Uploader:
@@ -60,32 +63,61 @@ class Uploader:
             raise map_error(e, self.bucket, key, "PutObject") from e
         return crc.result()
 
+    def plan(self, size: int) -> tuple[int, int]:
+        """(part size, parts in flight) for a file of ``size`` bytes.
+
+        The configured part size, grown when the file would need more than S3's 10,000 parts;
+        no more parts in flight than the file has (each in-flight part holds one buffer).
+        """
+        part = max(self.part_size, -(-size // MAX_PARTS))
+        return part, max(1, min(self.concurrency, -(-size // part)))
+
     def _multipart(self, key: str, path: Path, size: int) -> FileChecksum:
+        """Parts read, checksummed and sent by pool threads, each into a recycled buffer.
+
+        Why not one reader: the calling thread reading every part in turn and checksumming it
+        (a second pass over bytes already out of the cache), with a fresh multi-MiB ``bytes`` per
+        part (page faults), made this slower than boto3's TransferManager. Now each part's thread
+        reads its range (``seek`` + ``readinto`` on its own handle from :meth:`open_source`, so a
+        fault injected at a file position still fires), computes the part's CRC-32C right after
+        the read while the bytes are in cache, and uploads the same buffer; the whole file's CRC
+        is combined from the parts' in order (:func:`crc32c_combine`). At most ``concurrency``
+        buffers exist at once.
+        """
+        part_size, in_flight = self.plan(size)
         try:
             upload_id = self.client.create_multipart_upload(Bucket=self.bucket, Key=key, **self.extra_args)[
                 "UploadId"
             ]
         except Exception as e:
             raise map_error(e, self.bucket, key, "CreateMultipartUpload") from e
-        crc = Crc32c()
-        slots = threading.BoundedSemaphore(self.concurrency)
-        futures: list[Future[dict[str, Any]]] = []
+        slots = threading.BoundedSemaphore(in_flight)
+        buffers: list[bytearray] = []
+        failed = threading.Event()
+        futures: list[Future[tuple[dict[str, Any], int, int]]] = []
+
+        def done(fut: Future[Any]) -> None:
+            if fut.cancelled() or fut.exception() is not None:
+                failed.set()
+            slots.release()
+
         try:
-            with self.open_source(path) as f:
-                for number, offset in enumerate(range(0, size, self.part_size), start=1):
-                    n = min(self.part_size, size - offset)
-                    blob = _read_exactly(f, n, path)
-                    crc.update(blob)
-                    slots.acquire()
-                    if any(fut.done() and fut.exception() for fut in futures):
-                        slots.release()
-                        break  # a part failed: stop reading, the loop below raises its error
-                    fut = self.pool.submit(self._part, key, upload_id, number, blob)
-                    fut.add_done_callback(lambda _f: slots.release())
-                    futures.append(fut)
-            parts = [fut.result() for fut in futures]
-            if crc.size != size:
-                raise RemoteStorageError(f"{path}: read {crc.size} bytes, expected {size}", retriable=True)
+            for number, offset in enumerate(range(0, size, part_size), start=1):
+                slots.acquire()
+                if failed.is_set():
+                    slots.release()
+                    break  # a part failed: read no more, the loop below raises its error
+                n = min(part_size, size - offset)
+                fut = self.pool.submit(self._send_part, key, upload_id, number, path, offset, n, buffers)
+                fut.add_done_callback(done)
+                futures.append(fut)
+            crc, total, parts = 0, 0, []
+            for fut in futures:
+                part, part_crc, n = fut.result()
+                crc, total = crc32c_combine(crc, part_crc, n), total + n
+                parts.append(part)
+            if total != size:
+                raise RemoteStorageError(f"{path}: read {total} bytes, expected {size}", retriable=True)
             self.client.complete_multipart_upload(
                 Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
             )
@@ -99,13 +131,38 @@ class Uploader:
             if isinstance(e, Exception):
                 raise map_error(e, self.bucket, key, "multipart upload") from e
             raise
-        return crc.result()
+        return FileChecksum(size=size, crc32c=crc)
 
-    def _part(self, key: str, upload_id: str, number: int, blob: bytes) -> dict[str, Any]:
-        resp = self.client.upload_part(
-            Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=blob
-        )
-        return {"ETag": resp["ETag"], "PartNumber": number}
+    def _send_part(
+        self, key: str, upload_id: str, number: int, path: Path, offset: int, n: int, buffers: list[bytearray]
+    ) -> tuple[dict[str, Any], int, int]:
+        """Read part ``number`` (``n`` bytes at ``offset``), checksum it, upload it; returns
+        (the part for CompleteMultipartUpload, its CRC-32C, its size).
+
+        ``buffers`` holds the full-size part buffers of this upload that no thread uses now; the
+        last, shorter part gets one of its own size (botocore sends a buffer whole).
+        """
+        buf: bytearray | None = None
+        if buffers:
+            try:
+                buf = buffers.pop()  # atomic: no two threads get the same buffer
+            except IndexError:
+                buf = None
+        if buf is None or len(buf) != n:
+            if buf is not None:
+                buffers.append(buf)
+            buf = bytearray(n)
+        try:
+            with self.open_source(path) as f:
+                f.seek(offset)
+                _readinto_exactly(f, memoryview(buf), path)
+            part_crc = crc32c(buf)  # the C call releases the GIL: parts are checksummed in parallel
+            resp = self.client.upload_part(
+                Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=buf
+            )
+        finally:
+            buffers.append(buf)  # only now: botocore may send the body again until the call returns
+        return {"ETag": resp["ETag"], "PartNumber": number}, part_crc, n
 
     def abort(self, key: str, upload_id: str) -> None:
         try:
@@ -128,6 +185,17 @@ def _read_exactly(f: BinaryIO, n: int, path: Path) -> bytes:
         parts.append(chunk)
         left -= len(chunk)
     return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _readinto_exactly(f: BinaryIO, view: memoryview, path: Path) -> None:
+    pos = 0
+    while pos < len(view):
+        got = f.readinto(view[pos:])  # type: ignore[attr-defined]
+        if not got:
+            raise RemoteStorageError(
+                f"{path}: file ended {len(view) - pos} bytes early (changed while copying?)", retriable=True
+            )
+        pos += got
 
 
 def _read_body_exactly(body: Any, buf: bytearray, n: int, what: str, start: int) -> None:

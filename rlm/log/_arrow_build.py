@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from rlm.log import _recycle
 from rlm.log.model import Record
 
 HEADER_STRUCT = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
@@ -34,22 +35,21 @@ KAFKA_SCHEMA = pa.schema(
 Arr = np.ndarray[Any, Any]
 
 
-def pool_empty(shape: int | tuple[int, ...], dtype: type[np.generic]) -> Arr:
-    """An uninitialised array in Arrow's memory pool.
-
-    The pool (mimalloc/jemalloc) keeps freed memory mapped, so a process decoding segment after
-    segment reuses warm pages instead of paying a page fault per 4 KiB of fresh output, and the
-    memory shows up in ``pyarrow.total_allocated_bytes()`` like any Arrow data.
-    """
-    count = int(np.prod(shape))
-    buf = pa.allocate_buffer(count * np.dtype(dtype).itemsize)
-    return np.frombuffer(buf, dtype=dtype, count=count).reshape(shape)
+def pool_empty(shape: int | tuple[int, ...], dtype: type[np.generic], *, sparse: bool = False) -> Arr:
+    """An uninitialised array: large ones in recycled warm mappings (:mod:`rlm.log._recycle`:
+    a process decoding segment after segment reuses pages instead of faulting in and zeroing
+    fresh ones), small ones in Arrow's memory pool."""
+    return _recycle.empty(shape, dtype, sparse=sparse)  # type: ignore[no-any-return]
 
 
 def trim(arr: Arr, n: int) -> Arr:
-    """``arr[:n]``, copied (into the pool) when that uses less than half of ``arr``."""
+    """``arr[:n]``, copied (into Arrow's pool) when that uses less than half of ``arr``.
+
+    A recycled mapping is never copied: its untouched capacity holds no memory, and the whole
+    mapping goes back to the recycling pool when the last array using it dies.
+    """
     part = arr[:n]
-    if n >= arr.shape[0] // 2:
+    if n >= arr.shape[0] // 2 or _recycle.recycled(arr):
         return part
     out = pool_empty(n, arr.dtype.type)
     out[:] = part
@@ -136,11 +136,11 @@ class Outputs:
         self.out_i64 = pool_empty((2, rows_cap), np.int64)
         self.out_i32 = pool_empty((6, rows_cap + 1), np.int32)
         self.key_data, self.val_data, self.hk_data, self.hv_data = (
-            pool_empty(bytes_cap, np.uint8) for _ in range(4)
+            pool_empty(bytes_cap, np.uint8, sparse=True) for _ in range(4)
         )
-        self.hk_offsets = pool_empty(self.headers_cap, np.int32)
-        self.hv_offsets = pool_empty(self.headers_cap, np.int32)
-        self.hv_valid = pool_empty(self.headers_cap, np.uint8)
+        self.hk_offsets = pool_empty(self.headers_cap, np.int32, sparse=True)
+        self.hv_offsets = pool_empty(self.headers_cap, np.int32, sparse=True)
+        self.hv_valid = pool_empty(self.headers_cap, np.uint8, sparse=True)
         self.counters = np.zeros(10, np.int64)
 
     @property
@@ -177,6 +177,10 @@ class Outputs:
             int(x) for x in self.counters[1:10]
         )
         i32, i64 = self.out_i32, self.out_i64
+        used = ((self.key_data, kd), (self.val_data, vd), (self.hk_data, hkd), (self.hv_data, hvd),
+                (self.hk_offsets, 4 * (nh + 1)), (self.hv_offsets, 4 * (nh + 1)), (self.hv_valid, nh))
+        for arr, nbytes in used:
+            _recycle.note_used(arr, nbytes)
         key = _binary(pa.binary(), n, trim(i32[0], n + 1), trim(self.key_data, kd), i32[3, :n], key_nulls)
         value = _binary(pa.binary(), n, trim(i32[1], n + 1), trim(self.val_data, vd), i32[4, :n], val_nulls)
         hkeys = _header_keys(nh, trim(self.hk_offsets, nh + 1), trim(self.hk_data, hkd), bool(non_ascii))

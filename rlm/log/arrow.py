@@ -291,9 +291,27 @@ class _Decoder:
                 path=self.path,
                 position=int(run[i, _kernel.POS]),
             )
+        pos, size = int(run[i, _kernel.POS]), int(run[i, _kernel.SIZE])
+        return self._outputs(rows, payload, pos, size)
+
+    def _outputs(self, rows: int, payload: int, pos: int, size: int) -> Outputs:
+        """Outputs for ``max_rows`` rows at this data's bytes per record (+10%), and no more bytes
+        than the rest of the source can decode to.
+
+        ``rows`` records decode to ``payload`` bytes from the ``size`` entry bytes at ``pos``.
+        Why the second bound: capacity that stays unused is trimmed by a copy into fresh memory
+        when the batch is emitted (:func:`rlm.log._arrow_build.trim`), and fresh memory costs a
+        page fault and the kernel's zeroing per page; a whole-file read of a small segment used
+        to copy all of its values once more that way. Uncompressed, the rest of the source bounds
+        the payload exactly; compressed, it is estimated at this data's ratio (+25 %): a guess
+        too small only means one more, smaller RecordBatch.
+        """
         per_row = payload / max(rows, 1)
-        cap = int(min(_MAX_BUFFER, max(payload, per_row * max(self.max_rows, rows) * 1.1)))
-        return Outputs(max(self.max_rows, rows), cap)
+        cap = max(payload, per_row * max(self.max_rows, rows) * 1.1)
+        rest = len(self.view) - pos
+        ratio = payload / max(size - RECORD_BATCH_OVERHEAD, 1)
+        cap = min(cap, max(payload, rest if ratio <= 1 else rest * ratio * 1.25))
+        return Outputs(max(self.max_rows, rows), int(min(_MAX_BUFFER, cap)))
 
     def _payloads(self, run: Arr) -> tuple[Arr, Arr, list[bytes]]:
         """Address and length of every batch's records: in the mapped file, or decompressed.
@@ -347,10 +365,8 @@ class _Decoder:
         if self.out is None or not self.out.fits(rows, payload):
             if self.out is not None and self.out.rows:
                 yield self.out.to_batch(self.topic, self.partition)
-            # Size the next output for max_rows rows at this group's bytes per record (+10%).
-            per_row = payload / max(rows, 1)
-            cap = int(min(_MAX_BUFFER, max(payload, per_row * max(self.max_rows, rows) * 1.1)))
-            self.out = Outputs(max(self.max_rows, rows), cap)
+            entry_bytes = int(run[:, _kernel.SIZE].sum()) - (len(run) - 1) * RECORD_BATCH_OVERHEAD
+            self.out = self._outputs(rows, payload, int(run[0, _kernel.POS]), entry_bytes)
         log_append = ((run[:, _kernel.ATTR] & ATTR_TIMESTAMP_TYPE) != 0).astype(np.int64)
         # numpy scalars in the pure-Python kernel wrap around like the compiled code, quietly
         with np.errstate(over="ignore") if self.kern.PURE else contextlib.nullcontext():

@@ -1,0 +1,109 @@
+"""Output memory recycled between decodes (rlm.log._recycle): reuse happens, and never under a reader.
+
+The guard is reference counting: a mapping goes back to the pool only when the last array,
+slice or numpy view of it dies. These tests keep a column of one decode alive while the next
+decodes run and check that its bytes never change (with the guard removed, e.g. a mapping given
+back when its batch is emitted, the next decode overwrites them); and that once a table is gone
+the next decode does reuse its memory (the point of the pool).
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+
+from rlm.log import Compression, _recycle, encode_batch, read_arrow
+
+
+def _segment(seed: int, batches: int = 40, records: int = 200) -> bytes:
+    out = []
+    for b in range(batches):
+        recs = [
+            (b"k%d-%d" % (seed, i), (b"%d:%d:%d|" % (seed, b, i)) * 40, [("h", b"%d" % seed)], 1000 + i)
+            for i in range(records)
+        ]
+        out.append(encode_batch(recs, base_offset=b * records, compression=Compression.ZSTD))
+    return b"".join(out)
+
+
+@pytest.fixture
+def pool() -> Iterator[_recycle.RecyclePool]:
+    old = _recycle.POOL
+    _recycle.POOL = _recycle.RecyclePool(256 << 20)
+    try:
+        yield _recycle.POOL
+    finally:
+        _recycle.POOL.clear()
+        _recycle.POOL = old
+
+
+def test_a_column_held_by_a_reader_is_never_reused(pool: _recycle.RecyclePool) -> None:
+    first = read_arrow(_segment(1), topic="t", partition=0)
+    values = first.column("value").combine_chunks()
+    want = values.to_pylist()
+    del first
+    gc.collect()
+    for seed in range(2, 6):  # decodes of other data while the reader still holds ``values``
+        other = read_arrow(_segment(seed), topic="t", partition=0)
+        assert other.column("value")[0].as_py().startswith(b"%d:" % seed)
+        del other
+        gc.collect()
+    assert values.to_pylist() == want
+    assert pool.created >= 2  # the held memory could not be lent: new mappings were made
+
+
+def test_memory_of_a_dropped_table_is_reused(pool: _recycle.RecyclePool) -> None:
+    data = _segment(7)
+    expected = _dict(data)
+    read_arrow(data, topic="t", partition=0)
+    gc.collect()
+    created = pool.created
+    assert created >= 1 and pool.idle_bytes > 0  # the table above is gone: its mappings wait
+    for _ in range(3):
+        got = read_arrow(data, topic="t", partition=0)
+        assert got.to_pydict() == expected
+        del got
+        gc.collect()
+    assert pool.created == created  # nothing new was mapped
+    assert pool.reused >= 3
+
+
+def _dict(data: bytes) -> dict[str, list[object]]:
+    """The same decode without recycling (Arrow's pool): the reference for content."""
+    old = _recycle.POOL
+    _recycle.POOL = _recycle.RecyclePool(0)
+    try:
+        table: dict[str, list[object]] = read_arrow(data, topic="t", partition=0).to_pydict()
+        return table
+    finally:
+        _recycle.POOL = old
+
+
+def test_idle_memory_stays_within_the_budget() -> None:
+    small = _recycle.RecyclePool(4 << 20)
+    arrays = [small.array(3 << 20) for _ in range(4)]
+    for a in arrays:
+        a[:] = 1
+    del arrays, a
+    gc.collect()
+    assert small.idle_bytes <= 4 << 20
+    small.clear()
+    assert small.idle_bytes == 0
+
+
+def test_arrow_buffers_keep_their_mapping_alive(pool: _recycle.RecyclePool) -> None:
+    arr = _recycle.empty(4 << 20, pa.uint8().to_pandas_dtype())
+    arr[:] = 5
+    buf = pa.py_buffer(arr[:100])
+    del arr
+    gc.collect()
+    assert pool.idle_bytes == 0  # the Arrow buffer still sees it
+    again = _recycle.empty(4 << 20, pa.uint8().to_pandas_dtype())
+    again[:] = 9
+    assert bytes(buf) == b"\x05" * 100
+    del buf, again
+    gc.collect()
+    assert pool.idle_bytes > 0
