@@ -28,7 +28,7 @@ import dataclasses
 import datetime
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
 import structlog
@@ -37,7 +37,15 @@ from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12 import request as md_req
 
 from fetcher.acl import DESCRIBE, READ
-from fetcher.kafka.codec import SUPPORTED, error_response, has_field, make, nested, response_class
+from fetcher.kafka.codec import (
+    SUPPORTED,
+    error_response,
+    has_field,
+    make,
+    nested,
+    refused_topics,
+    response_class,
+)
 from fetcher.kafka.consumer_groups import VISIBLE_TOPICS
 from fetcher.kafka.context import EndpointContext
 from fetcher.kafka.requester import FETCH_ACCESS, FetchAccess
@@ -323,17 +331,9 @@ class ConnectionGuard:
             if bits is None:  # no DESCRIBE: absent from a full listing, an error when named
                 denied.append(str(t.name))
                 if req.topics is not None:
-                    out.append(
-                        make(
-                            topic_cls,
-                            error_code=ErrorCode.topic_authorization_failed,
-                            name=t.name,
-                            topic_id=uuid.UUID(int=0),
-                            is_internal=False,
-                            partitions=(),
-                            topic_authorized_operations=-(2**31),
-                        )
-                    )
+                    out.append(error_response(
+                        topic_cls, ErrorCode.topic_authorization_failed, name=t.name,
+                        topic_id=uuid.UUID(int=0), topic_authorized_operations=-(2**31)))
                 continue
             if has_field(topic_cls, "topic_authorized_operations") and req_wants_ops(req):
                 t = dataclasses.replace(t, topic_authorized_operations=bits)
@@ -380,40 +380,31 @@ class ConnectionGuard:
     async def _list_offsets(
         self, ctx: EndpointContext, req: Any, version: int, header: Any, handler: Handler
     ) -> Any:
+        return await self._per_topic(ctx, 2, req, version, header, handler, DESCRIBE,
+                                     ("ListOffsetsTopicResponse", "ListOffsetsPartitionResponse"),
+                                     timestamp=-1, offset=-1, leader_epoch=-1)
+
+    async def _per_topic(
+        self, ctx: EndpointContext, key: int, req: Any, version: int, header: Any, handler: Handler,
+        need: int, structs: tuple[str, str], **partition_values: Any,
+    ) -> Any:
+        """Topics of ``req`` without ``need`` answered TOPIC_AUTHORIZATION_FAILED for each of their
+        partitions, after the handler's answer to the others (ListOffsets, OffsetCommit: as a broker
+        does; their data is never read)."""
         ops = await self._ops(ctx)
-        refused = [t for t in req.topics if not ops.get(str(t.name), 0) & DESCRIBE]
+        refused = [t for t in req.topics if not ops.get(str(t.name), 0) & need]
         if not refused:
             return await handler(ctx, req, version, header)
-        self._denied("ListOffsets", "no DESCRIBE on topic", topics=sorted(str(t.name) for t in refused))
+        self._denied(_API[key], f"no {_OP[need]} on topic", topics=sorted(str(t.name) for t in refused))
         kept = tuple(t for t in req.topics if t not in refused)
-        cls = response_class(2, version)
-        if kept:
-            resp = await handler(ctx, dataclasses.replace(req, topics=kept), version, header)
-        else:
-            resp = make(cls, throttle_time=_zero(), topics=())
-        topic_cls, part_cls = (
-            nested(cls, "ListOffsetsTopicResponse"),
-            nested(cls, "ListOffsetsPartitionResponse"),
+        cls = response_class(key, version)
+        resp = (
+            await handler(ctx, dataclasses.replace(req, topics=kept), version, header)
+            if kept
+            else make(cls, throttle_time=_zero(), topics=())
         )
-        extra = tuple(
-            make(
-                topic_cls,
-                name=t.name,
-                partitions=tuple(
-                    make(
-                        part_cls,
-                        partition_index=p.partition_index,
-                        error_code=ErrorCode.topic_authorization_failed,
-                        old_style_offsets=(),
-                        timestamp=-1,
-                        offset=-1,
-                        leader_epoch=-1,
-                    )
-                    for p in t.partitions
-                ),
-            )
-            for t in refused
-        )
+        extra = refused_topics(nested(cls, structs[0]), nested(cls, structs[1]), _partitions_of(refused),
+                               ErrorCode.topic_authorization_failed, **partition_values)
         return dataclasses.replace(resp, topics=tuple(resp.topics) + extra)
 
     async def _group(
@@ -538,31 +529,7 @@ class ConnectionGuard:
     async def _commit_topics(
         self, ctx: EndpointContext, req: Any, version: int, header: Any, handler: Handler
     ) -> Any:
-        ops = await self._ops(ctx)
-        refused = [t for t in req.topics if not ops.get(str(t.name), 0) & READ]
-        if not refused:
-            return await handler(ctx, req, version, header)
-        self._denied("OffsetCommit", "no READ on topic", topics=sorted(str(t.name) for t in refused))
-        kept = tuple(t for t in req.topics if t not in refused)
-        cls = response_class(8, version)
-        resp = (
-            await handler(ctx, dataclasses.replace(req, topics=kept), version, header)
-            if kept
-            else make(cls, throttle_time=_zero(), topics=())
-        )
-        t_cls, p_cls = nested(cls, "OffsetCommitResponseTopic"), nested(cls, "OffsetCommitResponsePartition")
-        code = ErrorCode.topic_authorization_failed
-        extra = tuple(
-            make(
-                t_cls,
-                name=t.name,
-                partitions=tuple(
-                    make(p_cls, partition_index=p.partition_index, error_code=code) for p in t.partitions
-                ),
-            )
-            for t in refused
-        )
-        return dataclasses.replace(resp, topics=tuple(resp.topics) + extra)
+        return await self._per_topic(ctx, 8, req, version, header, handler, READ, _COMMIT_STRUCTS)
 
     async def _group_verdicts(
         self,
@@ -581,7 +548,7 @@ class ConnectionGuard:
                 return await OffsetFetchFilter(self, ctx).answer(req, version, header, handler)
             return await handler(ctx, req, version, header)
         denied = sorted(g for g, ok in verdicts.items() if not ok)
-        self._denied(_GROUP_API[key], f"no {'DESCRIBE' if key == 9 else 'READ'} on group", groups=denied)
+        self._denied(_API[key], f"no {'DESCRIBE' if key == 9 else 'READ'} on group", groups=denied)
         cls = response_class(key, version)
         code = ErrorCode.group_authorization_failed
         if key == 9 and version >= 8:  # batched: answer the allowed groups, refuse the others
@@ -597,18 +564,8 @@ class ConnectionGuard:
             extra = tuple(make(g_cls, group_id=g, topics=(), error_code=code) for g in denied)
             return dataclasses.replace(resp, groups=tuple(resp.groups) + extra)
         if key == 8:  # OffsetCommit reports per partition
-            t_cls = nested(cls, "OffsetCommitResponseTopic")
-            p_cls = nested(cls, "OffsetCommitResponsePartition")
-            topics = tuple(
-                make(
-                    t_cls,
-                    name=t.name,
-                    partitions=tuple(
-                        make(p_cls, partition_index=p.partition_index, error_code=code) for p in t.partitions
-                    ),
-                )
-                for t in req.topics
-            )
+            t_cls, p_cls = (nested(cls, name) for name in _COMMIT_STRUCTS)
+            topics = refused_topics(t_cls, p_cls, _partitions_of(req.topics), code)
             return make(cls, throttle_time=_zero(), topics=topics)
         return error_response(cls, code)
 
@@ -668,24 +625,9 @@ class OffsetFetchFilter:
 
     @staticmethod
     def _refused(topics: list[Any], t_cls: Any, p_cls: Any) -> tuple[Any, ...]:
-        return tuple(
-            make(
-                t_cls,
-                name=t.name,
-                partitions=tuple(
-                    make(
-                        p_cls,
-                        partition_index=p,
-                        committed_offset=-1,
-                        committed_leader_epoch=-1,
-                        metadata="",
-                        error_code=ErrorCode.topic_authorization_failed,
-                    )
-                    for p in t.partition_indexes
-                ),
-            )
-            for t in topics
-        )
+        return refused_topics(t_cls, p_cls, ((t.name, t.partition_indexes) for t in topics),
+                              ErrorCode.topic_authorization_failed, committed_offset=-1,
+                              committed_leader_epoch=-1, metadata="")
 
     def _log(self, group: str, hidden: list[Any], named: list[Any]) -> None:
         names = sorted({str(n) for n in hidden} | {str(t.name) for t in named})
@@ -697,7 +639,10 @@ def _group_ids(key: int, req: Any, version: int) -> list[str]:
     return [str(g.group_id) for g in req.groups] if key == 9 and version >= 8 else [str(req.group_id)]
 
 
-_GROUP_API = {
+_COMMIT_STRUCTS = ("OffsetCommitResponseTopic", "OffsetCommitResponsePartition")
+_OP = {READ: "READ", DESCRIBE: "DESCRIBE"}
+_API = {
+    2: "ListOffsets",
     8: "OffsetCommit",
     9: "OffsetFetch",
     11: "JoinGroup",
@@ -706,6 +651,11 @@ _GROUP_API = {
     14: "SyncGroup",
     68: "ConsumerGroupHeartbeat",
 }
+
+
+def _partitions_of(topics: Iterable[Any]) -> list[tuple[Any, list[int]]]:
+    """(name, partition indexes) of a request's topics (ListOffsets, OffsetCommit)."""
+    return [(t.name, [p.partition_index for p in t.partitions]) for t in topics]
 
 
 def req_wants_ops(req: Any) -> bool:

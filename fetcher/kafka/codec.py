@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import struct
 import sys
+from collections.abc import Iterable
 from dataclasses import MISSING, fields
 from typing import Any
 
@@ -193,11 +194,16 @@ def make(cls: type[Entity], **values: Any) -> Any:
     return cls(**{k: v for k, v in values.items() if k in known})
 
 
-def error_response(cls: type[ResponsePayload], code: ErrorCode) -> ResponsePayload:
-    """A response of ``cls`` with every error field at top level set to ``code`` and every list
-    empty: what Kafka's ``getErrorResponse`` looks like for a request this endpoint refuses."""
+def error_response(cls: type[Entity], code: ErrorCode, **given: Any) -> Any:
+    """An entity of ``cls`` (a response, or one of its structs) with every error field at its top
+    level set to ``code``, the ``given`` values (those of fields ``cls`` has; other versions' are
+    dropped) and every other field zero, empty or null: what Kafka's ``getErrorResponse`` looks
+    like for a request this endpoint refuses, and what each refused partition of one looks like."""
     values: dict[str, Any] = {}
     for f in fields(cls):
+        if f.name in given:
+            values[f.name] = given[f.name]
+            continue
         if f.default is not MISSING or f.default_factory is not MISSING:
             if f.name == "error_code":
                 values[f.name] = code
@@ -222,3 +228,17 @@ def error_response(cls: type[ResponsePayload], code: ErrorCode) -> ResponsePaylo
         else:  # arrays and structs: nothing to echo
             values[f.name] = () if "tuple" in str(f.type) else None
     return cls(**values)
+
+
+def refused_topics(topic_cls: type[Entity], partition_cls: type[Entity],
+                   topics: Iterable[tuple[Any, Iterable[int]]], code: ErrorCode,
+                   **partition_values: Any) -> tuple[Any, ...]:
+    """One ``topic_cls`` per (name, partition indexes) of ``topics``, each partition an
+    :func:`error_response` of ``partition_cls`` with ``code`` and ``partition_values``: how a
+    broker answers the topics of a request it refuses partition by partition (ListOffsets,
+    OffsetCommit, OffsetFetch)."""
+    return tuple(
+        make(topic_cls, name=name, partitions=tuple(
+            error_response(partition_cls, code, partition_index=i, **partition_values) for i in indexes))
+        for name, indexes in topics
+    )

@@ -34,24 +34,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from rlm.daemon.crash import crash_point
 from rlm.daemon.shared_objects import record_adoption, release_owner
 from rlm.errors import RlmError
 from rlm.log.checkpoints import read_partition_metadata
+from rlm.recovery.segment_writes import FINISHED, STARTED, existing_segments, write_finished
 from rlm.types import (
     KafkaUuid,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
-    RemoteLogSegmentMetadataUpdate,
-    RemoteLogSegmentState,
     TopicIdPartition,
 )
 from rlmm.api import RemoteLogMetadataManager
 from rsm_plugins import redirect
 from rsm_plugins.api import RemoteStorageManager
-
-_FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
-_STARTED = RemoteLogSegmentState.COPY_SEGMENT_STARTED
 
 
 class AdoptConflictError(RlmError):
@@ -74,10 +69,14 @@ class Adoption:
     log_start: int | None = None
 
 
+def _same_range(a: RemoteLogSegmentMetadata, b: RemoteLogSegmentMetadata) -> bool:
+    return (a.start_offset, a.end_offset) == (b.start_offset, b.end_offset)
+
+
 def adopted(md: RemoteLogSegmentMetadata, target: TopicIdPartition) -> RemoteLogSegmentMetadata:
     """``md`` (a finished segment of the old history) as a FINISHED segment of ``target``."""
     return replace(md, remote_log_segment_id=RemoteLogSegmentId(target, md.remote_log_segment_id.id),
-                   state=_FINISHED,
+                   state=FINISHED,
                    custom_metadata=redirect.encode(redirect.stored_partition(md), md.custom_metadata))
 
 
@@ -85,7 +84,7 @@ def plan_adoption(source: RemoteLogMetadataManager, tp: TopicIdPartition, new_to
                   to_topic: str) -> Adoption:
     """Every finished segment of ``tp`` in the old store, oldest first, named for the new topic."""
     target = TopicIdPartition(new_topic_id, to_topic, tp.partition)
-    segs = sorted((md for md in source.list_remote_log_segments(tp) if md.state is _FINISHED),
+    segs = sorted((md for md in source.list_remote_log_segments(tp) if md.state is FINISHED),
                   key=lambda md: (md.start_offset, md.remote_log_segment_id.id.text))
     return Adoption(tp, target, [adopted(md, target) for md in segs], owners=segs)
 
@@ -110,33 +109,26 @@ def apply_adoption(target: RemoteLogMetadataManager, rsm: RemoteStorageManager, 
     """Write the adopted segments into ``target`` (see the module docstring); raises
     :class:`AdoptConflictError` before writing anything when the partition holds other segments."""
     tp = ad.target
-    target.on_partition_leadership_changes({tp}, set())
+
+    def refuse(md: RemoteLogSegmentMetadata, want: RemoteLogSegmentMetadata | None) -> RlmError:
+        return AdoptConflictError(
+            f"{tp.topic}-{tp.partition} (topic id {tp.topic_id.text}): the new cluster's metadata "
+            f"store already holds segment {md.remote_log_segment_id.id.text} (offsets "
+            f"{md.start_offset}..{md.end_offset}, {md.state.name}) that is not an adopted segment of "
+            f"{ad.source}; adopt before the new cluster's sidecar tiers anything")
+
     planned = {md.remote_log_segment_id: md for md in ad.segments}
-    existing = {md.remote_log_segment_id: md for md in target.list_remote_log_segments(tp)}
-    for sid, md in existing.items():
-        want = planned.get(sid)
-        if want is None or md.state not in (_STARTED, _FINISHED) or (md.start_offset, md.end_offset) != (
-                want.start_offset, want.end_offset):
-            raise AdoptConflictError(
-                f"{tp.topic}-{tp.partition} (topic id {tp.topic_id.text}): the new cluster's metadata "
-                f"store already holds segment {sid.id.text} (offsets {md.start_offset}..{md.end_offset}, "
-                f"{md.state.name}) that is not an adopted segment of {ad.source}; adopt before the "
-                "new cluster's sidecar tiers anything")
+    existing = existing_segments(target, tp, planned, _same_range, refuse)
     for owner, md in zip(ad.owners, ad.segments, strict=True):
         if record_adoption(rsm, owner, md):  # the reference first: no retention may delete it now
             ad.referenced += 1
         if release_source:
             release_owner(rsm, owner)
-        have = existing.get(md.remote_log_segment_id)
-        if have is not None and have.state is _FINISHED:
+        started = replace(md, state=STARTED, custom_metadata=None)
+        if write_finished(target, md, existing.get(md.remote_log_segment_id), started, "adopt_after_started"):
+            ad.written += 1
+        else:
             ad.already += 1
-            continue
-        if have is None:
-            target.add_remote_log_segment_metadata(replace(md, state=_STARTED, custom_metadata=None))
-            crash_point("adopt_after_started")
-        target.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
-            md.remote_log_segment_id, md.event_timestamp_ms, _FINISHED, md.broker_id, md.custom_metadata))
-        ad.written += 1
     old_start = rsm.read_log_start_offset(ad.source)
     if old_start is not None and (rsm.read_log_start_offset(tp) or -1) < old_start:
         rsm.write_log_start_offset(tp, old_start)

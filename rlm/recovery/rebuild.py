@@ -16,10 +16,9 @@ from rlm.daemon.probes import PROBE_TOPIC
 from rlm.errors import RlmError
 from rlm.lineage import chain, judge_segments, lineage_from_segments, lineage_last_offset
 from rlm.recovery.rebuild_scan import FoundSegment, Unusable, scan_partition
+from rlm.recovery.segment_writes import STARTED, existing_segments, write_finished
 from rlm.types import (
     RemoteLogSegmentMetadata,
-    RemoteLogSegmentMetadataUpdate,
-    RemoteLogSegmentState,
     TopicIdPartition,
 )
 from rlmm.api import RemoteLogMetadataManager
@@ -85,31 +84,24 @@ def apply_plan(rlmm: RemoteLogMetadataManager, plan: PartitionPlan) -> None:
     of the partition the plan does not, or in a state other than COPY_SEGMENT_STARTED/FINISHED.
     """
     tp = plan.tp
-    rlmm.on_partition_leadership_changes({tp}, set())
+
+    def refuse(md: RemoteLogSegmentMetadata, want: RemoteLogSegmentMetadata | None) -> RlmError:
+        return RebuildConflictError(
+            f"{tp.topic}-{tp.partition}: the metadata store already holds segment "
+            f"{md.remote_log_segment_id.id.text} (offsets {md.start_offset}..{md.end_offset}, "
+            f"{md.state.name}) that the bucket's plan "
+            f"{'does not have' if want is None else 'has differently'}; rebuild writes only into "
+            "an empty store (or completes its own earlier run)")
+
     planned = {f.metadata.remote_log_segment_id: f.metadata for f in plan.keep}
-    existing = {md.remote_log_segment_id: md for md in rlmm.list_remote_log_segments(tp)}
-    for sid, md in existing.items():
-        want = planned.get(sid)
-        if want is None or not _same(md, want) or md.state not in (
-                RemoteLogSegmentState.COPY_SEGMENT_STARTED, RemoteLogSegmentState.COPY_SEGMENT_FINISHED):
-            raise RebuildConflictError(
-                f"{tp.topic}-{tp.partition}: the metadata store already holds segment {sid.id.text} "
-                f"(offsets {md.start_offset}..{md.end_offset}, {md.state.name}) that the bucket's plan "
-                f"{'does not have' if want is None else 'has differently'}; rebuild writes only into "
-                "an empty store (or completes its own earlier run)")
+    existing = existing_segments(rlmm, tp, planned, _same, refuse)
     for f in plan.keep:
         md = f.metadata
-        have = existing.get(md.remote_log_segment_id)
-        if have is not None and have.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED:
+        started = replace(md, state=STARTED)
+        if not write_finished(rlmm, md, existing.get(md.remote_log_segment_id), started,
+                              "rebuild_after_started"):
             plan.already += 1
             continue
-        if have is None:  # one left STARTED by an interrupted run is only finished
-            started = replace(md, state=RemoteLogSegmentState.COPY_SEGMENT_STARTED)
-            rlmm.add_remote_log_segment_metadata(started)
-            crash_point("rebuild_after_started")
-        rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
-            md.remote_log_segment_id, md.event_timestamp_ms, RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
-            md.broker_id, md.custom_metadata))
         plan.written += 1
         crash_point("rebuild_after_finished")
 
