@@ -112,6 +112,12 @@ def broker_records(bs: str, end: int) -> Any:
                      "value": pa.array(values, pa.binary())})
 
 
+def _cpu() -> float:
+    """CPU seconds of this process, all threads (user + system): what a case costs the machine."""
+    t = os.times()
+    return t.user + t.system
+
+
 def worker(conf_path: str) -> int:
     """One scan per line of stdin (``{"name": ..., "read": {...}}``), answered with a JSON line:
     seconds, digest, rows, GET counts. The fetcher and its plugin's client are made untimed."""
@@ -126,20 +132,21 @@ def worker(conf_path: str) -> int:
     for line in sys.stdin:
         req = json.loads(line)
         work = tmp / f"scan-{req['name']}"
-        total, digests = 0.0, set()
+        total, cpu, digests = 0.0, 0.0, set()
         for _ in range(req["repeat"]):  # each a new fetcher: cold caches, as the first
             shutil.rmtree(work, ignore_errors=True)
             cfg = load_config(None, work_dir=str(work), read=req["read"], **base)
             with RemoteFetcher.from_config(cfg) as f:
                 getattr(f.rsm, "client", None)  # the floor's client is made once, untimed: so is this one
-                t0 = time.perf_counter()
+                c0, t0 = _cpu(), time.perf_counter()
                 batches = list(f.scan(TOPIC, 0, include_headers=False))
                 total += time.perf_counter() - t0
+                cpu += _cpu() - c0
                 st = f.stats.snapshot()
             table = pa.Table.from_batches(batches)
             del batches
             digests.add(table_digest({0: table}))
-        print(json.dumps({"seconds": total, "rows": table.num_rows,
+        print(json.dumps({"seconds": total, "rows": table.num_rows, "cpu_s": cpu,
                           "digest": digests.pop() if len(digests) == 1 else f"differs: {sorted(digests)}",
                           "get_requests": st["get_requests"], "index_fetches": st["index_fetches"]}),
               flush=True)
@@ -174,7 +181,8 @@ class ScanWorker:
             raise BenchFailure(f"scan worker {self.name} ended (exit {self.proc.wait()})")
         r = json.loads(line)
         return Result(r["seconds"], r["digest"], seg_bytes * repeat, r["rows"],
-                      {"get_requests": r["get_requests"], "index_fetches": r["index_fetches"]})
+                      {"cpu_s": r["cpu_s"], "get_requests": r["get_requests"],
+                       "index_fetches": r["index_fetches"]})
 
     def close(self) -> None:
         if self.proc.stdin is not None:
@@ -330,18 +338,19 @@ def main() -> int:
         client = weed.boto3_client() if weed is not None else None
 
         def floor() -> Result:
-            total, digests = 0.0, set()
+            total, cpu, digests = 0.0, 0.0, set()
             for _ in range(args.repeat):
                 dl = tmp / "download"
                 shutil.rmtree(dl, ignore_errors=True)
                 dl.mkdir()
-                t0 = time.perf_counter()
+                c0, t0 = _cpu(), time.perf_counter()
                 for i, src in enumerate(sources):
                     if client is not None:
                         client.download_file(storage["config"]["bucket"], src, str(dl / f"{i:06d}.log"))
                     else:
                         shutil.copyfile(src, dl / f"{i:06d}.log")
                 total += time.perf_counter() - t0
+                cpu += _cpu() - c0
                 tables = [read_arrow(dl / f"{i:06d}.log", topic=TOPIC, partition=0)
                           for i in range(len(sources))]
                 table = pa.concat_tables(tables)
@@ -349,7 +358,7 @@ def main() -> int:
                 digests.add(table_digest({0: table}))
                 shutil.rmtree(dl, ignore_errors=True)
             return Result(total, digests.pop() if len(digests) == 1 else f"differs: {sorted(digests)}",
-                          seg_bytes * args.repeat, table.num_rows)
+                          seg_bytes * args.repeat, table.num_rows, {"cpu_s": cpu})
 
         floor_name = "boto3 download_file" if client is not None else "shutil.copyfile"
         cases: dict[str, Any] = {
