@@ -29,6 +29,7 @@ jars:
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-cache
+	$(PY) scripts/check_import_cycles.py
 
 typecheck: install
 	$(VENV)/bin/mypy

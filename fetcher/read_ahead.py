@@ -21,16 +21,32 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from fetcher.chunk_buffers import ChunkBufferPool
 from fetcher.get_pool import GetJob, Priority
 from rlm.types import RemoteLogSegmentMetadata
 
-if TYPE_CHECKING:
-    from fetcher.reader import SegmentReader
+
+class SegmentReader(Protocol):
+    """What a read-ahead needs of :class:`fetcher.reader.SegmentReader` (which makes one: this
+    module does not import it back)."""
+
+    rsm: Any
+    chunk_bytes: int
+
+    def read_view(self, md: RemoteLogSegmentMetadata, start: int, end: int, *,
+                  next_md: RemoteLogSegmentMetadata | None = None) -> memoryview: ...
+
+    def submit_get(self, fn: Callable[[], Any], priority: Priority) -> GetJob: ...
+
+    def promote_get(self, job: GetJob) -> None: ...
+
+    def get_range(self, md: RemoteLogSegmentMetadata, start: int, end: int) -> bytes: ...
+
+    def get_range_into(self, md: RemoteLogSegmentMetadata, start: int, end: int, out: memoryview) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,7 +46,8 @@ from pyiceberg.types import IntegerType, NestedField, StringType
 
 from rlm.config import IcebergConfig
 from rlm.errors import IcebergTableError
-from rlm.tables.decode import Decoder, decoded_schema, make_decoder
+from rlm.tables.decode import make_decoder
+from rlm.tables.decoded import Decoder, decoded_schema
 from rlm.tables.ledger import (
     SegmentWork,
     commit_keeping_files,

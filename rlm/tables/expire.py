@@ -41,6 +41,7 @@ from rlm.tables.ledger import (
     commit_keeping_files,
     ledger_transaction,
     read_ledger,
+    snapshot_props,
     stage_ledger,
 )
 
@@ -129,6 +130,4 @@ def expire_deleted(
 
 def _total(snap: Snapshot | None) -> int:
     """The table's rows as of ``snap``."""
-    if snap is None or snap.summary is None:
-        return 0
-    return int(snap.summary.additional_properties.get("total-records", "0"))
+    return int(snapshot_props(snap).get("total-records", "0"))

@@ -19,10 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from pyiceberg.table import Table
-from pyiceberg.table.snapshots import ancestors_of
 
 from fetcher import RemoteFetcher
-from rlm.tables.ledger import SUMMARY_KEY, Ledger, SegmentWork, snapshot_topic
+from rlm.tables.ledger import SUMMARY_KEY, Ledger, SegmentWork, topic_ancestry
 
 LAG_DIR = ("iceberg", "lag")
 
@@ -68,9 +67,8 @@ class TableLag:
 def last_commit_ms(table: Table, topic: str, ledger: Ledger | None = None) -> int:
     """When the newest snapshot that added segments of ``topic`` was committed (-1: none
     retained; then the snapshot the topic's ledger is as of, when retained)."""
-    for snap in ancestors_of(table.current_snapshot(), table.metadata):
-        props = snap.summary.additional_properties if snap.summary is not None else {}
-        if props.get(SUMMARY_KEY) and snapshot_topic(props, table) == topic:
+    for snap, props in topic_ancestry(table, topic, table.current_snapshot()):
+        if props.get(SUMMARY_KEY):
             return int(snap.timestamp_ms)
     anchor = table.metadata.snapshot_by_id(ledger.anchor[0]) if ledger and ledger.anchor else None
     return int(anchor.timestamp_ms) if anchor is not None else -1

@@ -34,6 +34,7 @@ recorded belong to the table's ``rlm.topic`` property (a table of one topic).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,8 +74,20 @@ def snapshot_topic(props: dict[str, Any], table: Table) -> str | None:
     return str(topic) if topic else None
 
 
-def _props(snap: Snapshot) -> dict[str, Any]:
-    return snap.summary.additional_properties if snap.summary is not None else {}
+def snapshot_props(snap: Snapshot | None) -> dict[str, Any]:
+    """A snapshot's summary properties (empty for none)."""
+    return snap.summary.additional_properties if snap is not None and snap.summary is not None else {}
+
+
+def topic_ancestry(table: Table, topic: str, current: Snapshot | None
+                   ) -> Iterator[tuple[Snapshot, dict[str, Any]]]:
+    """The snapshots of ``topic``'s rows on the ancestry of ``current`` (usually the table's
+    current snapshot), newest first, each with its summary properties: the one walk of the
+    snapshot history by topic (the ledger's newer-than-property part, the lag's last commit)."""
+    for snap in ancestors_of(current, table.metadata):
+        props = snapshot_props(snap)
+        if snapshot_topic(props, table) == topic:
+            yield snap, props
 
 
 def _net_rows(props: dict[str, Any]) -> int:
@@ -129,14 +142,14 @@ def read_ledgers(table: Table) -> tuple[dict[str, Ledger], int, int]:
     with the table's rows and the snapshots of the current ancestry."""
     stored = _stored(table)
     current = table.current_snapshot()
-    total = int(_props(current).get("total-records", "0")) if current is not None else 0
+    total = int(snapshot_props(current).get("total-records", "0"))
     walks: dict[str, _Walk] = {t: _Walk() for t in stored}
     snapshots = 0
     oldest: Snapshot | None = None
     for snap in ancestors_of(current, table.metadata):
         snapshots += 1
         oldest = snap
-        props = _props(snap)
+        props = snapshot_props(snap)
         for name, st in stored.items():  # reached a topic's anchor: older snapshots are in it
             if st.anchor is not None and snap.snapshot_id == st.anchor[0]:
                 walks[name].anchored = True
@@ -175,7 +188,7 @@ def _first(snap: Snapshot) -> bool:
     (a v1 table, no sequence numbers) a snapshot that started from an empty table."""
     if snap.sequence_number:
         return snap.sequence_number == 1
-    props = _props(snap)
+    props = snapshot_props(snap)
     return int(props.get("total-records", "0")) == _net_rows(props)
 
 
@@ -183,11 +196,10 @@ def _newer_than(table: Table, current: Snapshot | None, topic: str, seq: int,
                 known: list[SegmentWork]) -> _Walk:
     """The topic's snapshots of the ancestry with a sequence number above ``seq``."""
     walk = _Walk(known=known)
-    for snap in ancestors_of(current, table.metadata):
+    for snap, props in topic_ancestry(table, topic, current):
         if (snap.sequence_number or 0) <= seq:
-            break
-        if snapshot_topic(_props(snap), table) == topic:
-            walk.take(_props(snap))
+            break  # sequence numbers fall down the ancestry: no older one is above ``seq``
+        walk.take(props)
     return walk
 
 

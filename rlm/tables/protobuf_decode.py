@@ -53,7 +53,7 @@ import pyarrow.compute as pc
 import structlog
 
 from rlm.config import ValueDecodeConfig
-from rlm.tables.decode import (
+from rlm.tables.decoded import (
     DecodeConfigError,
     Decoded,
     arrow_fields,

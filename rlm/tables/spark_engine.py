@@ -32,15 +32,15 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlparse
 
-import pyarrow.fs as pafs
 import structlog
-from pyiceberg.io.pyarrow import PyArrowFileIO, parquet_files_to_data_files
+from pyiceberg.io.pyarrow import parquet_files_to_data_files
 from pyiceberg.manifest import DataFile
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.table import Table
 
 from rlm.errors import ConfigError, IcebergTableError
 from rlm.tables.ledger import SegmentWork
+from rlm.tables.table import parquet_files
 from rlm.tables.writer import IcebergSync, PassResult
 
 log = structlog.get_logger(__name__)
@@ -168,7 +168,7 @@ class SparkIcebergSync(IcebergSync):
             else:
                 self.spark.conf.set(TS_CONF, old)
         t1 = time.monotonic()
-        paths = _parquet_under(self.table, out)
+        paths = parquet_files(self.table, out)
         files = list(parquet_files_to_data_files(self.table.io, self.table.metadata, iter(paths)))
         by_group: dict[int, list[DataFile]] = {k: [] for k in range(len(groups))}
         for f in files:
@@ -279,14 +279,3 @@ def partition_key(spec: PartitionSpec) -> Any:
         else:
             keys.append(F.col("partition").cast("string"))
     return F.concat_ws("_", *keys) if keys else F.lit("all")
-
-
-def _parquet_under(table: Table, location: str) -> list[str]:
-    """The Parquet files Spark wrote under ``location``, as URIs of the table's FileIO."""
-    scheme, netloc, path = PyArrowFileIO.parse_location(location)
-    fs = (table.io.fs_by_scheme(scheme, netloc) if isinstance(table.io, PyArrowFileIO)
-          else pafs.FileSystem.from_uri(location)[0])
-    infos = fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
-    prefix = location[: len(location) - len(path)] if location.endswith(path) else f"{scheme}://"
-    return sorted(prefix + i.path for i in infos
-                  if i.type == pafs.FileType.File and i.path.endswith(".parquet"))

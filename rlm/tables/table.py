@@ -179,3 +179,19 @@ def to_rows(batch: pa.RecordBatch | pa.Table, segment_id: str) -> pa.Table:
         else:
             cols[field.name] = t.column(field.name).cast(field.type)
     return pa.Table.from_pydict(cols, schema=ARROW_SCHEMA)
+
+
+def parquet_files(table: Table, location: str) -> list[str]:
+    """The Parquet files under ``location`` (recursively), as URIs of the table's FileIO, sorted:
+    listed through the table's own filesystem (local, S3 with the catalog's endpoint, ...). Raises
+    ``OSError`` or ``ValueError`` when the location cannot be listed."""
+    import pyarrow.fs as pafs
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    scheme, netloc, path = PyArrowFileIO.parse_location(location)
+    fs = (table.io.fs_by_scheme(scheme, netloc) if isinstance(table.io, PyArrowFileIO)
+          else pafs.FileSystem.from_uri(location)[0])
+    infos = fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
+    prefix = location[: len(location) - len(path)] if location.endswith(path) else f"{scheme}://"
+    return sorted(prefix + i.path for i in infos
+                  if i.type == pafs.FileType.File and i.path.endswith(".parquet"))

@@ -69,6 +69,7 @@ from rlm.tables.table import (
     ARROW_SCHEMA,
     ROW_ORDER,
     ensure_table,
+    parquet_files,
     s3_checksums_when_required,
     table_identifier,
     to_rows,
@@ -301,28 +302,15 @@ def orphan_files(table: Table) -> list[str]:
     """Data files under the table's ``data/`` directory that no snapshot references: what a writer
     killed between its files and its commit leaves behind (never read; safe to delete). Listed
     through the table's own FileIO filesystem (local, S3 with the catalog's endpoint, ...)."""
-    import pyarrow.fs as pafs
-    from pyiceberg.io.pyarrow import PyArrowFileIO
-
     referenced: set[str] = set()
     for snap in table.metadata.snapshots:
         for manifest in snap.manifests(table.io):
             for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
                 referenced.add(entry.data_file.file_path)
     data = table.location().rstrip("/") + "/data"
-    scheme, netloc, path = PyArrowFileIO.parse_location(data)
     try:
-        fs = (table.io.fs_by_scheme(scheme, netloc) if isinstance(table.io, PyArrowFileIO)
-              else pafs.FileSystem.from_uri(data)[0])
-        infos = fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
+        found = parquet_files(table, data)
     except (OSError, ValueError) as e:
         log.warning("iceberg_orphans_not_listed", location=data, error=str(e))
         return []
-    prefix = data[: len(data) - len(path)] if data.endswith(path) else f"{scheme}://"
-    found = []
-    for info in infos:
-        if info.type == pafs.FileType.File and info.path.endswith(".parquet"):
-            uri = prefix + info.path
-            if uri not in referenced:
-                found.append(uri)
-    return sorted(found)
+    return [uri for uri in found if uri not in referenced]

@@ -18,7 +18,8 @@ import yaml
 
 from rlm.config import ValueDecodeConfig, load_config
 from rlm.errors import ConfigError
-from rlm.tables.decode import DecodeConfigError, decoded_schema, make_decoder
+from rlm.tables.decode import make_decoder
+from rlm.tables.decoded import DecodeConfigError, decoded_schema
 from rlm.tables.registry import SchemaRegistryError
 from tests.services.schema_registry import SchemaRegistryServer, schema_registry
 

@@ -22,7 +22,8 @@ import pyarrow as pa
 import pytest
 
 from rlm.config import ValueDecodeConfig
-from rlm.tables.decode import DecodeConfigError, decoded_schema, make_decoder
+from rlm.tables.decode import make_decoder
+from rlm.tables.decoded import DecodeConfigError, decoded_schema
 from rlm.tables.protobuf_decode import ProtobufDecoder, read_index_list
 from tests.iceberg.test_decode import AVRO_SCHEMA, confluent_avro, register
 from tests.services.schema_registry import SchemaRegistryServer, schema_registry
