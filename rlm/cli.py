@@ -18,7 +18,6 @@ import importlib
 import importlib.util
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from rlm.errors import ConfigError, InstanceLockedError, PluginLoadError, PreflightError, RlmError
 from rlm.exit_codes import EPILOG, ExitCode
@@ -56,20 +55,6 @@ def version() -> str:
         return "unknown"
 
 
-class _VersionAction(argparse.Action):
-    """``--version``, looked up only when asked: ``importlib.metadata`` (and the ``email`` parser it
-    pulls in) costs ~50 ms of CPU, which every command paid to build a string it never printed."""
-
-    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
-                 default: Any = argparse.SUPPRESS, help: str | None = "show the version and exit") -> None:
-        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:
-        sys.stdout.write(f"rlm {version()}\n")
-        parser.exit()
-
-
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser; given the arguments, only the command they name is imported.
 
@@ -83,7 +68,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action=_VersionAction)
+    parser.add_argument("--version", action="version", version=f"rlm {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     first = next((a for a in argv or () if not a.startswith("-")), None)
     modules = (COMMANDS[first],) if first in COMMANDS else COMMAND_MODULES
@@ -101,11 +86,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command ``argv`` names (default: this process's own command line, ``sys.argv``)."""
     if argv is not None:  # called in-process (tests, scripts): the caller's interpreter is left alone
         return _run(list(argv))
-    # The process's own command: a cold command is mostly start-up, and CPython's cyclic GC
-    # spends a tenth of it walking the objects the imports create (classes, pydantic schemas),
-    # which live until exit anyway. Paused while the command's module loads; frozen before the
-    # interpreter's final collections, which would walk them all once more (a few tenths of a
-    # second of wall time on a busy machine). The command has closed what it opened by then.
+    # The process's own command. A cold command is mostly start-up, and CPython's cyclic GC walks
+    # the objects the imports create (classes, pydantic schemas), which live until exit anyway,
+    # again at each collection: paused while the command's module loads, and frozen before the
+    # interpreter's final collections walk them all once more (0.25-0.5 s of a cold `rlm offsets`
+    # on a busy 2-core box; docs/performance.md). The command has closed what it opened by then.
     gc.disable()
     try:
         return _run(sys.argv[1:], entry=True)
