@@ -3,8 +3,10 @@
 With ``bootstrap_servers`` configured, one bootstrap address gives the whole log: offsets below
 the broker's local log start come from the remote tier, the rest (and the live tail) from the
 leader, whose partition data (records, high watermark, LSO, aborted transactions) is passed
-through as is. The endpoint talks to brokers with the same kio codec: Metadata v12 to find
-leaders, Fetch v12 (topic names, no fetch session) to forward. Broker connections are pooled,
+through as is. The endpoint talks to brokers with the same kio codec: Metadata to find leaders,
+Fetch (topic names, no fetch session) to forward, each at the highest version the broker and the
+forwarder both know (ApiVersions on every new connection, :mod:`fetcher.kafka.broker_versions`:
+Kafka 2.8 to 4.x answer different ranges). Broker connections are pooled,
 one request in flight each, so a long-polling tail fetch never delays another client's. Each new
 connection logs in with the ``kafka_client`` security settings (:mod:`fetcher.kafka.broker_login`).
 """
@@ -15,24 +17,25 @@ import asyncio
 import datetime
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
 from kio.schema.errors import ErrorCode
-from kio.schema.fetch.v12 import request as fetch_req
-from kio.schema.list_offsets.v7 import request as lo_req
-from kio.schema.metadata.v12 import request as md_req
-from kio.schema.offset_for_leader_epoch.v4 import request as ofle_req
 
+from fetcher.kafka import broker_versions as bv
 from fetcher.kafka.broker_login import BrokerLogin
-from fetcher.kafka.codec import encode_request, make, read_response
+from fetcher.kafka.codec import encode_request, make, nested, read_response
 
 log = structlog.get_logger(__name__)
 
 _LEADER_TTL_S = 30.0
 _LOCAL_START_TTL_S = 2.0
 _MAX_IDLE_S = 540.0  # Kafka clients' connections.max.idle.ms: under the broker's 600 s
+
+#: builds a request from kio's class of the version chosen for the connection
+Build = Callable[[type[Any]], Any]
 
 
 @dataclass(slots=True)
@@ -53,6 +56,7 @@ class _BrokerConn:
         self.writer = writer
         self.corr = 0
         self.idle_since = time.monotonic()
+        self.versions: bv.Ranges = {}  # the broker's ApiVersions answer
 
     def reusable(self, max_idle_s: float) -> bool:
         """Whether a pooled connection may carry another request: the broker has not closed it
@@ -114,21 +118,28 @@ class BrokerForwarder:
             self.timeout_s,
         )
         conn = _BrokerConn(r, w)
-        try:  # the login every other Kafka connection of the sidecar uses (kafka_client)
-            await self.login.authenticate(lambda req: conn.call(req, self.timeout_s), f"{addr[0]}:{addr[1]}")
+        broker = f"{addr[0]}:{addr[1]}"
+        try:  # what the broker answers, then the login every other Kafka connection of the sidecar uses
+            conn.versions = bv.ranges_of(await conn.call(bv.api_versions_request(), self.timeout_s), broker)
+            await self.login.authenticate(lambda req: conn.call(req, self.timeout_s), broker)
         except BaseException:
             conn.close()
             raise
         return conn
 
-    async def _call(self, addr: tuple[str, int], req: Any, timeout_s: float) -> Any:
-        """One request on a pooled or new connection. Every request sent here is a read
-        (Metadata, ListOffsets, Fetch), so one that failed on a pooled connection the broker
-        closed meanwhile is sent again on a new one."""
+    async def _call(self, addr: tuple[str, int], api_key: int, build: Build, timeout_s: float) -> Any:
+        """One request on a pooled or new connection, at the highest version of ``api_key`` the
+        broker and the forwarder both know. Every request sent here is a read (Metadata,
+        ListOffsets, Fetch, OffsetForLeaderEpoch), so one that failed on a pooled connection the
+        broker closed meanwhile is sent again on a new one."""
         while True:
             conn, pooled = await self._conn(addr)
             try:
+                req = build(bv.request_class(conn.versions, api_key, f"{addr[0]}:{addr[1]}"))
                 resp = await conn.call(req, timeout_s)
+            except bv.BrokerVersionError:
+                self._idle.setdefault(addr, []).append(conn)  # nothing was sent: still usable
+                raise
             except (ConnectionError, asyncio.IncompleteReadError) as e:
                 conn.close()
                 if not pooled:
@@ -146,16 +157,20 @@ class BrokerForwarder:
         hit = self._leaders.get((topic, partition))
         if hit is not None and time.monotonic() - hit[0] < _LEADER_TTL_S:
             return hit[1]
-        req = make(
-            md_req.MetadataRequest,
-            topics=(make(md_req.MetadataRequestTopic, topic_id=None, name=topic),),
-            allow_auto_topic_creation=False,
-            include_topic_authorized_operations=False,
-        )
+
+        def build(cls: type[Any]) -> Any:
+            return make(
+                cls,
+                topics=(make(nested(cls, "MetadataRequestTopic"), topic_id=None, name=topic),),
+                allow_auto_topic_creation=False,
+                include_cluster_authorized_operations=False,
+                include_topic_authorized_operations=False,
+            )
+
         last: Exception | None = None
         for addr in self.bootstrap:
             try:
-                md = await self._call(addr, req, self.timeout_s)
+                md = await self._call(addr, bv.METADATA, build, self.timeout_s)
                 break
             except (OSError, TimeoutError, asyncio.IncompleteReadError) as e:
                 last = e
@@ -179,26 +194,20 @@ class BrokerForwarder:
         if hit is not None and time.monotonic() - hit[0] < _LOCAL_START_TTL_S:
             return hit[1]
         addr = await self.leader(topic, partition)
-        req = make(
-            lo_req.ListOffsetsRequest,
-            replica_id=-1,
-            isolation_level=0,
-            topics=(
-                make(
-                    lo_req.ListOffsetsTopic,
-                    name=topic,
-                    partitions=(
-                        make(
-                            lo_req.ListOffsetsPartition,
-                            partition_index=partition,
-                            current_leader_epoch=-1,
-                            timestamp=-2,
-                        ),
-                    ),
-                ),
-            ),
-        )
-        resp = await self._call(addr, req, self.timeout_s)
+
+        def build(cls: type[Any]) -> Any:
+            part = make(
+                nested(cls, "ListOffsetsPartition"), partition_index=partition, current_leader_epoch=-1,
+                timestamp=-2,
+            )
+            return make(
+                cls,
+                replica_id=-1,
+                isolation_level=0,
+                topics=(make(nested(cls, "ListOffsetsTopic"), name=topic, partitions=(part,)),),
+            )
+
+        resp = await self._call(addr, bv.LIST_OFFSETS, build, self.timeout_s)
         p = resp.topics[0].partitions[0]
         if p.error_code is not ErrorCode.none:
             self._leaders.pop((topic, partition), None)
@@ -214,10 +223,10 @@ class BrokerForwarder:
         self, topic: str, partition: int, offset: int, max_bytes: int, isolation: int, max_wait_ms: int
     ) -> Forwarded:
         """One partition's Fetch at its leader; a leader change is retried once."""
-        for attempt in (0, 1):
-            addr = await self.leader(topic, partition)
+
+        def build(cls: type[Any]) -> Any:
             part = make(
-                fetch_req.FetchPartition,
+                nested(cls, "FetchPartition"),
                 partition=partition,
                 current_leader_epoch=-1,
                 fetch_offset=offset,
@@ -225,8 +234,8 @@ class BrokerForwarder:
                 log_start_offset=-1,
                 partition_max_bytes=max_bytes,
             )
-            req = make(
-                fetch_req.FetchRequest,
+            return make(
+                cls,
                 replica_id=-1,
                 max_wait=datetime.timedelta(milliseconds=max_wait_ms),
                 min_bytes=1,
@@ -234,11 +243,14 @@ class BrokerForwarder:
                 isolation_level=isolation,
                 session_id=0,
                 session_epoch=-1,
-                topics=(make(fetch_req.FetchTopic, topic=topic, partitions=(part,)),),
+                topics=(make(nested(cls, "FetchTopic"), topic=topic, partitions=(part,)),),
                 forgotten_topics_data=(),
                 rack_id="",
             )
-            resp = await self._call(addr, req, self.timeout_s + max_wait_ms / 1000)
+
+        for attempt in (0, 1):
+            addr = await self.leader(topic, partition)
+            resp = await self._call(addr, bv.FETCH, build, self.timeout_s + max_wait_ms / 1000)
             p = resp.responses[0].partitions[0]
             if (
                 p.error_code in (ErrorCode.not_leader_or_follower, ErrorCode.unknown_topic_or_partition)
@@ -266,13 +278,16 @@ class BrokerForwarder:
     async def end_offset_for_epoch(self, topic: str, partition: int, leader_epoch: int) -> tuple[int, int]:
         """The leader's OffsetForLeaderEpoch answer ``(epoch, end offset)``, unfenced (the client's
         current epoch is the endpoint's, not the broker's); a leader change is retried once."""
-        req = make(ofle_req.OffsetForLeaderEpochRequest, replica_id=-1, topics=(
-            make(ofle_req.OffsetForLeaderTopic, topic=topic, partitions=(
-                make(ofle_req.OffsetForLeaderPartition, partition=partition, current_leader_epoch=-1,
-                     leader_epoch=leader_epoch),)),))
+
+        def build(cls: type[Any]) -> Any:
+            part = make(nested(cls, "OffsetForLeaderPartition"), partition=partition,
+                        current_leader_epoch=-1, leader_epoch=leader_epoch)
+            return make(cls, replica_id=-1,
+                        topics=(make(nested(cls, "OffsetForLeaderTopic"), topic=topic, partitions=(part,)),))
+
         for attempt in (0, 1):
             addr = await self.leader(topic, partition)
-            resp = await self._call(addr, req, self.timeout_s)
+            resp = await self._call(addr, bv.OFFSET_FOR_LEADER_EPOCH, build, self.timeout_s)
             p = resp.topics[0].partitions[0]
             if p.error_code is ErrorCode.none:
                 return int(p.leader_epoch), int(p.end_offset)
