@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from fetcher.scan import ScanRange
     from fetcher.timestamps import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
     from fetcher.transactions import CommittedBound
+    from rlm.log.arrow import KAFKA_SCHEMA
+    from rlm.log.record_json import record_obj
+    from rlm.log.txn_index import AbortedTxn
 
 # The names load on first use (PEP 562): a face that needs only part of the package (the Spark
 # source's lookup and schema workers, which PySpark starts afresh for each step) does not pay for
@@ -32,6 +35,9 @@ _HOMES = {
     "plan_partition": "fetcher.planning",
     "ScanRange": "fetcher.scan", "EARLIEST_TIMESTAMP": "fetcher.timestamps",
     "LATEST_TIMESTAMP": "fetcher.timestamps", "CommittedBound": "fetcher.transactions",
+    # the record types and encoders the faces hand on, from Kafka's formats: faces take them from
+    # here, never from rlm.log (an import contract), so no face decodes a batch itself
+    "KAFKA_SCHEMA": "rlm.log.arrow", "record_obj": "rlm.log.record_json", "AbortedTxn": "rlm.log.txn_index",
 }
 
 
@@ -46,8 +52,10 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "EARLIEST_TIMESTAMP",
+    "KAFKA_SCHEMA",
     "LATEST_TIMESTAMP",
     "AbortedTransaction",
+    "AbortedTxn",
     "CommittedBound",
     "FetchResult",
     "Frontier",
@@ -60,4 +68,5 @@ __all__ = [
     "RemoteFetcher",
     "ScanRange",
     "plan_partition",
+    "record_obj",
 ]

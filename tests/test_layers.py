@@ -52,6 +52,8 @@ def test_contract_fails_when_a_lower_layer_imports_a_higher_one(tmp_path: Path) 
     with (tmp_path / "rlm" / "log" / "records.py").open("a") as f:
         f.write("\nfrom rlm.daemon import service  # noqa: E402 - a format module reaching up\n")
     (tmp_path / "fetcher" / "bad_reader.py").write_text("import rlm.daemon.copier  # a sibling\n")
+    (tmp_path / "fetcher" / "bad_tables.py").write_text("import rlm.tables.writer  # a table writer\n")
+    (tmp_path / "fetcher" / "http" / "bad_face.py").write_text("import rlm.log.records  # a face decoding\n")
     with (tmp_path / "rsm_plugins" / "local.py").open("a") as f:
         f.write("\nfrom rlm.errors import RlmError  # noqa: E402 - not through rsm_plugins.api\n")
     res = _lint_imports(tmp_path)
@@ -60,3 +62,7 @@ def test_contract_fails_when_a_lower_layer_imports_a_higher_one(tmp_path: Path) 
     assert "rlm.log.records -> rlm.daemon.service" in out, out
     assert "fetcher.bad_reader -> rlm.daemon.copier" in out, out
     assert "rsm_plugins.local -> rlm.errors" in out, out
+    assert "The read side never imports the table writer BROKEN" in out, out
+    assert "fetcher.bad_tables -> rlm.tables.writer" in out, out
+    assert "Read faces never import Kafka's formats (rlm.log) BROKEN" in out, out
+    assert "fetcher.http.bad_face -> rlm.log.records" in out, out

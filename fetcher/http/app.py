@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from fetcher import KAFKA_SCHEMA
 from fetcher.core import OffsetAnswer, RemoteFetcher
 from fetcher.fetch import IsolationLevel
 from fetcher.http import encoders, params
@@ -32,7 +33,6 @@ from fetcher.http.openapi import openapi_document
 from fetcher.login_limits import LoginLimiter
 from fetcher.planning import PartitionPlan
 from rlm.errors import OffsetOutOfRangeError, RlmError
-from rlm.log import KAFKA_SCHEMA
 
 T = TypeVar("T")
 

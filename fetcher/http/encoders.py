@@ -12,8 +12,8 @@ from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 
+from fetcher import record_obj
 from fetcher.fetch import FetchResult
-from rlm.log.record_json import record_obj
 
 RAW = "application/vnd.kafka.record-batches"
 NDJSON = "application/x-ndjson"

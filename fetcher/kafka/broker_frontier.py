@@ -20,9 +20,8 @@ import time
 import structlog
 from kio.schema.errors import ErrorCode
 
-from fetcher import Frontier
+from fetcher import AbortedTxn, Frontier
 from fetcher.kafka.forward import BrokerForwarder
-from rlm.log.txn_index import AbortedTxn
 from rlm.types import TopicIdPartition
 
 log = structlog.get_logger(__name__)

@@ -17,7 +17,7 @@ from typing import Any
 
 import structlog
 
-from fetcher import CommittedBound, ScanRange
+from fetcher import AbortedTxn, CommittedBound, ScanRange
 from fetcher.broker import BrokerOffsets
 from fetcher.core import RemoteFetcher
 from fetcher.fetch import IsolationLevel
@@ -25,7 +25,6 @@ from fetcher.planning import PartitionPlan, PlannedSegment
 from fetcher.spark.options import EARLIEST, LATEST, SourceOptions
 from rlm.config import DaemonConfig, load_config
 from rlm.errors import ConfigError, OffsetOutOfRangeError
-from rlm.log.txn_index import AbortedTxn
 from rlm.types import TopicIdPartition
 
 log = structlog.get_logger(__name__)
