@@ -191,7 +191,9 @@ def _spark(w: World, cat: Catalog, table: str, expire: bool) -> dict[str, Any]:
     return got
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "rest"])
+# the REST catalog only in the suite: both failed alike on the old ledger (half the rows twice), and
+# each case costs ~2 min of Spark; the sqlite (JdbcCatalog) case runs with RLM_SPARK_REWRITE_ALL=1
+@pytest.mark.parametrize("kind", ["sqlite", "rest"] if os.environ.get("RLM_SPARK_REWRITE_ALL") else ["rest"])
 def test_spark_rewrite_data_files_and_expiry_then_rlm_iceberg_adds_each_segment_once(
         rw: World, kind: str, request: pytest.FixtureRequest) -> None:
     """Two ``rlm iceberg`` passes (one segment per commit: several small files), Spark's
