@@ -48,7 +48,7 @@ import structlog
 from kio.schema.errors import ErrorCode
 
 from fetcher.kafka.assignors import ASSIGNORS, Assignment, assign
-from fetcher.kafka.groups import GROUP_MAX_SIZE
+from fetcher.kafka.groups import GROUP_MAX_SIZE, live_since
 from fetcher.kafka.topic_regex import InvalidRegex, RegexResolver
 
 log = structlog.get_logger(__name__)
@@ -396,12 +396,7 @@ class ConsumerGroupCoordinator:
                 log.info("kafka_consumer_group_removed", group=g.group_id, reason="empty, no offsets")
 
     def live_since(self, group_id: str) -> float | None:
-        """For offset retention: +inf while the group has members, the wall-clock time it became
-        empty, or None when there is no such group (a standalone consumer's commits)."""
-        g = self.groups.get(group_id)
-        if g is None:
-            return None
-        return float("inf") if g.members else g.empty_since
+        return live_since(self.groups.get(group_id))
 
     # ---- offsets and tools ----------------------------------------------------------------
     def is_consumer_group(self, group_id: str) -> bool:

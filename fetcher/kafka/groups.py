@@ -38,7 +38,7 @@ import zlib
 from collections.abc import Callable, Coroutine, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 from kio.schema.errors import ErrorCode
@@ -198,12 +198,7 @@ class GroupCoordinator:
                 log.info("kafka_group_removed", group=g.group_id, reason="empty, no offsets")
 
     def live_since(self, group_id: str) -> float | None:
-        """For offset retention: +inf while the group has members, the wall-clock time it became
-        empty, or None when there is no such group (a standalone consumer's commits)."""
-        g = self.groups.get(group_id)
-        if g is None:
-            return None
-        return float("inf") if g.members else g.empty_since
+        return live_since(self.groups.get(group_id))
 
     # ---- JoinGroup -------------------------------------------------------------------------
     async def join(self, group_id: str, member_id: str, instance_id: str | None, protocol_type: str,
@@ -456,3 +451,18 @@ def _cancel(m: Member, *, joining: bool = False) -> None:
         if m.syncing is not None and not m.syncing.done():
             m.syncing.set_result(SyncResult(ErrorCode.unknown_member_id))
         m.syncing = None
+
+
+class Membership(Protocol):
+    """What offset retention asks of a group, classic or KIP-848."""
+
+    members: Any
+    empty_since: float | None
+
+
+def live_since(group: Membership | None) -> float | None:
+    """For offset retention: +inf while the group has members, the wall-clock time it became
+    empty, or None when there is no such group (a standalone consumer's commits)."""
+    if group is None:
+        return None
+    return float("inf") if group.members else group.empty_since

@@ -37,7 +37,7 @@ from pathlib import Path
 from rlm.daemon.shared_objects import record_adoption, release_owner
 from rlm.errors import RlmError
 from rlm.log.checkpoints import read_partition_metadata
-from rlm.recovery.segment_writes import FINISHED, STARTED, existing_segments, write_finished
+from rlm.recovery.segment_writes import FINISHED, STARTED, existing_segments, held, write_finished
 from rlm.types import (
     KafkaUuid,
     RemoteLogSegmentId,
@@ -113,9 +113,8 @@ def apply_adoption(target: RemoteLogMetadataManager, rsm: RemoteStorageManager, 
     def refuse(md: RemoteLogSegmentMetadata, want: RemoteLogSegmentMetadata | None) -> RlmError:
         return AdoptConflictError(
             f"{tp.topic}-{tp.partition} (topic id {tp.topic_id.text}): the new cluster's metadata "
-            f"store already holds segment {md.remote_log_segment_id.id.text} (offsets "
-            f"{md.start_offset}..{md.end_offset}, {md.state.name}) that is not an adopted segment of "
-            f"{ad.source}; adopt before the new cluster's sidecar tiers anything")
+            f"store already holds {held(md)} that is not an adopted segment of {ad.source}; adopt "
+            "before the new cluster's sidecar tiers anything")
 
     planned = {md.remote_log_segment_id: md for md in ad.segments}
     existing = existing_segments(target, tp, planned, _same_range, refuse)

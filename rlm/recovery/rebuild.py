@@ -16,7 +16,7 @@ from rlm.daemon.probes import PROBE_TOPIC
 from rlm.errors import RlmError
 from rlm.lineage import chain, judge_segments, lineage_from_segments, lineage_last_offset
 from rlm.recovery.rebuild_scan import FoundSegment, Unusable, scan_partition
-from rlm.recovery.segment_writes import STARTED, existing_segments, write_finished
+from rlm.recovery.segment_writes import STARTED, existing_segments, held, write_finished
 from rlm.types import (
     RemoteLogSegmentMetadata,
     TopicIdPartition,
@@ -87,11 +87,9 @@ def apply_plan(rlmm: RemoteLogMetadataManager, plan: PartitionPlan) -> None:
 
     def refuse(md: RemoteLogSegmentMetadata, want: RemoteLogSegmentMetadata | None) -> RlmError:
         return RebuildConflictError(
-            f"{tp.topic}-{tp.partition}: the metadata store already holds segment "
-            f"{md.remote_log_segment_id.id.text} (offsets {md.start_offset}..{md.end_offset}, "
-            f"{md.state.name}) that the bucket's plan "
-            f"{'does not have' if want is None else 'has differently'}; rebuild writes only into "
-            "an empty store (or completes its own earlier run)")
+            f"{tp.topic}-{tp.partition}: the metadata store already holds {held(md)} that the "
+            f"bucket's plan {'does not have' if want is None else 'has differently'}; rebuild writes "
+            "only into an empty store (or completes its own earlier run)")
 
     planned = {f.metadata.remote_log_segment_id: f.metadata for f in plan.keep}
     existing = existing_segments(rlmm, tp, planned, _same, refuse)

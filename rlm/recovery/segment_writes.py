@@ -27,6 +27,12 @@ FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 Segments = dict[RemoteLogSegmentId, RemoteLogSegmentMetadata]
 
 
+def held(md: RemoteLogSegmentMetadata) -> str:
+    """A held segment as a refusal names it: id, offsets, state."""
+    return (f"segment {md.remote_log_segment_id.id.text} (offsets {md.start_offset}..{md.end_offset}, "
+            f"{md.state.name})")
+
+
 def existing_segments(
     rlmm: RemoteLogMetadataManager, tp: TopicIdPartition, planned: Segments,
     agrees: Callable[[RemoteLogSegmentMetadata, RemoteLogSegmentMetadata], bool],
