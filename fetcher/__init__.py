@@ -1,4 +1,4 @@
-"""The read side: historical reads of tiered partitions (Kafka's remote fetcher pool).
+"""The read side: one read core of tiered partitions (Kafka's remote fetcher pool) and its serving faces.
 
 One core (:class:`RemoteFetcher`) answers which segments hold an offset on the current epoch
 lineage (:mod:`fetcher.planning`), where to start and stop (remote index cache, offset and

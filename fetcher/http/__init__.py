@@ -1,5 +1,7 @@
-"""The read side's HTTP API: Starlette routes over :class:`~fetcher.core.RemoteFetcher`, served
-by uvicorn (``rlm serve``, or ``rlm run`` with ``read.serve_http``).
+"""The HTTP face of the read core: Starlette routes over the read core, served by uvicorn.
+
+``rlm serve``, or ``rlm run`` with ``read.serve_http``; the routes call
+:class:`~fetcher.core.RemoteFetcher`.
 
 Modules: :mod:`~fetcher.http.app` (routes), :mod:`~fetcher.http.params` (strict parameters),
 :mod:`~fetcher.http.errors` (error -> status), :mod:`~fetcher.http.encoders` (raw/NDJSON/Arrow

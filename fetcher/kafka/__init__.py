@@ -1,4 +1,4 @@
-"""A read-only Kafka-protocol endpoint over the remote tier (issue 12).
+"""The Kafka-protocol face of the read core: a read-only endpoint Kafka's own clients consume from.
 
 Any Kafka client reads tiered history by pointing ``bootstrap.servers`` here. Frames are
 encoded and decoded with kio (generated from Kafka's message JSON); every read goes through

@@ -1,4 +1,4 @@
-"""Spark reads of tiered Kafka data: the ``kafka-tiered`` Python Data Source (pyspark >= 4.0).
+"""The Spark face of the read core: the ``kafka-tiered`` Python Data Source (pyspark >= 4.0).
 
 An installed package (wheel or editable) registers itself in every session through the top-level
 module ``pyspark_kafka_tiered`` (a file at the repo root); ``fetcher.spark.register(spark)`` does

@@ -1,0 +1,1 @@
+"""One module per ``rlm`` subcommand: argument parsing and output; the work is in the layers below."""
