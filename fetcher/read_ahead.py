@@ -18,6 +18,7 @@ still queued, waits for the running ones, and frees every buffer.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections import deque
@@ -66,7 +67,7 @@ class _Slot:
     md: RemoteLogSegmentMetadata
     index: int
     buf: bytearray | None
-    job: GetJob
+    job: GetJob = field(init=False)  # submitted once the slot exists (its GET fills the slot)
     data: memoryview | None = None  # the received bytes (read-only), once done
     got_at: float = 0.0
     view: memoryview | None = field(default=None, repr=False)  # our own view of buf
@@ -190,8 +191,8 @@ class SequentialRead:
                     return
             self._pending = None
             n, index, md = nxt
-            slot = _Slot((n, index), md, index, buf, job=None)  # type: ignore[arg-type]
-            slot.job = self.reader.submit_get(lambda s=slot: self._receive(s), Priority.READ_AHEAD)  # type: ignore[misc]
+            slot = _Slot((n, index), md, index, buf)
+            slot.job = self.reader.submit_get(functools.partial(self._receive, slot), Priority.READ_AHEAD)
             self._window.append(slot)
             self.gets += 1
 
