@@ -7,7 +7,8 @@ producer, a committed and an aborted transaction; the broker's answers are recor
 under both isolation levels); ``rlm check`` passes, ``rlm run --once`` tiers (the sidecar's own
 per-topic ``remote.storage.enable``: none of these brokers has tiered storage on), ``rlm status``
 shows the remote range; then the broker's own retention deletes the tiered segments and the read
-core and ``rlm fetch`` answer what the broker served, under both isolation levels.
+core and ``rlm fetch`` answer what the broker served, under both isolation levels (the other read
+faces: test_read_faces.py). The metadata topic has Kafka's default 50 partitions.
 
 What an old broker lacks is met here: 2.8 refuses the topic config ``remote.storage.enable`` (the
 metadata topic is created without it, and ``rlm check`` validates that same request); a 2.8
@@ -19,10 +20,7 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,113 +28,18 @@ import pytest
 import yaml
 
 from rlm.config import load_config
-from tests.compat.conftest import version_tuple
-from tests.daemon.helpers import create_topic, produce_txn, topic_rlmm, transactional_producer, wait_for
-from tests.fetcher_e2e.conftest import (
-    CODECS,
-    Rec,
-    _produce_random,
-    _producer,
-    _set_topic_config,
-    _watermarks,
-    consume_all,
-    lso_of,
-)
+from tests.compat.conftest import Written, rlm, version_tuple
+from tests.daemon.helpers import create_topic, wait_for
+from tests.fetcher_e2e.conftest import CODECS, _produce_random, _producer, _watermarks
 from tests.fetcher_e2e.test_remote_reads import _from_json
-from tests.services.kafka import KafkaCluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
-@dataclass
-class Written:
-    """One version's topic after tiering and the broker's deletion, and what the broker served."""
-
-    cluster: KafkaCluster
-    topic: str
-    config_path: Path  # the sidecar's rlm.yaml (also the reader's: its own work dir under tmp)
-    reader_path: Path
-    check: subprocess.CompletedProcess[str]
-    run: subprocess.CompletedProcess[str]
-    status: dict[str, Any]
-    remote_end: int
-    uncommitted: list[Rec]
-    committed: list[Rec]
-
-
-def rlm(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rlm.cli", *args], capture_output=True, text=True, timeout=timeout
-    )
-
-
-def _workload(bs: str, topic: str) -> None:
-    """Small (about 2.5 MB: three 1 MiB segments) but every kind of batch the formats have."""
-    rnd = random.Random(40)
-    for codec in CODECS:
-        _produce_random(_producer(bs, **{"compression.type": codec}), topic, 300, rnd, codec)
-    produce_txn(bs, topic, f"{topic}-c", 300, commit=True)
-    aborted = transactional_producer(bs, f"{topic}-a")
-    aborted.begin_transaction()
-    for i in range(200):
-        aborted.produce(topic, key=f"a{i}".encode(), value=rnd.randbytes(300), partition=0)
-    assert aborted.flush(30) == 0  # written, then aborted
-    aborted.abort_transaction(30)
-    _produce_random(_producer(bs), topic, 2000, rnd, "tail")
-
-
-@pytest.fixture(scope="session")
-def written(compat_kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> Written:
-    kafka = compat_kafka
-    tmp = tmp_path_factory.mktemp(f"compat-{kafka.version}")
-    bs = kafka.bootstrap
-    topic = f"compat-{uuid.uuid4().hex[:8]}"
-    create_topic(bs, topic)
-    _workload(bs, topic)
-    _, hw = _watermarks(bs, topic)
-    uncommitted = consume_all(bs, topic, "read_uncommitted", hw)
-    committed = consume_all(bs, topic, "read_committed", lso_of(bs, topic))
-
-    work = tmp / "work"
-    meta_topic = f"__rlm_meta_{uuid.uuid4().hex[:8]}"
-    metadata = topic_rlmm(bs, work)
-    metadata["config"]["remote.log.metadata.topic.name"] = meta_topic
-    sidecar: dict[str, Any] = {
-        "log_dirs": [str(kafka.log_dir)],
-        "work_dir": str(work),
-        "bootstrap_servers": bs,
-        "storage": {"plugin": "local", "config": {"root": str(tmp / "remote")}},
-        "metadata": metadata,
-        "topics": [
-            {"pattern": topic, "remote.storage.enable": True, "retention.ms": -1, "retention.bytes": -1}
-        ],
-        "http": {"enabled": False},
-    }
-    config_path = tmp / "rlm.yaml"
-    config_path.write_text(yaml.safe_dump(sidecar))
-    check = rlm("check", "--config", str(config_path))
-    run = rlm("run", "--once", "--config", str(config_path))
-    status = json.loads(rlm("status", "--json", "--config", str(config_path)).stdout or "{}")
-
-    reader = {**sidecar, "work_dir": str(tmp / "reader"), "read": {"fetch_max_wait_ms": 30_000}}
-    reader["metadata"] = {**metadata, "config": {**metadata["config"], "log.dir": str(tmp / "reader" / "m")}}
-    del reader["log_dirs"]
-    reader_path = tmp / "reader.yaml"
-    reader_path.write_text(yaml.safe_dump(reader))
-    remote_end = 0
-    if run.returncode == 0:
-        from fetcher import RemoteFetcher
-
-        with RemoteFetcher.from_config(load_config(None, **reader)) as f:
-            remote_end = f.plan(topic, 0).log_end
-    if remote_end > 0:  # the broker's own retention deletes what was tiered
-        _set_topic_config(bs, topic, **{"retention.bytes": "1"})
-        wait_for(
-            "local retention deleted the tiered range", lambda: _watermarks(bs, topic)[0] >= remote_end, 120
-        )
-    return Written(
-        kafka, topic, config_path, reader_path, check, run, status, remote_end, uncommitted, committed
-    )
+def test_workload_has_every_codec(written: Written) -> None:
+    """The tiered range holds a batch of every codec (values that compress: librdkafka sends a
+    batch uncompressed when compression does not shrink it)."""
+    assert set(CODECS) <= written.codecs, written.codecs
 
 
 def test_check_passes_and_run_tiers(written: Written) -> None:
@@ -171,28 +74,24 @@ def test_read_core_equals_the_broker(written: Written, isolation: str) -> None:
 
     w = written
     assert _watermarks(w.cluster.bootstrap, w.topic)[0] >= w.remote_end > 0, "not deleted locally"
-    want = [
-        r for r in (w.committed if isolation == "read_committed" else w.uncommitted) if r[0] < w.remote_end
-    ]
+    want = w.want(isolation)
     cfg = load_config(w.reader_path)
     with RemoteFetcher.from_config(cfg) as f:
         got, _ = fetch_all(f, w, isolation)  # type: ignore[arg-type]  # duck-typed: topic, remote_end
     assert got == want
     if isolation == "read_committed":
-        assert len(want) < len([r for r in w.uncommitted if r[0] < w.remote_end]), "no aborted records tiered"
+        assert len(want) < len(w.want("read_uncommitted")), "no aborted records tiered"
 
 
 @pytest.mark.parametrize("isolation", ["read_uncommitted", "read_committed"])
 def test_cli_fetch_equals_the_broker(written: Written, isolation: str) -> None:
+    """A cold ``rlm fetch`` (new process, empty work dir, 50 metadata partitions, default wait):
+    before the cold-read fix it failed after ~27 s ('is not loaded after 10000 ms')."""
     w = written
-    res = rlm(
-        "fetch", "--config", str(w.reader_path), "--topic", w.topic, "--offset", "0", "--isolation", isolation
-    )
+    cold = w.reader(f"fetch-{isolation}")
+    res = rlm("fetch", "--config", str(cold), "--topic", w.topic, "--offset", "0", "--isolation", isolation)
     assert res.returncode == 0, res.stderr[-3000:]
-    want = [
-        r for r in (w.committed if isolation == "read_committed" else w.uncommitted) if r[0] < w.remote_end
-    ]
-    assert [_from_json(line.encode()) for line in res.stdout.splitlines()] == want
+    assert [_from_json(line.encode()) for line in res.stdout.splitlines()] == w.want(isolation)
 
 
 def test_partition_without_topic_id_is_an_error_not_silence(written: Written, tmp_path: Path) -> None:
