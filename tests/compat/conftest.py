@@ -143,10 +143,8 @@ def _workload(bs: str, topic: str) -> None:
 
 def gap_stamps(recs: list[Rec], n: int) -> list[int]:
     """Up to ``n`` timestamps inside ``recs`` that no record has, spread over them: one past a
-    record's whose next record is at least 2 ms later. A record's own timestamp is not asked: many
-    records share a millisecond, and the broker's time index then may answer a later record of
-    that millisecond (the search starts at the index entry of that timestamp), where the sidecar
-    answers the first one, as ListOffsets is defined (KIP-33)."""
+    record's whose next record is at least 2 ms later, so the answer (the next record) is the
+    first record of a batch written after a pause, not one of many records sharing a millisecond."""
     taken = {r[2] for r in recs}
     gaps = [a[2] + 1 for a, b in itertools.pairwise(recs) if b[2] - a[2] >= 2 and a[2] + 1 not in taken]
     return sorted({gaps[i * len(gaps) // n] for i in range(n)}) if gaps else []
