@@ -37,7 +37,7 @@ from pathlib import Path
 from rlm.daemon.shared_objects import record_adoption, release_owner
 from rlm.errors import RlmError
 from rlm.log.checkpoints import read_partition_metadata
-from rlm.recovery.segment_writes import FINISHED, STARTED, existing_segments, held, write_finished
+from rlm.recovery.segment_writes import FINISHED, STARTED, existing_segments, write_finished
 from rlm.types import (
     KafkaUuid,
     RemoteLogSegmentId,
@@ -109,15 +109,10 @@ def apply_adoption(target: RemoteLogMetadataManager, rsm: RemoteStorageManager, 
     """Write the adopted segments into ``target`` (see the module docstring); raises
     :class:`AdoptConflictError` before writing anything when the partition holds other segments."""
     tp = ad.target
-
-    def refuse(md: RemoteLogSegmentMetadata, want: RemoteLogSegmentMetadata | None) -> RlmError:
-        return AdoptConflictError(
-            f"{tp.topic}-{tp.partition} (topic id {tp.topic_id.text}): the new cluster's metadata "
-            f"store already holds {held(md)} that is not an adopted segment of {ad.source}; adopt "
-            "before the new cluster's sidecar tiers anything")
-
-    planned = {md.remote_log_segment_id: md for md in ad.segments}
-    existing = existing_segments(target, tp, planned, _same_range, refuse)
+    existing = existing_segments(target, tp, ad.segments, _same_range, lambda held, _: AdoptConflictError(
+        f"{tp.topic}-{tp.partition} (topic id {tp.topic_id.text}): the new cluster's metadata store "
+        f"already holds {held} that is not an adopted segment of {ad.source}; adopt before the new "
+        "cluster's sidecar tiers anything"))
     for owner, md in zip(ad.owners, ad.segments, strict=True):
         if record_adoption(rsm, owner, md):  # the reference first: no retention may delete it now
             ad.referenced += 1

@@ -16,7 +16,7 @@ from rlm.daemon.probes import PROBE_TOPIC
 from rlm.errors import RlmError
 from rlm.lineage import chain, judge_segments, lineage_from_segments, lineage_last_offset
 from rlm.recovery.rebuild_scan import FoundSegment, Unusable, scan_partition
-from rlm.recovery.segment_writes import STARTED, existing_segments, held, write_finished
+from rlm.recovery.segment_writes import STARTED, existing_segments, write_finished
 from rlm.types import (
     RemoteLogSegmentMetadata,
     TopicIdPartition,
@@ -84,15 +84,11 @@ def apply_plan(rlmm: RemoteLogMetadataManager, plan: PartitionPlan) -> None:
     of the partition the plan does not, or in a state other than COPY_SEGMENT_STARTED/FINISHED.
     """
     tp = plan.tp
-
-    def refuse(md: RemoteLogSegmentMetadata, want: RemoteLogSegmentMetadata | None) -> RlmError:
-        return RebuildConflictError(
-            f"{tp.topic}-{tp.partition}: the metadata store already holds {held(md)} that the "
-            f"bucket's plan {'does not have' if want is None else 'has differently'}; rebuild writes "
-            "only into an empty store (or completes its own earlier run)")
-
-    planned = {f.metadata.remote_log_segment_id: f.metadata for f in plan.keep}
-    existing = existing_segments(rlmm, tp, planned, _same, refuse)
+    existing = existing_segments(
+        rlmm, tp, [f.metadata for f in plan.keep], _same, lambda held, planned: RebuildConflictError(
+            f"{tp.topic}-{tp.partition}: the metadata store already holds {held} that the bucket's "
+            f"plan {'has differently' if planned else 'does not have'}; rebuild writes only into an "
+            "empty store (or completes its own earlier run)"))
     for f in plan.keep:
         md = f.metadata
         started = replace(md, state=STARTED)

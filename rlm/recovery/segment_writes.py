@@ -8,7 +8,7 @@ the partition means another history, refused before the first write (neither eve
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from rlm.daemon.crash import crash_point
 from rlm.errors import RlmError
@@ -27,26 +27,22 @@ FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 Segments = dict[RemoteLogSegmentId, RemoteLogSegmentMetadata]
 
 
-def held(md: RemoteLogSegmentMetadata) -> str:
-    """A held segment as a refusal names it: id, offsets, state."""
-    return (f"segment {md.remote_log_segment_id.id.text} (offsets {md.start_offset}..{md.end_offset}, "
-            f"{md.state.name})")
-
-
 def existing_segments(
-    rlmm: RemoteLogMetadataManager, tp: TopicIdPartition, planned: Segments,
+    rlmm: RemoteLogMetadataManager, tp: TopicIdPartition, planned: Iterable[RemoteLogSegmentMetadata],
     agrees: Callable[[RemoteLogSegmentMetadata, RemoteLogSegmentMetadata], bool],
-    refuse: Callable[[RemoteLogSegmentMetadata, RemoteLogSegmentMetadata | None], RlmError],
+    refuse: Callable[[str, bool], RlmError],
 ) -> Segments:
     """The segments ``rlmm`` already holds for ``tp`` (after taking its leadership), each one a
-    planned segment it ``agrees`` with, STARTED or FINISHED; otherwise raises ``refuse(held,
-    planned or None)`` before anything is written."""
+    ``planned`` segment it ``agrees`` with, STARTED or FINISHED; otherwise raises ``refuse(the
+    held segment named, whether it is planned)`` before anything is written."""
+    by_id = {md.remote_log_segment_id: md for md in planned}
     rlmm.on_partition_leadership_changes({tp}, set())
     existing = {md.remote_log_segment_id: md for md in rlmm.list_remote_log_segments(tp)}
     for sid, md in existing.items():
-        want = planned.get(sid)
+        want = by_id.get(sid)
         if want is None or md.state not in (STARTED, FINISHED) or not agrees(md, want):
-            raise refuse(md, want)
+            raise refuse(f"segment {sid.id.text} (offsets {md.start_offset}..{md.end_offset}, "
+                         f"{md.state.name})", want is not None)
     return existing
 
 
