@@ -71,7 +71,7 @@ async def _login(address: str, ctx: ssl.SSLContext, mechanism: str, password: st
     from kio.index import load_response_schema
     from kio.serial import entity_reader
 
-    from fetcher.kafka.broker_login import BrokerLogin
+    from fetcher.cluster_auth import BrokerLogin
     from tests.security.frames import api_versions, frame
 
     host, port = address.rsplit(":", 1)

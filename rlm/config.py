@@ -322,7 +322,7 @@ class ListenerSecurity(_Strict):
         10, ge=0,
         description="Kafka endpoint and HTTP API: failed logins from one client address within "
         "login_failure_window_ms after which its further logins are refused at once, without asking the "
-        "broker or hashing a password (0 = no limit). See fetcher/login_limits.py.",
+        "broker or hashing a password (0 = no limit). See fetcher/cluster_auth/login_limits.py.",
     )
     login_failures_per_user: int = Field(
         20, ge=0,

@@ -23,6 +23,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Route
 
 from fetcher import KAFKA_SCHEMA
+from fetcher.cluster_auth import LoginLimiter
 from fetcher.core import OffsetAnswer, RemoteFetcher
 from fetcher.fetch import IsolationLevel
 from fetcher.http import encoders, params
@@ -30,7 +31,6 @@ from fetcher.http.auth import BearerAuth
 from fetcher.http.errors import ApiError, BadParameter, CatchAll, handle_exception, handle_http_exception
 from fetcher.http.metrics import CONTENT_TYPE, ApiMetrics, Timing
 from fetcher.http.openapi import openapi_document
-from fetcher.login_limits import LoginLimiter
 from fetcher.planning import PartitionPlan
 from rlm.errors import OffsetOutOfRangeError, RlmError
 

@@ -7,7 +7,7 @@ The token is read once at startup from the environment variable named by
 missing or empty is a startup error (fail closed, not open). Requests are compared in constant
 time; the token is never logged nor echoed. ``/health`` stays open so probes need no secret.
 
-Failed logins are limited per client address (:class:`fetcher.login_limits.LoginLimiter`, the
+Failed logins are limited per client address (:class:`fetcher.cluster_auth.login_limits.LoginLimiter`, the
 ``login_failures_*`` keys of ``read.http_security``): a request that sent credentials which did
 not authenticate counts; once an address is over its limit every request of it that carries
 credentials gets 429 with ``Retry-After`` (the window) before its credentials are looked at, so
@@ -24,8 +24,8 @@ import os
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from fetcher.cluster_auth import LoginLimiter
 from fetcher.http.errors import error_body
-from fetcher.login_limits import LoginLimiter
 from rlm.config import ReadConfig
 from rlm.errors import ConfigError
 

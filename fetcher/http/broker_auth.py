@@ -7,14 +7,14 @@ Two ways in, one authorization (:class:`fetcher.http.topic_auth.TopicGate`):
 
 - ``Authorization: Basic`` (SASL protocols): the credentials log in to a broker as that user; the
   authenticated connection is the principal's session, on which the broker is asked what it may
-  DESCRIBE and READ (KIP-430, :class:`~fetcher.kafka.authz.AuthzCache`).
+  DESCRIBE and READ (KIP-430, :class:`~fetcher.cluster_auth.AuthzCache`).
 - ``Authorization: Bearer`` (``bearer_tokens``): the token's SHA-256 names a principal, which has
   no broker login; its topics follow the cluster's ACL bindings, read with the sidecar's own
-  login (:class:`~fetcher.kafka.broker_acls.BrokerAcls`) and evaluated for that principal and the
+  login (:class:`~fetcher.cluster_auth.broker_acls.BrokerAcls`) and evaluated for that principal and the
   client's address.
 
 Failed logins are limited per client address and per user (``login_failures_*`` of
-``read.http_security``, :class:`fetcher.login_limits.LoginLimiter`): over the limit, Basic
+``read.http_security``, :class:`fetcher.cluster_auth.login_limits.LoginLimiter`): over the limit, Basic
 credentials are answered 429 before the login cache or the broker is consulted, so the sidecar
 is no brute-force proxy for the cluster's passwords (and a guess matching a cached login is
 refused like any other). A broker that cannot be reached is not the client's failure: not counted.
@@ -32,14 +32,18 @@ import time
 import structlog
 from starlette.types import ASGIApp, Scope
 
-from fetcher.acl import BearerTokens
+from fetcher.cluster_auth import (
+    AuthzCache,
+    BearerTokens,
+    BrokerAccess,
+    BrokerAcls,
+    BrokerLogin,
+    BrokerSession,
+    LoginLimiter,
+    LoginRefusedError,
+)
 from fetcher.http.auth import authorization, client_address
 from fetcher.http.topic_auth import TooManyLogins, TopicGate, TopicOps, Unavailable
-from fetcher.kafka.authz import AuthzCache
-from fetcher.kafka.broker_acls import BrokerAcls
-from fetcher.kafka.broker_login import BrokerLogin, LoginRefusedError
-from fetcher.kafka.sasl import BrokerAccess, BrokerSession
-from fetcher.login_limits import LoginLimiter
 from rlm.config import ListenerSecurity
 from rlm.errors import ConfigError, DependencyUnavailableError
 

@@ -5,13 +5,13 @@
 broker as that user (the first of ``sasl_enabled_mechanisms``, PLAIN or SCRAM), with no user
 database of the sidecar's own; the authenticated broker connection is then the principal's
 session, on which the broker is asked what the principal may DESCRIBE and READ (KIP-430, the
-same :class:`~fetcher.kafka.authz.AuthzCache` as the Kafka endpoint). A verified login is reused
+same :class:`~fetcher.cluster_auth.AuthzCache` as the Kafka endpoint). A verified login is reused
 for ``authz_cache_ms`` (keyed by a keyed hash of user and password held in memory only), so a
 changed password or a revoked ACL takes effect within that time.
 
 ``bearer_tokens`` (by SHA-256) map ``Authorization: Bearer`` tokens to principals, over HTTPS
 (``SSL``) or beside Basic: with a broker their topics follow its ACLs for that principal
-(:mod:`fetcher.kafka.broker_acls`); without one, or with ``allow`` rules, those rules
+(:mod:`fetcher.cluster_auth.broker_acls`); without one, or with ``allow`` rules, those rules
 (:class:`fetcher.http.topic_auth.LocalTokenAuth`).
 
 Answers: no or wrong credentials -> 401, a topic the principal may not READ -> 403, both as JSON
@@ -26,10 +26,9 @@ import threading
 
 from starlette.types import ASGIApp
 
-from fetcher.acl import AllowRules, BearerTokens
+from fetcher.cluster_auth import AllowRules, BearerTokens, LoginLimiter
 from fetcher.core import RemoteFetcher
 from fetcher.http.topic_auth import LocalTokenAuth, TopicGate
-from fetcher.login_limits import LoginLimiter
 from fetcher.tls import ReloadingServerContext
 from rlm.config import ListenerSecurity
 from rlm.errors import ConfigError
@@ -56,9 +55,8 @@ def secure_app(
         return tls, local, local, stop
     assert fetcher.broker is not None
     # needs the kafka extra (the relay to the broker): imported only here
+    from fetcher.cluster_auth import BrokerAccess, BrokerLogin
     from fetcher.http.broker_auth import HttpBrokerAuth
-    from fetcher.kafka.broker_login import BrokerLogin
-    from fetcher.kafka.sasl import BrokerAccess
 
     login = BrokerLogin.from_client_config(fetcher.broker.client_config)
     access = BrokerAccess.from_client(fetcher.broker.bootstrap_servers, login)

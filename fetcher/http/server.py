@@ -16,12 +16,12 @@ from typing import Any
 import structlog
 import uvicorn
 
+from fetcher.cluster_auth import LoginLimiter
 from fetcher.core import RemoteFetcher
 from fetcher.http.app import create_app
 from fetcher.http.auth import load_token
 from fetcher.http.security import secure_app
 from fetcher.http.topic_auth import TopicGate
-from fetcher.login_limits import LoginLimiter
 from rlm.config import DaemonConfig, ListenerSecurity
 from rlm.errors import ConfigError
 

@@ -6,11 +6,11 @@ as the Kafka endpoint does: no or wrong credentials -> 401, a topic without READ
 no detail that would help an attacker), ``/v1/topics`` lists only topics with DESCRIBE,
 ``/health`` stays open. Each denial is logged once a minute with principal, topic and reason,
 never the credentials. Failed logins are limited per client address (and, for Basic, per user:
-:class:`fetcher.login_limits.LoginLimiter`); a client over its limit gets 429 with
+:class:`fetcher.cluster_auth.login_limits.LoginLimiter`); a client over its limit gets 429 with
 ``Retry-After`` before its credentials are checked (:func:`fetcher.http.auth.too_many_logins`).
 
 :class:`LocalTokenAuth` is standalone mode (no broker): bearer tokens mapped to principals
-(:class:`fetcher.acl.BearerTokens`) and the allow rules of ``read.http_security.allow``.
+(:class:`fetcher.cluster_auth.acl.BearerTokens`) and the allow rules of ``read.http_security.allow``.
 """
 
 from __future__ import annotations
@@ -25,10 +25,9 @@ import structlog
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from fetcher.acl import DESCRIBE, READ, AllowRules, BearerTokens
+from fetcher.cluster_auth import DESCRIBE, READ, AllowRules, BearerTokens, LoginLimiter
 from fetcher.http.auth import OPEN_PATHS, authorization, client_address, too_many_logins
 from fetcher.log_once import first_in_window
-from fetcher.login_limits import LoginLimiter
 
 log = structlog.get_logger(__name__)
 

@@ -7,18 +7,22 @@ name, so the handlers can build one response for every version they support.
 
 from __future__ import annotations
 
-import io
 import struct
 import sys
 from collections.abc import Iterable
 from dataclasses import MISSING, fields
 from typing import Any
 
-from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
+from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.static.protocol import Entity, RequestPayload, ResponsePayload
 
+# the client side of the protocol (also what the shared broker connections speak), re-exported
+from fetcher.cluster_auth.wire import encode_request as encode_request
+from fetcher.cluster_auth.wire import make as make
+from fetcher.cluster_auth.wire import read_response as read_response
+from fetcher.cluster_auth.wire import response_class as response_class
 from fetcher.fetch import RecordViews
 from fetcher.kafka.frame_bounds import check_entity
 
@@ -66,10 +70,6 @@ def request_class(key: int, version: int) -> type[RequestPayload] | None:
         return load_request_schema(key, version)
     except (UnknownAPIKey, UnknownEntity):
         return None
-
-
-def response_class(key: int, version: int) -> type[ResponsePayload]:
-    return load_response_schema(key, version)
 
 
 def decode_request(frame: bytes, cls: type[RequestPayload]) -> tuple[Any, RequestPayload]:
@@ -151,32 +151,6 @@ def encode_response(correlation_id: int, resp: ResponsePayload) -> ResponseFrame
     return body
 
 
-def encode_request(req: RequestPayload, correlation_id: int, client_id: str) -> bytes:
-    """A request frame (size prefix, header v1/v2, body): the endpoint as a client of a broker."""
-    buf = io.BytesIO()
-    buf.write(b"\0\0\0\0")
-    hcls: Any = req.__header_schema__
-    header = hcls(
-        request_api_key=req.__api_key__,
-        request_api_version=req.__version__,
-        correlation_id=correlation_id,
-        client_id=client_id,
-    )
-    entity_writer(hcls)(buf, header)
-    entity_writer(type(req))(buf, req)
-    out = buf.getbuffer()
-    struct.pack_into(">i", out, 0, len(out) - 4)
-    return bytes(out)
-
-
-def read_response(req_cls: type[RequestPayload], data: bytes) -> tuple[int, Any]:
-    """(correlation id, response) of a broker's response frame (without its size prefix)."""
-    cls = response_class(req_cls.__api_key__, req_cls.__version__)
-    header, n = entity_reader(cls.__header_schema__)(data, 0)
-    body, _ = entity_reader(cls)(data, n)
-    return int(header.correlation_id), body
-
-
 def nested(cls: type[Entity], name: str) -> type[Entity]:
     """A nested struct class of the same API version as ``cls`` (kio defines them per module)."""
     got = getattr(sys.modules[cls.__module__], name)
@@ -186,12 +160,6 @@ def nested(cls: type[Entity], name: str) -> type[Entity]:
 
 def has_field(cls: type[Entity], name: str) -> bool:
     return name in cls.__dataclass_fields__
-
-
-def make(cls: type[Entity], **values: Any) -> Any:
-    """An instance of ``cls`` from the values it has fields for (other versions' fields dropped)."""
-    known = cls.__dataclass_fields__
-    return cls(**{k: v for k, v in values.items() if k in known})
 
 
 def error_response(cls: type[Entity], code: ErrorCode, **given: Any) -> Any:

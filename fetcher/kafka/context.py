@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from fetcher.cluster_auth import BrokerLogin
 from fetcher.core import RemoteFetcher
-from fetcher.kafka.broker_login import BrokerLogin
 from fetcher.kafka.consumer_groups import ConsumerGroupCoordinator
 from fetcher.kafka.fetch_sessions import FetchSessionCache
 from fetcher.kafka.forward import BrokerForwarder

@@ -8,14 +8,13 @@ Fetch (topic names, no fetch session) to forward, each at the highest version th
 forwarder both know (ApiVersions on every new connection, :mod:`fetcher.kafka.broker_versions`:
 Kafka 2.8 to 4.x answer different ranges). Broker connections are pooled,
 one request in flight each, so a long-polling tail fetch never delays another client's. Each new
-connection logs in with the ``kafka_client`` security settings (:mod:`fetcher.kafka.broker_login`).
+connection logs in with the ``kafka_client`` security settings (:mod:`fetcher.cluster_auth.broker_login`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
-import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,9 +23,9 @@ from typing import Any
 import structlog
 from kio.schema.errors import ErrorCode
 
+from fetcher.cluster_auth import BrokerConn, BrokerLogin, host_port
 from fetcher.kafka import broker_versions as bv
-from fetcher.kafka.broker_login import BrokerLogin
-from fetcher.kafka.codec import encode_request, make, nested, read_response
+from fetcher.kafka.codec import make, nested
 
 log = structlog.get_logger(__name__)
 
@@ -50,39 +49,6 @@ class Forwarded:
     aborted: tuple[tuple[int, int], ...] | None
 
 
-class _BrokerConn:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
-        self.corr = 0
-        self.idle_since = time.monotonic()
-        self.versions: bv.Ranges = {}  # the broker's ApiVersions answer
-
-    def reusable(self, max_idle_s: float) -> bool:
-        """Whether a pooled connection may carry another request: the broker has not closed it
-        (restart, its ``connections.max.idle.ms``, a proxy), nothing unsolicited arrived, and it
-        has not been idle past ``max_idle_s`` (closed first from this side, as Kafka's clients
-        do with ``connections.max.idle.ms``)."""
-        if self.writer.is_closing() or self.reader.at_eof() or self.reader.exception() is not None:
-            return False
-        return time.monotonic() - self.idle_since < max_idle_s
-
-    async def call(self, req: Any, timeout_s: float) -> Any:
-        self.corr += 1
-        self.writer.write(encode_request(req, self.corr, "rlm-kafka-endpoint"))
-        await self.writer.drain()
-        head = await asyncio.wait_for(self.reader.readexactly(4), timeout_s)
-        (size,) = struct.unpack(">i", head)
-        data = await asyncio.wait_for(self.reader.readexactly(size), timeout_s)
-        corr, resp = read_response(type(req), data)
-        if corr != self.corr:
-            raise ConnectionError(f"broker answered correlation id {corr}, expected {self.corr}")
-        return resp
-
-    def close(self) -> None:
-        self.writer.close()
-
-
 class BrokerForwarder:
     """Leaders, local log starts and forwarded fetches (used from the event loop only)."""
 
@@ -93,15 +59,15 @@ class BrokerForwarder:
         login: BrokerLogin | None = None,
         max_idle_s: float = _MAX_IDLE_S,
     ) -> None:
-        self.bootstrap = [_host_port(b) for b in bootstrap_servers.split(",") if b.strip()]
+        self.bootstrap = [host_port(b) for b in bootstrap_servers.split(",") if b.strip()]
         self.timeout_s = timeout_s
         self.max_idle_s = max_idle_s
         self.login = login or BrokerLogin()
-        self._idle: dict[tuple[str, int], list[_BrokerConn]] = {}
+        self._idle: dict[tuple[str, int], list[BrokerConn]] = {}
         self._leaders: dict[tuple[str, int], tuple[float, tuple[str, int]]] = {}
         self._local_start: dict[tuple[str, int], tuple[float, int]] = {}
 
-    async def _conn(self, addr: tuple[str, int]) -> tuple[_BrokerConn, bool]:
+    async def _conn(self, addr: tuple[str, int]) -> tuple[BrokerConn, bool]:
         """A connection to ``addr`` and whether it came from the pool (checked before reuse)."""
         idle = self._idle.get(addr)
         while idle:
@@ -111,13 +77,13 @@ class BrokerForwarder:
             pooled.close()
         return await self._connect(addr), False
 
-    async def _connect(self, addr: tuple[str, int]) -> _BrokerConn:
+    async def _connect(self, addr: tuple[str, int]) -> BrokerConn:
         tls = self.login.tls
         r, w = await asyncio.wait_for(
             asyncio.open_connection(*addr, ssl=tls, server_hostname=addr[0] if tls is not None else None),
             self.timeout_s,
         )
-        conn = _BrokerConn(r, w)
+        conn = BrokerConn(r, w)
         broker = f"{addr[0]}:{addr[1]}"
         try:  # what the broker answers, then the login every other Kafka connection of the sidecar uses
             conn.versions = bv.ranges_of(await conn.call(bv.api_versions_request(), self.timeout_s), broker)
@@ -303,8 +269,3 @@ class BrokerForwarder:
             for c in conns:
                 c.close()
         self._idle.clear()
-
-
-def _host_port(text: str) -> tuple[str, int]:
-    host, _, port = text.strip().rpartition(":")
-    return host.strip("[]"), int(port)

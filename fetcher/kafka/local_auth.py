@@ -17,7 +17,7 @@ credential has Kafka's default 4096 iterations, so a real credential with anothe
 one difference left). The PBKDF2 of PLAIN runs on a small thread pool of its own, never on the
 event loop (it took 12-23 ms a login there, stalling every client); the pool's queue is bounded
 by the listener, which handles one request at a time per unauthenticated connection and caps
-those connections. User names are parsed by :func:`fetcher.kafka.sasl.principal_of`, as for the
+those connections. User names are parsed by :func:`fetcher.cluster_auth.principal_of`, as for the
 relay (one parser, one set of rules).
 """
 
@@ -34,8 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from fetcher.acl import AllowRules
-from fetcher.kafka.sasl import principal_of
+from fetcher.cluster_auth import AllowRules, principal_of
 from rlm.config import ListenerSecurity
 from rlm.errors import ConfigError
 

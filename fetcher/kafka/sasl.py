@@ -21,14 +21,13 @@ SaslHandshake on the same connection, which is relayed on a new broker connectio
 the old one (the principal must not change, or the connection is closed, as in Kafka); a
 session past its lifetime that was not renewed is closed at its next request.
 
-Failed logins are counted per client address and user (:mod:`fetcher.login_limits`); over a
+Failed logins are counted per client address and user (:mod:`fetcher.cluster_auth.login_limits`); over a
 limit a login is refused before a broker connection is opened or a password hashed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import time
 from collections.abc import Callable
@@ -41,10 +40,10 @@ from kio.schema.errors import ErrorCode
 from kio.schema.sasl_authenticate.v2 import request as auth_req
 from kio.schema.sasl_handshake.v1 import request as hs_req
 
-from fetcher.kafka.broker_login import BrokerLogin
+from fetcher.cluster_auth.broker_access import BrokerAccess, BrokerSession
+from fetcher.cluster_auth.login_limits import LoginLimiter
+from fetcher.cluster_auth.principal import principal_of
 from fetcher.kafka.codec import make, response_class
-from fetcher.kafka.forward import _BrokerConn, _host_port
-from fetcher.login_limits import LoginLimiter
 
 log = structlog.get_logger(__name__)
 
@@ -80,76 +79,6 @@ class _State(Enum):
     HANDSHAKEN = "handshaken"
     AUTHENTICATED = "authenticated"
     FAILED = "failed"
-
-
-@dataclass(frozen=True)
-class BrokerAccess:
-    """Where logins are relayed to: the cluster's bootstrap list and the TLS ``kafka_client`` sets."""
-
-    bootstrap: tuple[tuple[str, int], ...]
-    login: BrokerLogin
-    timeout_s: float = 30.0
-
-    @classmethod
-    def from_client(cls, bootstrap_servers: str, login: BrokerLogin) -> BrokerAccess:
-        addrs = tuple(_host_port(b) for b in bootstrap_servers.split(",") if b.strip())
-        return cls(addrs, login)
-
-    async def connect(self) -> tuple[_BrokerConn, str]:
-        """An unauthenticated connection to the first broker that answers."""
-        tls = self.login.tls
-        last: Exception | None = None
-        for host, port in self.bootstrap:
-            try:
-                r, w = await asyncio.wait_for(
-                    asyncio.open_connection(host, port, ssl=tls, server_hostname=host if tls else None),
-                    self.timeout_s,
-                )
-                return _BrokerConn(r, w), f"{host}:{port}"
-            except (OSError, TimeoutError) as e:
-                last = e
-        raise ConnectionError(f"no broker of {len(self.bootstrap)} reachable for the SASL relay: {last}")
-
-
-class BrokerSession:
-    """A broker connection authenticated as one principal; requests are serialized on it."""
-
-    def __init__(self, conn: _BrokerConn, broker: str, access: BrokerAccess) -> None:
-        self.conn = conn
-        self.broker = broker
-        self._timeout = access.timeout_s
-        self._lock = asyncio.Lock()
-
-    async def call(self, req: Any) -> Any:
-        async with self._lock:
-            return await self.conn.call(req, self._timeout)
-
-    def close(self) -> None:
-        with contextlib.suppress(RuntimeError):  # its event loop already closed (server shut down)
-            self.conn.close()
-
-
-def principal_of(mechanism: str, token: bytes) -> str | None:
-    """The user a first SASL message logs in as (PLAIN ``authzid\\0user\\0pass``, SCRAM
-    ``n,,n=user,r=...``), or None when the token is not such a message."""
-    try:
-        text = token.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    if mechanism == "PLAIN":
-        parts = text.split("\0")
-        if len(parts) != 3 or not parts[1] or (parts[0] and parts[0] != parts[1]):
-            return None
-        return parts[1]
-    fields = text.split(",")
-    if len(fields) < 4 or fields[0] not in ("n", "y") or not fields[2].startswith("n="):
-        return None
-    name = fields[2][2:]
-    if not name or "=" in name.replace("=2C", "").replace("=3D", ""):
-        return None
-    if fields[1] and fields[1] != f"a={name}":  # an authzid other than the user (as Kafka refuses)
-        return None
-    return name.replace("=2C", ",").replace("=3D", "=")
 
 
 @dataclass

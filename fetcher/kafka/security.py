@@ -14,12 +14,10 @@ import ssl
 
 import structlog
 
+from fetcher.cluster_auth import AuthzCache, BrokerAccess, BrokerLogin, LoginLimiter
 from fetcher.core import RemoteFetcher
-from fetcher.kafka.authz import AuthzCache, ConnectionGuard, PrincipalLimits
-from fetcher.kafka.broker_login import BrokerLogin
+from fetcher.kafka.authz import ConnectionGuard, PrincipalLimits
 from fetcher.kafka.local_auth import LocalUsers
-from fetcher.kafka.sasl import BrokerAccess
-from fetcher.login_limits import LoginLimiter
 from fetcher.tls import ReloadingServerContext
 from rlm.config import ListenerSecurity
 from rlm.errors import ConfigError

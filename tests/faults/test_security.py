@@ -25,8 +25,8 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from fetcher import RemoteFetcher
+from fetcher.cluster_auth import BrokerLogin, LoginRefusedError
 from fetcher.kafka import EndpointThread, ListenerSettings
-from fetcher.kafka.broker_login import BrokerLogin, LoginRefusedError
 from fetcher.kafka.forward import BrokerForwarder
 from rlm.config import DaemonConfig, load_config
 from rlm.log.partition import PartitionDir

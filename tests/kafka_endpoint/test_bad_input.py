@@ -298,7 +298,7 @@ def test_client_that_stops_reading(served: Served, strict: EndpointThread) -> No
 def test_merged_mode_refuses_a_login_it_cannot_do(conf: dict[str, str], named: str) -> None:
     """The endpoint's own broker connections cannot use Kerberos: refusing at start beats connecting
     without the login every other connection uses."""
-    from fetcher.kafka.broker_login import BrokerLogin
+    from fetcher.cluster_auth import BrokerLogin
     from rlm.errors import ConfigError
 
     with pytest.raises(ConfigError, match=named):

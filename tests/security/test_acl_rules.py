@@ -1,4 +1,4 @@
-"""How :mod:`fetcher.acl` evaluates the cluster's topic ACL bindings for a bearer-token principal
+"""How :mod:`fetcher.cluster_auth.acl` evaluates the cluster's topic ACL bindings for a bearer-token principal
 (Kafka's StandardAuthorizer rules), how it reads token hashes, and the standalone allow rules.
 The broker-backed path is tested end to end in ``test_http_bearer.py``."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fetcher.acl import (
+from fetcher.cluster_auth.acl import (
     DESCRIBE,
     OP_ALL,
     OP_DESCRIBE,

@@ -32,7 +32,7 @@ from confluent_kafka.admin import (
 from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 
-from fetcher.acl import token_hash
+from fetcher.cluster_auth import token_hash
 from fetcher.http.openapi import openapi_document
 from fetcher.http.server import HttpApiServer
 from rlm.config import ListenerSecurity

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from fetcher.acl import token_hash
+from fetcher.cluster_auth import token_hash
 from fetcher.http.broker_auth import HttpBrokerAuth
 from fetcher.http.server import HttpApiServer
 from rlm.config import ListenerSecurity

@@ -29,8 +29,8 @@ from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
 from fetcher import RemoteFetcher
+from fetcher.cluster_auth import BrokerAccess
 from fetcher.kafka import EndpointThread, ListenerSettings
-from fetcher.kafka.sasl import BrokerAccess
 from tests.daemon.helpers import wait_for
 from tests.security.conftest import PASSWORDS, WRONG_PASSWORD, Secured, _tier_config
 from tests.security.frames import WAIT_S, authenticate, closed, frame, handshake, metadata, response

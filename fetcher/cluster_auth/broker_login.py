@@ -26,7 +26,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.sasl_authenticate.v2 import request as auth_req
 from kio.schema.sasl_handshake.v1 import request as hs_req
 
-from fetcher.kafka.codec import make
+from fetcher.cluster_auth.wire import make
 from rlm.errors import ConfigError, DependencyUnavailableError
 
 _PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")

@@ -1,10 +1,11 @@
 """The cluster's topic ACLs, read with the sidecar's own login, for principals without a broker login.
 
-An HTTP bearer token maps to a principal (:class:`fetcher.acl.BearerTokens`) that never logs in to
-the broker, so the broker cannot be asked *as* it (what :class:`~fetcher.kafka.authz.AuthzCache`
-does for SASL logins). Instead the sidecar asks, as itself (``kafka_client``: it needs DESCRIBE
-on the CLUSTER resource), for every topic ACL binding (DescribeAcls) and every topic (Metadata),
-and evaluates the bindings as StandardAuthorizer does (:func:`fetcher.acl.acl_topic_ops`). Both
+An HTTP bearer token maps to a principal (:class:`~fetcher.cluster_auth.acl.BearerTokens`) that
+never logs in to the broker, so the broker cannot be asked *as* it (what
+:class:`~fetcher.cluster_auth.AuthzCache` does for SASL logins). Instead the sidecar asks, as
+itself (``kafka_client``: it needs DESCRIBE on the CLUSTER resource), for every topic ACL binding
+(DescribeAcls) and every topic (Metadata), and evaluates the bindings as StandardAuthorizer does
+(:func:`fetcher.cluster_auth.acl.acl_topic_ops`). Both
 answers are cached for ``authz_cache_ms``, so an ACL revoked on the broker takes effect within
 that time, as for SASL principals. There is still no second ACL list: the broker's is read live.
 """
@@ -20,9 +21,9 @@ from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12 import request as md_req
 from kio.static.primitive import i8
 
-from fetcher.acl import RESOURCE_TOPIC, AclBinding, acl_topic_ops
-from fetcher.kafka.codec import make
-from fetcher.kafka.sasl import BrokerAccess, BrokerSession
+from fetcher.cluster_auth.acl import RESOURCE_TOPIC, AclBinding, acl_topic_ops
+from fetcher.cluster_auth.broker_access import BrokerAccess, BrokerSession
+from fetcher.cluster_auth.wire import make
 from rlm.errors import DependencyUnavailableError
 
 _ANY = i8(1)  # ResourceType / PatternType / AclOperation / AclPermissionType ANY
