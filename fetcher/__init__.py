@@ -6,8 +6,9 @@ time indexes), and how bytes become records (:mod:`fetcher.fetch`, :mod:`fetcher
 CLI, the HTTP API, the Kafka-protocol endpoint and the Spark source are faces of it.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from rlm import lazy_names
 
 if TYPE_CHECKING:
     from fetcher.core import OffsetAnswer, RemoteFetcher
@@ -41,13 +42,7 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'fetcher' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names.loader(__name__, _HOMES, globals())
 
 
 __all__ = [

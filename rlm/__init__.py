@@ -14,7 +14,7 @@ each other). The map is a contract in ``pyproject.toml``, checked by import-lint
     rsm_plugins | rlmm       storage plugins and metadata managers, each behind its ``api`` module
     rlm.log                  Kafka's on-disk formats (its ``_*`` modules are private)
     rlm.config : rlm.config_errors : rlm.plugin_registry : rlm.exit_codes : rlm.environment : rlm.lineage
-    : rlm.logging_setup
+    : rlm.logging_setup : rlm.lazy_names
     rlm.secrets : rlm.types
     rlm.errors
 

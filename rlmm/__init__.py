@@ -16,8 +16,9 @@ does not load numpy.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from rlm import lazy_names
 from rlmm.api import RemoteLogMetadataManager
 from rlmm.loading import ENTRY_POINT_GROUP, available, load, resolve
 from rlmm.serde import RemoteLogMetadata, RemoteLogSegmentMetadataSnapshot, deserialize, serialize
@@ -47,12 +48,4 @@ _HOMES = {"RemoteLogMetadataCache": "rlmm.cache", "FileRemoteLogMetadataManager"
           "TopicBasedRemoteLogMetadataManager": "rlmm.topic"}
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'rlmm' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names.loader(__name__, _HOMES, globals())

@@ -13,8 +13,9 @@ without the ``kafka`` extra (kio) still imports :class:`LoginLimiter` and the AC
 here imports a face (an import contract).
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from rlm import lazy_names
 
 if TYPE_CHECKING:
     from fetcher.cluster_auth.acl import (
@@ -48,13 +49,7 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'fetcher.cluster_auth' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names.loader(__name__, _HOMES, globals())
 
 
 __all__ = [
