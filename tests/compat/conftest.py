@@ -44,10 +44,11 @@ from tests.fetcher_e2e.conftest import (
 )
 from tests.services.kafka import DEFAULT_VERSION, KafkaCluster
 
-# (version, zookeeper): 2.8 is ZooKeeper only; 3.5 and 3.9 run in KRaft here (3.5's ZooKeeper mode
-# is started by the services too, and checked by the smoke test); the default broker is KRaft 4.1.1
+# (version, zookeeper): 2.8 is ZooKeeper only; 3.5 runs in both modes (the last minor line where
+# clusters on ZooKeeper and on KRaft are both common); 3.9 and 4.x in KRaft; the default is KRaft 4.1.1
 BROKERS: list[tuple[str, bool]] = [
     ("2.8.2", True),
+    ("3.5.2", True),
     ("3.5.2", False),
     ("3.9.2", False),
     (DEFAULT_VERSION, False),
