@@ -394,9 +394,9 @@ class ReadConfig(_Strict):
     parallel_gets: int = Field(4, ge=1, description="Ranged GETs in flight for one large read.")
     read_ahead_bytes: int = Field(
         64 * 1024 * 1024, ge=0,
-        description="Receive buffers one scan (Arrow, the HTTP API's stream, a Spark task) holds ahead of its "
-        "decoder: up to this many bytes of chunks are fetched in parallel (at most `parallel_gets` at once), "
-        "as many as the store's answer time needs to keep the decoder busy; 0: no read-ahead.",
+        description="Receive buffers one scan (Arrow, the HTTP API's stream, a Spark task) holds ahead of "
+        "its decoder: up to this many bytes of chunks are fetched in parallel (at most `parallel_gets` at "
+        "once), as many as the store's answer time needs to keep the decoder busy; 0: no read-ahead.",
     )
     log_start_refresh_ms: int = Field(
         5000, ge=0,
