@@ -22,6 +22,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from rlm.daemon.pass_summary import human_size
+
 #: set on the backfill's own session: Spark's console bar would fight the line drawn here
 SPARK_CONF = {"spark.ui.showConsoleProgress": "false"}
 
@@ -52,14 +54,6 @@ def from_stages(stages: list[dict[str, Any]]) -> Snapshot:
     )
 
 
-def _size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
-
-
 def _duration(s: float) -> str:
     n = int(s)
     if n < 120:
@@ -75,7 +69,7 @@ def render(s: Snapshot, elapsed_s: float) -> str:
         eta = "~" + _duration(elapsed_s * (s.tasks_total - s.tasks_done) / s.tasks_done)
     elif s.tasks_total and s.tasks_done >= s.tasks_total:
         eta = "0s"
-    written = f"{s.rows:,} rows, {_size(s.bytes)} written; " if s.exact else ""
+    written = f"{s.rows:,} rows, {human_size(s.bytes)} written; " if s.exact else ""
     return (f"{written}stages {s.stages_done} done, {s.stages_running} running; "
             f"tasks {s.tasks_done}/{s.tasks_total}; ETA {eta}")
 

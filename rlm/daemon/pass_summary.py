@@ -37,7 +37,8 @@ class Totals:
                    m.total(m.bytes_deleted))
 
 
-def _size(n: float) -> str:
+def human_size(n: float) -> str:
+    """``n`` bytes for people: ``512 B``, ``1.5 MiB`` (also ``rlm backfill``'s progress line)."""
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -62,8 +63,8 @@ class PassSummary:
         what = "pass" if self.complete else "pass (cut short)"
         failed = f", {self.failed} failed" if self.failed else ""
         return (f"{what}: {self.partitions} partition(s){failed} in {self.seconds:.1f}s: copied "
-                f"{self.segments_copied} segment(s), {_size(self.bytes_copied)}; deleted "
-                f"{self.segments_deleted} segment(s), {_size(self.bytes_deleted)}; copy lag "
+                f"{self.segments_copied} segment(s), {human_size(self.bytes_copied)}; deleted "
+                f"{self.segments_deleted} segment(s), {human_size(self.bytes_deleted)}; copy lag "
                 f"{self.lag_offsets} offset(s) in {self.lag_segments} segment(s)")
 
     def log(self) -> None:
