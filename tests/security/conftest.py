@@ -19,7 +19,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -228,6 +228,37 @@ def _tier_config(kafka: SaslSslCluster, topics: list[str], tmp: Path, work: str,
         http={"enabled": False},
         read={"kafka_merged": False, **read},
     )
+
+
+@contextlib.contextmanager
+def own_endpoint(
+    secured: Secured,
+    name: str,
+    security: dict[str, Any] | None = None,
+    settings: ListenerSettings | None = None,
+) -> Iterator[Secured]:
+    """A read core and Kafka endpoint of a test module's own on the shared broker (SASL_SSL with
+    the suite's certificate, then ``security`` on top), so the module's limits, floods and failed
+    logins leave the suite's shared endpoint alone. Yields ``secured`` with them in place."""
+    cfg = _tier_config(
+        secured.kafka,
+        list(secured.topics.values()),
+        secured.tmp,
+        f"reader-{name}",
+        kafka_security={
+            "security.protocol": "SASL_SSL",
+            "ssl.keystore.location": str(secured.keystore),
+            **(security or {}),
+        },
+    )
+    fetcher = RemoteFetcher.from_config(cfg)
+    listener = settings if settings is not None else ListenerSettings(port=0, merged=False)
+    endpoint = EndpointThread(fetcher, listener, secured.tmp / f"endpoint-{name}")
+    try:
+        yield replace(secured, fetcher=fetcher, endpoint=endpoint)
+    finally:
+        endpoint.close()
+        fetcher.close()
 
 
 @pytest.fixture(scope="session")

@@ -9,9 +9,7 @@ import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
-from fetcher import RemoteFetcher
-from fetcher.kafka import EndpointThread, ListenerSettings
-from tests.security.conftest import PASSWORDS, Secured, _tier_config
+from tests.security.conftest import PASSWORDS, Secured, own_endpoint
 from tests.security.test_endpoint_sasl import _closed, _fetch, _frame, _plain_login, _response, _tls
 
 pytestmark = [pytest.mark.security, pytest.mark.kafka]
@@ -20,37 +18,9 @@ RATE = 64 * 1024
 
 @pytest.fixture(scope="module")
 def limited(secured: Secured) -> Iterator[Secured]:
-    cfg = _tier_config(
-        secured.kafka,
-        list(secured.topics.values()),
-        secured.tmp,
-        "reader-limits",
-        kafka_security={
-            "security.protocol": "SASL_SSL",
-            "ssl.keystore.location": str(secured.keystore),
-            "connections_per_principal": 2,
-            "read_bytes_per_second_per_principal": RATE,
-        },
-    )
-    fetcher = RemoteFetcher.from_config(cfg)
-    endpoint = EndpointThread(
-        fetcher, ListenerSettings(port=0, merged=False), secured.tmp / "endpoint-limits"
-    )
-    try:
-        yield Secured(
-            secured.kafka,
-            secured.ca,
-            secured.topics,
-            secured.remote_end,
-            secured.before,
-            fetcher,
-            endpoint,
-            secured.tmp,
-            secured.keystore,
-        )
-    finally:
-        endpoint.close()
-        fetcher.close()
+    security = {"connections_per_principal": 2, "read_bytes_per_second_per_principal": RATE}
+    with own_endpoint(secured, "limits", security) as limited:
+        yield limited
 
 
 def test_connections_per_principal(limited: Secured) -> None:

@@ -13,11 +13,10 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from cryptography import x509
 
-from fetcher import RemoteFetcher
-from fetcher.kafka import EndpointThread, ListenerSettings
+from fetcher.kafka import EndpointThread
 from tests.daemon.helpers import wait_for
 from tests.security.certs import issue
-from tests.security.conftest import Secured, _tier_config
+from tests.security.conftest import Secured, own_endpoint
 
 pytestmark = [pytest.mark.security, pytest.mark.kafka]
 _WAIT_S = 30
@@ -37,26 +36,15 @@ def mtls(secured: Secured) -> Iterator[Mtls]:
     pki.mkdir()
     keystore = issue(secured.ca, pki / "endpoint.pem", "endpoint-mtls")
     client = issue(secured.ca, pki / "client.pem", "reader-client", server=False)
-    cfg = _tier_config(
-        secured.kafka,
-        list(secured.topics.values()),
-        secured.tmp,
-        "reader-mtls",
-        kafka_security={
-            "security.protocol": "SSL",
-            "ssl.keystore.location": str(keystore),
-            "ssl.truststore.location": str(secured.ca.path),
-            "ssl.client.auth": "required",
-            "ssl_reload_interval_ms": 100,
-        },
-    )
-    fetcher = RemoteFetcher.from_config(cfg)
-    endpoint = EndpointThread(fetcher, ListenerSettings(port=0, merged=False), secured.tmp / "endpoint-mtls")
-    try:
-        yield Mtls(endpoint, keystore, client, secured.ca.path)
-    finally:
-        endpoint.close()
-        fetcher.close()
+    security = {
+        "security.protocol": "SSL",
+        "ssl.keystore.location": str(keystore),
+        "ssl.truststore.location": str(secured.ca.path),
+        "ssl.client.auth": "required",
+        "ssl_reload_interval_ms": 100,
+    }
+    with own_endpoint(secured, "mtls", security) as own:
+        yield Mtls(own.endpoint, keystore, client, secured.ca.path)
 
 
 def _served_serial(m: Mtls, with_cert: bool = True) -> int:

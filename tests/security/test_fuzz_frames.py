@@ -37,11 +37,10 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import Records
 
-from fetcher import RemoteFetcher
-from fetcher.kafka import EndpointThread, ListenerSettings
+from fetcher.kafka import EndpointThread
 from fetcher.kafka.codec import SUPPORTED, request_class
 from fetcher.kafka.frame_bounds import FrameBoundsError, check_entity
-from tests.security.conftest import PASSWORDS, Secured, _tier_config
+from tests.security.conftest import PASSWORDS, Secured, own_endpoint
 from tests.security.frames import api_versions, frame, metadata, plain_login, recv_exact, response, tls
 
 pytestmark = [pytest.mark.security, pytest.mark.kafka]
@@ -84,16 +83,8 @@ class Target:
 
 @pytest.fixture(scope="module")
 def target(secured: Secured) -> Iterator[Target]:
-    cfg = _tier_config(
-        secured.kafka,
-        list(secured.topics.values()),
-        secured.tmp,
-        "reader-fuzz",
-        kafka_security={"security.protocol": "SASL_SSL", "ssl.keystore.location": str(secured.keystore)},
-    )
-    fetcher = RemoteFetcher.from_config(cfg)
-    endpoint = EndpointThread(fetcher, ListenerSettings(port=0, merged=False), secured.tmp / "endpoint-fuzz")
-    try:
+    with own_endpoint(secured, "fuzz") as own:
+        endpoint = own.endpoint
         witness = tls(secured, port=endpoint.port)
         assert plain_login(witness, "bob", PASSWORDS["bob"]).error_code == ErrorCode.none
         t = Target(secured, endpoint, witness)
@@ -103,9 +94,6 @@ def target(secured: Secured) -> Iterator[Target]:
         with t.connect() as fresh:  # and a new client still logs in
             assert plain_login(fresh, "bob", PASSWORDS["bob"]).error_code == ErrorCode.none
         witness.close()
-    finally:
-        endpoint.close()
-        fetcher.close()
 
 
 def assert_witness_served(t: Target) -> None:

@@ -22,10 +22,9 @@ from collections.abc import Iterator
 import pytest
 from kio.schema.errors import ErrorCode
 
-from fetcher import RemoteFetcher
-from fetcher.kafka import EndpointThread, ListenerSettings
+from fetcher.kafka import ListenerSettings
 from tests.daemon.helpers import wait_for
-from tests.security.conftest import PASSWORDS, Secured, _tier_config
+from tests.security.conftest import PASSWORDS, Secured, own_endpoint
 from tests.security.frames import api_versions, authenticate, closed, frame, handshake, response
 from tests.security.test_sasl_attacks import hs_frame, plain, tls_from, topics_seen
 
@@ -37,33 +36,11 @@ FLOOD = 300  # more than the listener's 256 connections
 
 @pytest.fixture(scope="module")
 def guarded(secured: Secured) -> Iterator[Secured]:
-    cfg = _tier_config(
-        secured.kafka,
-        list(secured.topics.values()),
-        secured.tmp,
-        "reader-prelogin",
-        kafka_security={"security.protocol": "SASL_SSL", "ssl.keystore.location": str(secured.keystore)},
-    )
-    fetcher = RemoteFetcher.from_config(cfg)
     settings = ListenerSettings(
         port=0, merged=False, login_timeout_ms=LOGIN_TIMEOUT_MS, max_connections_per_ip=PER_ADDRESS
     )
-    endpoint = EndpointThread(fetcher, settings, secured.tmp / "endpoint-prelogin")
-    try:
-        yield Secured(
-            secured.kafka,
-            secured.ca,
-            secured.topics,
-            secured.remote_end,
-            secured.before,
-            fetcher,
-            endpoint,
-            secured.tmp,
-            secured.keystore,
-        )
-    finally:
-        endpoint.close()
-        fetcher.close()
+    with own_endpoint(secured, "prelogin", settings=settings) as guarded:
+        yield guarded
 
 
 def _connect(g: Secured, source: str) -> ssl.SSLSocket:

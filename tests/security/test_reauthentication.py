@@ -13,9 +13,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from kio.schema.errors import ErrorCode
 
-from fetcher import RemoteFetcher
-from fetcher.kafka import EndpointThread, ListenerSettings
-from tests.security.conftest import PASSWORDS, Secured, _tier_config
+from tests.security.conftest import PASSWORDS, Secured, own_endpoint
 from tests.security.frames import closed, frame, metadata, plain_login, response, tls
 
 pytestmark = [pytest.mark.security, pytest.mark.kafka]
@@ -24,36 +22,8 @@ LIFETIME_MS = 2000
 
 @pytest.fixture(scope="module")
 def short_sessions(secured: Secured) -> Iterator[Secured]:
-    cfg = _tier_config(
-        secured.kafka,
-        list(secured.topics.values()),
-        secured.tmp,
-        "reader-reauth",
-        kafka_security={
-            "security.protocol": "SASL_SSL",
-            "ssl.keystore.location": str(secured.keystore),
-            "connections.max.reauth.ms": LIFETIME_MS,
-        },
-    )
-    fetcher = RemoteFetcher.from_config(cfg)
-    endpoint = EndpointThread(
-        fetcher, ListenerSettings(port=0, merged=False), secured.tmp / "endpoint-reauth"
-    )
-    try:
-        yield Secured(
-            secured.kafka,
-            secured.ca,
-            secured.topics,
-            secured.remote_end,
-            secured.before,
-            fetcher,
-            endpoint,
-            secured.tmp,
-            secured.keystore,
-        )
-    finally:
-        endpoint.close()
-        fetcher.close()
+    with own_endpoint(secured, "reauth", {"connections.max.reauth.ms": LIFETIME_MS}) as short:
+        yield short
 
 
 def test_librdkafka_reads_across_reauthentications(

@@ -28,11 +28,9 @@ import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
-from fetcher import RemoteFetcher
 from fetcher.cluster_auth import BrokerAccess
-from fetcher.kafka import EndpointThread, ListenerSettings
 from tests.daemon.helpers import wait_for
-from tests.security.conftest import PASSWORDS, WRONG_PASSWORD, Secured, _tier_config
+from tests.security.conftest import PASSWORDS, WRONG_PASSWORD, Secured, own_endpoint
 from tests.security.frames import WAIT_S, authenticate, closed, frame, handshake, metadata, response
 from tests.security.test_standalone_users import Standalone, standalone  # noqa: F401 (fixture)
 
@@ -42,37 +40,13 @@ FAILURES = 3  # the failed-login limits of this module's endpoint (per address a
 
 @pytest.fixture(scope="module")
 def attacked(secured: Secured) -> Iterator[Secured]:
-    cfg = _tier_config(
-        secured.kafka,
-        list(secured.topics.values()),
-        secured.tmp,
-        "reader-sasl-attacks",
-        kafka_security={
-            "security.protocol": "SASL_SSL",
-            "ssl.keystore.location": str(secured.keystore),
-            "authz_cache_ms": 120_000,  # a poisoned cache entry would outlive the test
-            "login_failures_per_address": FAILURES,
-            "login_failures_per_user": FAILURES,
-        },
-    )
-    fetcher = RemoteFetcher.from_config(cfg)
-    settings = ListenerSettings(port=0, merged=False)
-    endpoint = EndpointThread(fetcher, settings, secured.tmp / "endpoint-attacks")
-    try:
-        yield Secured(
-            secured.kafka,
-            secured.ca,
-            secured.topics,
-            secured.remote_end,
-            secured.before,
-            fetcher,
-            endpoint,
-            secured.tmp,
-            secured.keystore,
-        )
-    finally:
-        endpoint.close()
-        fetcher.close()
+    security = {
+        "authz_cache_ms": 120_000,  # a poisoned cache entry would outlive the test
+        "login_failures_per_address": FAILURES,
+        "login_failures_per_user": FAILURES,
+    }
+    with own_endpoint(secured, "sasl-attacks", security) as attacked:
+        yield attacked
 
 
 # ---- helpers (test_prelogin_limits.py uses them too) -------------------------------------------

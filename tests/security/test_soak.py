@@ -40,10 +40,9 @@ from typing import Any
 
 import pytest
 
-from fetcher import RemoteFetcher
-from fetcher.kafka import EndpointThread, ListenerSettings
+from fetcher.kafka import EndpointThread
 from tests.daemon.helpers import wait_for
-from tests.security.conftest import PASSWORDS, Secured, _tier_config, read_range
+from tests.security.conftest import PASSWORDS, Secured, own_endpoint, read_range
 from tests.services.kafka import run_tool
 
 pytestmark = [pytest.mark.security, pytest.mark.kafka, pytest.mark.slow]
@@ -243,20 +242,8 @@ def _kafka_python_reads(t: Secured, bootstrap: str) -> list[tuple[int, bytes, by
 def soaked(secured: Secured) -> Iterator[tuple[Secured, EndpointThread]]:
     """An endpoint of its own (default limits), so the flood's failed logins and connections
     leave the suite's shared endpoint alone."""
-    cfg = _tier_config(
-        secured.kafka,
-        list(secured.topics.values()),
-        secured.tmp,
-        "reader-soak",
-        kafka_security={"security.protocol": "SASL_SSL", "ssl.keystore.location": str(secured.keystore)},
-    )
-    fetcher = RemoteFetcher.from_config(cfg)
-    endpoint = EndpointThread(fetcher, ListenerSettings(port=0, merged=False), secured.tmp / "endpoint-soak")
-    try:
-        yield secured, endpoint
-    finally:
-        endpoint.close()
-        fetcher.close()
+    with own_endpoint(secured, "soak") as soaked:
+        yield secured, soaked.endpoint
 
 
 def test_three_consumers_read_everything_under_500_hostile_connections(
