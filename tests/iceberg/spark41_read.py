@@ -14,25 +14,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from spark41_session import iceberg_session
+
 
 def main(args: dict[str, Any]) -> dict[str, Any]:
-    from pyspark.sql import SparkSession
-
     name = args["catalog_name"]
-    builder = (SparkSession.builder.master("local[1]").appName("rlm-iceberg-spark41")
-               .config("spark.jars", ",".join(args["jars"]))
-               .config("spark.driver.memory", "512m")
-               .config("spark.driver.host", "127.0.0.1")
-               .config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.sql.shuffle.partitions", "1")
-               .config("spark.sql.extensions",
-                       "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
-               .config(f"spark.sql.catalog.{name}", "org.apache.iceberg.spark.SparkCatalog"))
-    for key, value in args["catalog"].items():  # the Iceberg catalog's own properties
-        builder = builder.config(f"spark.sql.catalog.{name}.{key}", value)
-    spark = builder.getOrCreate()
+    spark = iceberg_session(args, "rlm-iceberg-spark41")
     try:
         # quoted: a table named after its topic may hold '-'
         table = ".".join(f"`{part}`" for part in [name, *args["table"].split(".", 1)])

@@ -17,29 +17,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from spark41_session import iceberg_session
+
 
 def _files(spark: Any, table: str) -> list[str]:
     return sorted(r["file_path"] for r in spark.sql(f"SELECT file_path FROM {table}.files").collect())
 
 
 def main(args: dict[str, Any]) -> dict[str, Any]:
-    from pyspark.sql import SparkSession
-
     name = args["catalog_name"]
-    builder = (SparkSession.builder.master("local[1]").appName("rlm-iceberg-spark41-rewrite")
-               .config("spark.jars", ",".join(args["jars"]))
-               .config("spark.driver.memory", "512m")
-               .config("spark.driver.host", "127.0.0.1")
-               .config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.sql.shuffle.partitions", "1")
-               .config("spark.sql.extensions",
-                       "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
-               .config(f"spark.sql.catalog.{name}", "org.apache.iceberg.spark.SparkCatalog"))
-    for key, value in args["catalog"].items():  # the Iceberg catalog's own properties
-        builder = builder.config(f"spark.sql.catalog.{name}.{key}", value)
-    spark = builder.getOrCreate()
+    spark = iceberg_session(args, "rlm-iceberg-spark41-rewrite")
     try:
         parts = args["table"].split(".", 1)
         quoted = ".".join(f"`{p}`" for p in parts)  # a table named after its topic may hold '-'

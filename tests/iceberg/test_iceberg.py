@@ -181,6 +181,27 @@ def table_rows(result: dict[str, Any], topic: str | None = None) -> tuple[list[R
     return rows, [str(s) for s in t.column("segment_id").to_pylist()]
 
 
+def new_world(kafka: KafkaCluster, seaweedfs: SeaweedFS, tmp: Path, topic: str, bucket: str) -> World:
+    """A world of ``topic``: a sidecar tiering it (never expiring) to a bucket of its own, and an
+    empty SQL catalog with its warehouse under ``tmp``."""
+    work = tmp / "work"
+    sidecar: dict[str, Any] = {
+        "log_dirs": [str(kafka.log_dir)],
+        "work_dir": str(work),
+        "bootstrap_servers": kafka.bootstrap,
+        "storage": s3_storage(seaweedfs, seaweedfs.create_bucket(bucket)),
+        "metadata": topic_rlmm(kafka.bootstrap, work),
+        "topics": [{"pattern": topic, "remote.storage.enable": True, "retention.ms": -1,
+                    "retention.bytes": -1}],
+        "task_interval_ms": 200,
+        "http": {"enabled": False},
+    }
+    (tmp / "iceberg" / "warehouse").mkdir(parents=True)
+    catalog = {"type": "sql", "uri": f"sqlite:///{tmp / 'iceberg' / 'catalog.db'}",
+               "warehouse": (tmp / "iceberg" / "warehouse").as_uri()}
+    return World(topic, kafka.bootstrap, sidecar, catalog, tmp, None, [])
+
+
 @pytest.fixture(scope="module")
 def world(kafka: KafkaCluster, seaweedfs: SeaweedFS,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
@@ -196,22 +217,7 @@ def world(kafka: KafkaCluster, seaweedfs: SeaweedFS,
     _produce(bs, topic, 800, rnd, "zs", "zstd")
     _txn(bs, topic, 2000, rnd, "a", commit=False)  # 1.2 MB: crosses a segment roll
     _produce(bs, topic, 1500, rnd, "zs2", "zstd")
-    work = tmp / "work"
-    sidecar: dict[str, Any] = {
-        "log_dirs": [str(kafka.log_dir)],
-        "work_dir": str(work),
-        "bootstrap_servers": bs,
-        "storage": s3_storage(seaweedfs, seaweedfs.create_bucket("iceberg-e2e")),
-        "metadata": topic_rlmm(bs, work),
-        "topics": [{"pattern": topic, "remote.storage.enable": True, "retention.ms": -1,
-                    "retention.bytes": -1}],
-        "task_interval_ms": 200,
-        "http": {"enabled": False},
-    }
-    (tmp / "iceberg" / "warehouse").mkdir(parents=True)
-    catalog = {"type": "sql", "uri": f"sqlite:///{tmp / 'iceberg' / 'catalog.db'}",
-               "warehouse": (tmp / "iceberg" / "warehouse").as_uri()}
-    w = World(topic, bs, sidecar, catalog, tmp, None, [])
+    w = new_world(kafka, seaweedfs, tmp, topic, "iceberg-e2e")
     w.tier()
     with RemoteFetcher.from_config(load_config(w.config("plan"))) as f:
         w.fetcher = f

@@ -33,8 +33,8 @@ from pyiceberg.table import Table
 
 from rlm.config import load_config
 from rlm.tables.ledger import LEDGER_PREFIX, SUMMARY_KEY
-from tests.daemon.helpers import create_topic, s3_storage, topic_rlmm, wait_for
-from tests.iceberg.test_iceberg import Row, World, _produce, consumed, run_iceberg
+from tests.daemon.helpers import create_topic, wait_for
+from tests.iceberg.test_iceberg import Row, World, _produce, consumed, new_world, run_iceberg
 from tests.services.iceberg_rest import IcebergRestCatalog
 from tests.services.kafka import KafkaCluster
 from tests.services.s3 import ACCESS_KEY, REGION, SECRET_KEY, SeaweedFS
@@ -57,22 +57,7 @@ def rw(kafka: KafkaCluster, seaweedfs: SeaweedFS,
     bs = kafka.bootstrap
     topic = f"icerw-{uuid.uuid4().hex[:8]}"
     create_topic(bs, topic, partitions=PARTITIONS)  # 1 MiB segments
-    work = tmp / "work"
-    sidecar: dict[str, Any] = {
-        "log_dirs": [str(kafka.log_dir)],
-        "work_dir": str(work),
-        "bootstrap_servers": bs,
-        "storage": s3_storage(seaweedfs, seaweedfs.create_bucket("iceberg-rewrite")),
-        "metadata": topic_rlmm(bs, work),
-        "topics": [{"pattern": topic, "remote.storage.enable": True, "retention.ms": -1,
-                    "retention.bytes": -1}],
-        "task_interval_ms": 200,
-        "http": {"enabled": False},
-    }
-    (tmp / "iceberg" / "warehouse").mkdir(parents=True)
-    catalog = {"type": "sql", "uri": f"sqlite:///{tmp / 'iceberg' / 'catalog.db'}",
-               "warehouse": (tmp / "iceberg" / "warehouse").as_uri()}
-    w = World(topic, bs, sidecar, catalog, tmp, None, [])
+    w = new_world(kafka, seaweedfs, tmp, topic, "iceberg-rewrite")
     with RemoteFetcher.from_config(load_config(w.config("plan"))) as f:
         w.fetcher = f
         _tier_a_round(w, "r0")
