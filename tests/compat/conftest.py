@@ -145,9 +145,13 @@ def _workload(bs: str, topic: str) -> None:
 def gap_stamps(recs: list[Rec], n: int) -> list[int]:
     """Up to ``n`` timestamps inside ``recs`` that no record has, spread over them: one past a
     record's whose next record is at least 2 ms later, so the answer (the next record) is the
-    first record of a batch written after a pause, not one of many records sharing a millisecond."""
+    first record of a batch written after a pause, not one of many records sharing a millisecond.
+    Only where that next record is the very next offset: an offset between them is a transaction
+    marker, which has a timestamp of its own and is what ListOffsets answers when it is the first
+    at or after the time (the records here are data records only, so they cannot say that)."""
     taken = {r[2] for r in recs}
-    gaps = [a[2] + 1 for a, b in itertools.pairwise(recs) if b[2] - a[2] >= 2 and a[2] + 1 not in taken]
+    gaps = [a[2] + 1 for a, b in itertools.pairwise(recs)
+            if b[0] == a[0] + 1 and b[2] - a[2] >= 2 and a[2] + 1 not in taken]
     return sorted({gaps[i * len(gaps) // n] for i in range(n)}) if gaps else []
 
 
