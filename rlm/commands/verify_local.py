@@ -19,7 +19,8 @@ the two overlap — what ``rlm restore`` wrote, and what the broker must still h
   the published ``DeleteRecords`` bound (``local_log_start``: the broker would serve deleted
   records again);
 * the ``leader-epoch-checkpoint`` entries below the remote end are the remote lineage's over the
-  local range (``local_epochs``).
+  range both tiers hold (``local_epochs``; below the first remote segment, removed by remote
+  retention, the remote lineage says nothing).
 """
 
 from __future__ import annotations
@@ -140,6 +141,9 @@ def check_restored(rsm: RemoteStorageManager, plan: PartitionPlan, pdir: Path,
             f"{published_log_start} (DeleteRecords): the broker would serve deleted records",
             (start, published_log_start - 1)))
         start = published_log_start
+    # the lineages are compared where both tiers hold the offsets: remote retention may have
+    # removed the history's head, and the remote lineage says nothing below its first segment
+    start = max(start, plan.segments[0].metadata.start_offset) if plan.segments else remote_end
     if start < remote_end:
         want = epochs_for_range(list(plan.lineage), start, remote_end)
         try:
