@@ -22,6 +22,7 @@ writes before it reads).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import mmap
@@ -68,11 +69,16 @@ class RecyclePool:
         self._idle: list[tuple[int, mmap.mmap, int, int]] = []  # (size, mapping, address, touched)
         self._idle_bytes = 0
         self._lock = threading.Lock()
+        # mappings given back while the lock was held: a lease may die inside the garbage collector,
+        # which can run in this very thread while it holds the lock (in _take): waiting for the lock
+        # there deadlocked the decoder. deque.append and popleft take no lock of ours.
+        self._returned: collections.deque[tuple[mmap.mmap, int, int, int]] = collections.deque()
         self.reused = 0  # mappings handed out again (for tests and benchmarks)
         self.created = 0
 
     @property
     def idle_bytes(self) -> int:
+        self._drain()
         return self._idle_bytes
 
     def array(self, nbytes: int, *, sparse: bool = False) -> Any:
@@ -81,6 +87,7 @@ class RecyclePool:
         ``sparse``: the owner writes a prefix only and says how much with :func:`note_used`
         (until it does, the whole mapping counts against the budget); otherwise all counts."""
         size = -(-max(nbytes, 1) // _HUGE) * _HUGE
+        self._drain()
         got = self._take(size)
         if got is None:
             mm = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
@@ -117,12 +124,38 @@ class RecyclePool:
             return got
 
     def _give_back(self, mm: mmap.mmap, size: int, address: int, touched: int) -> None:
+        """From a dying lease: never waits for the lock (see ``_returned``)."""
+        if not self._lock.acquire(blocking=False):
+            self._returned.append((mm, size, address, touched))  # kept at the next array()/clear()
+            return
+        try:
+            keep = self._keep(mm, size, address, touched)
+        finally:
+            self._lock.release()
+        self._settle(mm, keep, _round(min(size, touched)))
+
+    def _drain(self) -> None:
+        """Keep or unmap the mappings given back while the lock was held (called holding none)."""
+        while True:
+            try:
+                mm, size, address, touched = self._returned.popleft()
+            except IndexError:
+                return
+            with self._lock:
+                keep = self._keep(mm, size, address, touched)
+            self._settle(mm, keep, _round(min(size, touched)))
+
+    def _keep(self, mm: mmap.mmap, size: int, address: int, touched: int) -> bool:
+        """Under the lock: whether the mapping fits the idle budget (then it is idle now)."""
         cost = _round(min(size, touched))
-        with self._lock:
-            keep = self._idle_bytes + cost <= self.budget
-            if keep:
-                self._idle.append((size, mm, address, touched))
-                self._idle_bytes += cost
+        if self._idle_bytes + cost > self.budget:
+            return False
+        self._idle.append((size, mm, address, touched))
+        self._idle_bytes += cost
+        return True
+
+    def _settle(self, mm: mmap.mmap, keep: bool, cost: int) -> None:
+        """Outside the lock: unmap what was not kept; mark kept pages free for the kernel."""
         if not keep:
             mm.close()
         elif _FREE is not None and cost:
@@ -131,6 +164,7 @@ class RecyclePool:
 
     def clear(self) -> None:
         """Unmap every idle mapping (tests; a process that wants its memory back now)."""
+        self._drain()
         with self._lock:
             idle, self._idle, self._idle_bytes = self._idle, [], 0
         for _, mm, _, _ in idle:

@@ -107,3 +107,29 @@ def test_arrow_buffers_keep_their_mapping_alive(pool: _recycle.RecyclePool) -> N
     del buf, again
     gc.collect()
     assert pool.idle_bytes > 0
+
+
+def test_a_lease_dying_while_its_thread_holds_the_pool_lock_does_not_deadlock() -> None:
+    """A lease can die inside the garbage collector while the same thread holds the pool's lock
+    (the collector runs on an allocation in ``_take``): the whole suite hung there once, in
+    test_libzstd. Giving a mapping back never waits for the lock; it is kept at the next use."""
+    import threading
+
+    from rlm.log._recycle import RecyclePool
+
+    pool = RecyclePool(64 << 20)
+    outcome: list[int] = []
+
+    def scenario() -> None:
+        arr = pool.array(1 << 20)
+        with pool._lock:  # what _take holds when the collector runs
+            del arr  # the last reference: the lease dies here, in this thread
+        outcome.append(pool.idle_bytes)
+        pool.array(1 << 20)
+        outcome.append(pool.reused)
+
+    worker = threading.Thread(target=scenario, daemon=True)
+    worker.start()
+    worker.join(30)
+    assert not worker.is_alive(), "giving a mapping back waited for a lock its own thread held"
+    assert outcome == [2 << 20, 1]  # kept as idle (one 2 MiB mapping), then handed out again
