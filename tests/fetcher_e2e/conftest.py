@@ -219,7 +219,10 @@ def _build(kafka: KafkaCluster, seaweedfs: SeaweedFS, tmp: Path) -> Tiered:
     committed = consume_all(bs, topic, "read_committed", lso)
     assert any(r[1] == TIMESTAMP_LOG_APPEND_TIME for r in uncommitted), "no LogAppendTime record"
     stamps = sorted({r[2] for r in uncommitted})
-    probe = sorted({stamps[0] - 1, stamps[-1] + 1, *ooo[::37], *rnd.sample(stamps, 60)})
+    # evenly spaced records' own timestamps as well as random ones: a sample alone may hold only
+    # the out-of-order stamps (answered by offset 0), and tests need answers inside the history
+    spaced = [r[2] for r in uncommitted[:: max(1, len(uncommitted) // 40)]]
+    probe = sorted({stamps[0] - 1, stamps[-1] + 1, *ooo[::37], *rnd.sample(stamps, 60), *spaced})
     answers = broker_offsets_for_times(bs, topic, probe)
 
     work = tmp / "work"
