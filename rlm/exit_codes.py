@@ -20,6 +20,7 @@ class ExitCode(enum.IntEnum):
     USAGE = 2
     CONFIG = 3
     ALREADY_RUNNING = 4
+    UNPROTECTED = 5
     INTERRUPTED = 128 + signal.SIGINT
     TERMINATED = 128 + signal.SIGTERM
 
@@ -32,6 +33,7 @@ MEANINGS: dict[ExitCode, str] = {
     ExitCode.USAGE: "usage error (bad command line)",
     ExitCode.CONFIG: "configuration error (invalid config, plugin not loadable, failed preflight)",
     ExitCode.ALREADY_RUNNING: "another `rlm run` already holds this work dir or a log dir (lock)",
+    ExitCode.UNPROTECTED: "`rlm status`: a partition to be tiered is unprotected (refused, or copy failing)",
     ExitCode.INTERRUPTED: "forced stop by a second SIGINT (Ctrl-C)",
     ExitCode.TERMINATED: "forced stop by a second SIGTERM",
 }

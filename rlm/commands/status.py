@@ -7,6 +7,13 @@ that has not been rewritten for several heartbeats is reported as ``DEAD`` / ``S
 Current dependency problems (storage, metadata, cluster unreachable) are shown while they last,
 and the topics found in the log dirs that are not tiered are listed with the reason.
 
+A partition the configuration asks to tier that the sidecar is not protecting (discovery refused
+it: topic id unknown beside a broker before 2.8, an unreadable ``partition.metadata``; or this node
+leads it and its last run failed: copy failing) is named with the reason on an ``ERROR`` line and
+makes the command exit with status 5, so that a script or a probe need not parse the table;
+``--json`` gives each partition ``protected`` and ``unprotected_reason`` and the whole list under
+``unprotected``. A dead or stale daemon (exit 1) takes precedence.
+
 LOG START = the partition's log start offset: no reader serves a record below it (remote retention
 and ``DeleteRecords`` move it; the daemon publishes it to readers);
 LAG = offsets in rolled segments below the LSO not yet copied (the active segment never counts);
@@ -39,7 +46,15 @@ from pathlib import Path
 from typing import Any
 
 from rlm.config import load_config
-from rlm.daemon.status import CARRIED_NOTE, DaemonStatus, PartitionStatus, pid_alive, read_status
+from rlm.daemon.status import (
+    CARRIED_NOTE,
+    DaemonStatus,
+    PartitionStatus,
+    pid_alive,
+    read_status,
+    unprotected_reason,
+)
+from rlm.exit_codes import ExitCode
 
 # A heartbeat may be late by a health check's own timeouts; this many missed beats means stale.
 STALE_HEARTBEATS = 4
@@ -159,14 +174,28 @@ def render_table(st: DaemonStatus, now: int | None = None) -> str:
             )
             more = " ..." if len(p.quarantined) > 5 else ""
             out.append(f"quarantined {key}: {held}{more}: off the epoch lineage, kept for the grace period")
-    for key in sorted(st.partitions):  # configured to be tiered and cannot be (the daemon's discovery)
-        p = st.partitions[key]
-        if not p.tiered and p.last_error:
-            out.append(f"ERROR {key}: {p.last_error}")
+    unprotected = unprotected_of(st)
+    out += [f"ERROR {key}: {why}" for key, why in unprotected.items()]
+    if unprotected:
+        out.append(f"{len(unprotected)} partition(s) not protected (exit status {int(ExitCode.UNPROTECTED)})")
     if st.untiered:
         out.append("not tiered:")
         out += [f"  {topic}: {why_not}" for topic, why_not in sorted(st.untiered.items())]
     return "\n".join(out)
+
+
+def unprotected_of(st: DaemonStatus) -> dict[str, str]:
+    """Partition -> why the sidecar is not protecting it, in partition order (empty: all are)."""
+    found = ((key, unprotected_reason(st.partitions[key])) for key in sorted(st.partitions))
+    return {key: why for key, why in found if why is not None}
+
+
+def exit_status(why_not_alive: str | None, unprotected: dict[str, str]) -> ExitCode:
+    """1 for a dead or stale daemon (its partitions' state is old news), else 5 while any partition
+    is not protected, else 0."""
+    if why_not_alive:
+        return ExitCode.FAILURE
+    return ExitCode.UNPROTECTED if unprotected else ExitCode.OK
 
 
 def iceberg_lags(work_dir: Path) -> list[dict[str, Any]]:
@@ -204,15 +233,19 @@ def status(args: argparse.Namespace) -> int:
     now = int(time.time() * 1000)
     state, why = liveness(st, now)
     lags = iceberg_lags(work_dir)
+    unprotected = unprotected_of(st)
     if args.json:
         doc = asdict(st)
         doc["liveness"] = {"state": state, "alive": why is None and state != "stopped", "reason": why}
         doc["iceberg"] = lags
         doc["range_convention"] = "[start, end)"
+        doc["unprotected"] = unprotected
         for key, part in doc["partitions"].items():
             part["ranges"] = ranges_of(st.partitions[key])
+            part["protected"] = key not in unprotected
+            part["unprotected_reason"] = unprotected.get(key)
         json.dump(doc, sys.stdout, indent=1, sort_keys=True)
         sys.stdout.write("\n")
     else:
         print("\n".join([render_table(st, now), *render_iceberg(lags, now)]))
-    return 1 if why else 0
+    return exit_status(why, unprotected)

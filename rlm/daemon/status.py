@@ -27,6 +27,8 @@ from rlm.errors import ConfigError
 
 STATUS_FILE = "status.json"
 CARRIED_NOTE = "as of the previous run: not looked at again yet"
+#: how every reason a partition is not protected starts (discovery's refusals are written so too)
+NOT_PROTECTED = "NOT PROTECTED"
 
 
 @dataclass
@@ -60,6 +62,24 @@ class PartitionStatus:
     @property
     def key(self) -> str:
         return f"{self.topic}-{self.partition}"
+
+
+def unprotected_reason(p: PartitionStatus) -> str | None:
+    """Why the sidecar is not protecting ``p`` right now (``NOT PROTECTED: ...``), or None.
+
+    Unprotected means data the configuration asks to keep in remote storage may be lost when the
+    broker's local retention deletes it: the daemon's discovery refused the partition (``tiered``
+    false: topic id unknown beside a broker before 2.8, a ``partition.metadata`` it cannot read),
+    or this node leads it and its last run failed (copy failing: storage, metadata store or broker
+    unreachable, a corrupt segment); the run is retried with backoff and a run that succeeds
+    clears the error. A follower's or a gone partition's error is not this node's to protect.
+    """
+    if not p.tiered:
+        why = p.last_error or "not tiered"
+        return why if why.startswith(NOT_PROTECTED) else f"{NOT_PROTECTED}: {why}"
+    if p.role == "leader" and p.last_error:
+        return f"{NOT_PROTECTED}: its last run failed (retried with backoff): {p.last_error}"
+    return None
 
 
 @dataclass
