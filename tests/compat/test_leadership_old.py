@@ -16,8 +16,8 @@ from confluent_kafka.admin import AdminClient
 
 from rlm.log.partition import PartitionDir
 from rlm.types import KafkaUuid, TopicIdPartition
-from tests.daemon.helpers import create_topic, finished, produce, wait_for
-from tests.daemon.test_leadership import TOPIC, copied_by, leader_of, sidecar
+from tests.daemon.helpers import create_topic, produce, wait_for
+from tests.fixtures.leadership import TOPIC, copied_by, leader_dies_and_new_leader_resumes, leader_of, sidecar
 from tests.services.kafka import KafkaCluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -43,50 +43,13 @@ def test_leader_change_and_restart_on_kafka_28(zk_cluster3: KafkaCluster, tmp_pa
     c = zk_cluster3
     create_topic(c.bootstrap, TOPIC, 1, 3, **{"min.insync.replicas": "1"})
     produce(c.bootstrap, TOPIC, 12000, acks="all")
-    old = leader_of(c.bootstrap, TOPIC)
-    pdir = PartitionDir(c.node(old).log_dir / f"{TOPIC}-0")
+    pdir = PartitionDir(c.node(leader_of(c.bootstrap, TOPIC)).log_dir / f"{TOPIC}-0")
     wait_for("segments rolled", lambda: len(PartitionDir(pdir.path).segments) >= 3)
     assert not (pdir.path / "partition.metadata").exists()
     tip = TopicIdPartition(topic_id(c.bootstrap, TOPIC), TOPIC, 0)
     daemons = {n: sidecar(c, n, tmp_path) for n in c.node_ids}
     try:
-        rlmm = daemons[old].ctx.rlmm  # type: ignore[union-attr]
-        pdir.refresh()
-        first = [s.base_offset for s in pdir.inactive_segments()]
-        wait_for("leader tiered its segments", lambda: [m.start_offset for m in finished(rlmm, tip)] == first)
-        segs_before = finished(rlmm, tip)
-        assert {m.broker_id for m in segs_before} == {old}
-        wait_for("the leader counted its copies", lambda: copied_by(daemons[old]) == len(first))
-        assert all(copied_by(d) == 0 for n, d in daemons.items() if n != old)
-
-        daemons.pop(old).stop(10)
-        c.stop_node(old)
-        wait_for("new leader", lambda: leader_of(c.bootstrap, TOPIC) not in (old, -1), timeout=60)
-        new = leader_of(c.bootstrap, TOPIC)
-        produce(c.bootstrap, TOPIC, 9000, acks="all")
-        new_pdir = PartitionDir(c.node(new).log_dir / f"{TOPIC}-0")
-        wait_for(
-            "new segments rolled", lambda: len(PartitionDir(new_pdir.path).inactive_segments()) > len(first)
-        )
-        new_rlmm = daemons[new].ctx.rlmm  # type: ignore[union-attr]
-
-        def caught_up() -> bool:
-            new_pdir.refresh()
-            last = new_pdir.inactive_segments()[-1]
-            segs = finished(new_rlmm, tip)
-            return bool(segs) and segs[-1].start_offset == last.base_offset
-
-        wait_for("new leader tiered the rest", caught_up, timeout=90)
-        segs = finished(new_rlmm, tip)
-        mine = [m for m in segs if m.broker_id == new]
-        assert mine and {m.broker_id for m in segs} == {old, new}
-        old_end = max(m.end_offset for m in segs_before)
-        assert mine[0].start_offset <= old_end + 1 <= mine[0].end_offset
-        covered = -1
-        for m in segs:
-            assert m.start_offset <= covered + 1, f"gap before {m.start_offset}"
-            covered = max(covered, m.end_offset)
-        assert any(e >= 1 for m in mine for e, _ in m.segment_leader_epochs)
+        old = leader_dies_and_new_leader_resumes(c, daemons, tip, more_records=9000, new_segments=1).old
 
         # the dead broker comes back (ZooKeeper mode) and follows; its sidecar copies nothing
         c.start_node(old)
