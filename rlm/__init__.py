@@ -11,7 +11,9 @@ each other). The map is a contract in ``pyproject.toml``, checked by import-lint
                              | disaster recovery's library (rebuild, restore, adoption)
     rlm.daemon | fetcher     the writer (tiering daemon) and the read side: never import each other
     rlm.plugin_setup         builds the storage plugin and metadata manager from the configuration
-    rsm_plugins | rlmm       storage plugins and metadata managers, each behind its ``api`` module
+    rsm_plugins | rlmm | rlm.compaction
+                             storage plugins and metadata managers, each behind its ``api`` module
+                             | remote compaction's engine (Kafka's log-cleaner semantics, pure library)
     rlm.log                  Kafka's on-disk formats (its ``_*`` modules are private)
     rlm.config : rlm.config_errors : rlm.plugin_registry : rlm.exit_codes : rlm.environment : rlm.lineage
     : rlm.logging_setup : rlm.lazy_names

@@ -29,6 +29,7 @@ from rlm.log.model import (
 )
 
 __all__ = [
+    "assemble_batch",
     "encode_batch",
     "encode_control_batch",
     "encode_empty_batch",
@@ -136,6 +137,41 @@ def _assemble(
     batch[RECORD_BATCH_OVERHEAD:] = payload
     struct.pack_into(">I", batch, 17, google_crc32c.value(bytes(batch[21:])))
     return bytes(batch)
+
+
+def assemble_batch(
+    *,
+    base_offset: int,
+    partition_leader_epoch: int,
+    attributes: int,
+    last_offset_delta: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    count: int,
+    payload: bytes,
+) -> bytes:
+    """A v2 batch around an already encoded (and compressed) records ``payload``, CRC computed.
+
+    For callers that re-frame records they did not build here: remote compaction keeps a batch's
+    base and last offset, producer fields and attributes (plus the delete-horizon bit) and writes
+    only the retained records, as ``MemoryRecords.filterTo`` does.
+    """
+    return _assemble(
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        attributes=attributes,
+        last_offset_delta=last_offset_delta,
+        base_timestamp=base_timestamp,
+        max_timestamp=max_timestamp,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        count=count,
+        payload=payload,
+    )
 
 
 def encode_batch(
