@@ -27,7 +27,7 @@ from rlm.log.partition import PartitionDir
 from rlm.types import TopicPartition as RlmTopicPartition
 from tests.daemon.helpers import create_topic, produce, wait_for
 from tests.daemon.test_restore_broker import cli, reads, watermarks
-from tests.services.kafka import KafkaCluster
+from tests.fixtures.restore_target import restore_command, stopped_target
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -69,14 +69,8 @@ def test_restored_broker_starts_at_the_sources_delete_records_bound(
     served = reads(a.bootstrap, topic, OFFSET_BEGINNING, tiered_end)
     assert served["read_committed"][0][0] == bound
 
-    b = KafkaCluster(nodes=1, name="restore-dr").start()
-    try:
-        create_topic(b.bootstrap, topic)
-        target = b.log_dir / f"{topic}-0"
-        wait_for("partition dir on B", lambda: (target / "partition.metadata").exists())
-        b.stop_node(1)
-        restore = ["restore", "--config", str(cfg_a), "--topic", topic, "--log-dir", str(b.log_dir),
-                   "--local-bytes", str(1 << 40)]
+    with stopped_target("restore-dr", topic) as b:
+        restore = restore_command(cfg_a, topic, b)
         (plan,) = cli(capsys, *restore)["partitions"]
         assert (plan["published_log_start"], plan["log_start"], plan["first_offset"]) == (bound, bound, 0)
         (part,) = cli(capsys, *restore, "--execute")["partitions"]
@@ -90,5 +84,3 @@ def test_restored_broker_starts_at_the_sources_delete_records_bound(
         assert watermarks(b.bootstrap, topic) == (bound, tiered_end)  # ListOffsets EARLIEST = A's
         # from the beginning: nothing below the bound
         assert reads(b.bootstrap, topic, OFFSET_BEGINNING, tiered_end) == served
-    finally:
-        b.stop()

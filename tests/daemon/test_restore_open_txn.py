@@ -26,7 +26,7 @@ from rlm.log.partition import PartitionDir
 from tests.daemon.helpers import create_topic, produce, transactional_producer, wait_for
 from tests.daemon.test_restore_broker import cli, reads, watermarks
 from tests.daemon.test_restore_deleterecords import run_once, sidecar_config
-from tests.services.kafka import KafkaCluster
+from tests.fixtures.restore_target import restore_command, stopped_target
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -58,14 +58,8 @@ def test_transaction_open_at_the_restored_end_is_aborted_as_after_a_timeout(
     served = reads(a.bootstrap, topic, OFFSET_BEGINNING, tiered_end)
     assert len(served["read_uncommitted"]) - len(served["read_committed"]) == 200
 
-    b = KafkaCluster(nodes=1, name="restore-txn").start()
-    try:
-        create_topic(b.bootstrap, topic)
-        target = b.log_dir / f"{topic}-0"
-        wait_for("partition dir on B", lambda: (target / "partition.metadata").exists())
-        b.stop_node(1)
-        restore = ["restore", "--config", str(cfg_a), "--topic", topic, "--log-dir", str(b.log_dir),
-                   "--local-bytes", str(1 << 40), "--execute"]
+    with stopped_target("restore-txn", topic) as b:
+        restore = [*restore_command(cfg_a, topic, b), "--execute"]
         (part,) = cli(capsys, *restore)["partitions"]
         assert part["skipped"] is None and part["next_offset"] == tiered_end
         (aborted,) = part["aborted_transactions"]
@@ -77,5 +71,3 @@ def test_transaction_open_at_the_restored_end_is_aborted_as_after_a_timeout(
         assert watermarks(b.bootstrap, topic) == (0, tiered_end + 1)
         assert last_stable_offset(b.bootstrap, topic) == tiered_end + 1  # not stuck at the transaction
         assert reads(b.bootstrap, topic, OFFSET_BEGINNING, tiered_end) == served
-    finally:
-        b.stop()
