@@ -43,6 +43,7 @@ import json
 import os
 import random
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -137,7 +138,10 @@ def worker(conf_path: str) -> int:
             shutil.rmtree(work, ignore_errors=True)
             cfg = load_config(None, work_dir=str(work), read=req["read"], **base)
             with RemoteFetcher.from_config(cfg) as f:
-                getattr(f.rsm, "client", None)  # the floor's client is made once, untimed: so is this one
+                # the floor's client is made once, untimed: so are this one's (boto3's, and the
+                # signer of the s3 plugin's direct GET path, else made inside the first GET)
+                getattr(f.rsm, "client", None)
+                getattr(f.rsm, "_direct_getter", lambda: None)()
                 c0, t0 = _cpu(), time.perf_counter()
                 batches = list(f.scan(TOPIC, 0, include_headers=False))
                 total += time.perf_counter() - t0
@@ -212,6 +216,9 @@ def main() -> int:
                     "older commit)")
     ap.add_argument("--py-spy", type=Path, default=None, metavar="DIR",
                     help="record a py-spy profile of each scan worker into DIR")
+    ap.add_argument("--py-spy-cpu", action="store_true",
+                    help="with --py-spy: sample threads only while they run on a CPU (where the CPU "
+                    "goes), not also while they wait (where the wall time goes, the default)")
     args = ap.parse_args()
     rec = Recorder(f"fetch-{args.storage}" + ("-pinned" if args.pin else ""), args)
     quiet_logs()
@@ -331,7 +338,7 @@ def main() -> int:
             for vname, w in workers.items():
                 spies.append(subprocess.Popen(
                     [str(Path(sys.executable).parent / "py-spy"), "record", "--nonblocking", "-r", "50",
-                     "--threads", "--idle", "-f", "raw", "-o",
+                     "--threads", *([] if args.py_spy_cpu else ["--idle"]), "-f", "raw", "-o",
                      str(args.py_spy / f"scan-{vname or 'new'}.txt"),
                      "-p", str(w.proc.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
 
@@ -378,6 +385,10 @@ def main() -> int:
             for w in workers.values():
                 w.close()
         rec.section("scan", rows)
+        counted = [r for r in rows if not r["warmup"]]
+        print("CPU per case (user + system, all threads of the process; median of the counted rounds): "
+              + ", ".join(f"{name} {statistics.median(r['cases'][name]['cpu_s'] for r in counted):.3f}s"
+                          for name in cases), flush=True)
         for r in rows:
             for v in r["cases"].values():
                 v["mb_per_s"] = v["bytes"] / MB / v["seconds"]

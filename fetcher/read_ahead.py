@@ -2,14 +2,14 @@
 
 Why: a scan decodes chunk *n* while chunks *n+1*, *n+2*... are on the wire, so the decode and the
 transfers overlap and the scan runs at the slower of the two instead of their sum. How far ahead
-follows the store: the number of chunks kept in flight is the measured time of one GET over the
-measured time the decoder spends on one chunk, plus one, within the read-ahead budget
-(``read.read_ahead_bytes``): a slow store gets more GETs in parallel, a fast one no memory it does
-not need. Chunks are received with ``readinto`` straight into preallocated buffers
-(:mod:`fetcher.chunk_buffers`) when the plugin can (``read_log_segment_range_into``) and handed to
-the decoder as read-only views of those buffers: the bytes are copied once, from the socket, and
-a buffer is reused only once nobody sees it. A batch that straddles two chunks is the one copy
-left (a join of its two parts).
+follows the bytes per second the store delivers (:mod:`fetcher.read_ahead_depth`): the depth grows
+while the decoder waits for chunks and each growth still adds throughput, within the read-ahead
+budget (``read.read_ahead_bytes``): a store far away gets more GETs in parallel, a store that is
+its own bound no GETs that only queue in it and take CPU from the decoder. Chunks are received with
+``readinto`` straight into preallocated buffers (:mod:`fetcher.chunk_buffers`) when the plugin can
+(``read_log_segment_range_into``) and handed to the decoder as read-only views of those buffers:
+the bytes are copied once, from the socket, and a buffer is reused only once nobody sees it. A
+batch that straddles two chunks is the one copy left (a join of its two parts).
 
 The sequence is the scan's whole list of extents (byte ranges of consecutive segments), so the
 read-ahead runs on into the next segment. Closing (a scan stopped early, an error) cancels the GETs
@@ -19,7 +19,6 @@ still queued, waits for the running ones, and frees every buffer.
 from __future__ import annotations
 
 import functools
-import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -28,6 +27,7 @@ from typing import Any, Protocol
 
 from fetcher.chunk_buffers import ChunkBufferPool
 from fetcher.get_pool import GetJob, Priority
+from fetcher.read_ahead_depth import ThroughputDepth
 from rlm.types import RemoteLogSegmentMetadata
 
 
@@ -69,16 +69,8 @@ class _Slot:
     buf: bytearray | None
     job: GetJob = field(init=False)  # submitted once the slot exists (its GET fills the slot)
     data: memoryview | None = None  # the received bytes (read-only), once done
-    got_at: float = 0.0
+    waited_for: bool = False  # the decoder has had it (counted once by the depth)
     view: memoryview | None = field(default=None, repr=False)  # our own view of buf
-
-
-class _Ewma:
-    def __init__(self) -> None:
-        self.value: float | None = None
-
-    def add(self, x: float) -> None:
-        self.value = x if self.value is None else 0.7 * self.value + 0.3 * x
 
 
 class SequentialRead:
@@ -94,8 +86,7 @@ class SequentialRead:
         self._todo = self._sequence(extents)
         self._pending: tuple[int, int, RemoteLogSegmentMetadata] | None = None
         self._window: deque[_Slot] = deque()
-        self._get_s = _Ewma()  # seconds one GET takes
-        self._use_s = _Ewma()  # seconds the decoder spends on one chunk
+        self.depth_control = ThroughputDepth(self.pool.max_buffers) if self.read_ahead else None
         self._into = getattr(reader.rsm, "read_log_segment_range_into", None)
         self._closed = False
         self.gets = 0
@@ -132,8 +123,8 @@ class SequentialRead:
         at = (self._extent_no.get(str(md.remote_log_segment_id.id), -1), position // self.chunk)
         while self._window and self._window[0].order < at:
             slot = self._window.popleft()
-            if slot.got_at:
-                self._use_s.add(time.monotonic() - slot.got_at)
+            if slot.waited_for and self.depth_control is not None and slot.data is not None:
+                self.depth_control.consumed(len(slot.data))
             self._free(slot)
         self._fill()
 
@@ -150,15 +141,9 @@ class SequentialRead:
 
     @property
     def depth(self) -> int:
-        """Chunks to keep in flight: a GET's time over a chunk's decode time, plus one; the whole
-        budget until both are measured (a scan starts as fast as a plain download does)."""
-        if not self.read_ahead:
-            return 1
-        get_s, use_s = self._get_s.value, self._use_s.value
-        if get_s is None or use_s is None:
-            return self.pool.max_buffers
-        want = math.ceil(get_s / max(use_s, 1e-4)) + 1
-        return max(1, min(self.pool.max_buffers, want))
+        """Chunks to keep in the window (the one being decoded included): 1 without read-ahead,
+        else what :class:`~fetcher.read_ahead_depth.ThroughputDepth` measured pays."""
+        return 1 if self.depth_control is None else self.depth_control.depth
 
     @property
     def in_flight(self) -> int:
@@ -198,7 +183,6 @@ class SequentialRead:
 
     def _receive(self, slot: _Slot) -> None:
         """On a GET worker: the chunk's bytes into the slot's buffer (or a ``bytes``)."""
-        t0 = time.monotonic()
         start = slot.index * self.chunk
         stop = min(start + self.chunk, slot.md.segment_size_in_bytes)
         if slot.buf is not None:
@@ -207,14 +191,18 @@ class SequentialRead:
             slot.data = slot.view.toreadonly()[:stop - start]
         else:
             slot.data = memoryview(self.reader.get_range(slot.md, start, stop))
-        self._get_s.add(time.monotonic() - t0)
 
     def _wait(self, slot: _Slot) -> memoryview:
-        if not slot.job.started:
-            self.reader.promote_get(slot.job)
-        slot.job.future.result()
-        if not slot.got_at:
-            slot.got_at = time.monotonic()
+        fut = slot.job.future
+        if not fut.done():
+            if not slot.job.started:
+                self.reader.promote_get(slot.job)
+            t0 = time.monotonic()
+            fut.result()
+            if self.depth_control is not None:
+                self.depth_control.waited(time.monotonic() - t0)
+        fut.result()  # its error, if the GET failed
+        slot.waited_for = True
         assert slot.data is not None
         return slot.data
 

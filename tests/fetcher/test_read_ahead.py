@@ -151,8 +151,8 @@ def test_a_scan_stopped_early_leaves_no_get_running_and_frees_its_buffers() -> N
     rd = reader(store, parallel_gets=1)
     md = segment("s", 64 * CHUNK)
     stream = rd.sequential([Extent(md, 0, 64 * CHUNK)], budget_bytes=16 * CHUNK)
-    stream._get_s.add(1.0)  # a slow store: the depth goes to the budget at once
-    stream._use_s.add(0.001)
+    assert stream.depth_control is not None
+    stream.depth_control.depth = 16  # as a store far away makes it: the whole budget in flight
     assert stream.view(md, 0, CHUNK)[0] == 0
     stream.release_before(md, CHUNK)
     assert stream.in_flight == 16  # the budget: 16 chunks ahead
@@ -190,19 +190,12 @@ def test_a_scan_of_a_gibibyte_holds_at_most_its_read_ahead_budget() -> None:
     rd.close()
 
 
-@pytest.mark.parametrize(("get_s", "use_s", "depth"), [
-    (None, None, 8),  # nothing measured yet: the budget
-    (0.01, 0.05, 2),  # a fast store: one ahead of the chunk being decoded
-    (0.05, 0.01, 6),  # a slow store: as many in flight as a GET's time covers
-    (10.0, 0.01, 8),  # within the budget
-])
-def test_the_read_ahead_depth_follows_the_store_s_answer_time(get_s: float | None, use_s: float | None,
-                                                             depth: int) -> None:
+def test_the_read_ahead_depth_starts_at_two_chunks_and_is_one_without_read_ahead() -> None:
+    """Two: the chunk being decoded and the next on the wire; it grows only as far as it pays
+    (tests/fetcher/test_read_ahead_depth.py)."""
     rd = reader(PatternStore())
     stream = rd.sequential([], budget_bytes=8 * CHUNK)
-    if get_s is not None and use_s is not None:
-        stream._get_s.add(get_s)
-        stream._use_s.add(use_s)
-    assert stream.depth == depth
+    assert stream.depth == 2
+    assert stream.depth_control is not None and stream.depth_control.max_depth == 8
     assert rd.sequential([], budget_bytes=0).depth == 1  # read-ahead off
     rd.close()
