@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, BinaryIO, Literal
 
 import structlog
@@ -219,24 +219,35 @@ class S3RemoteStorageManager(RemoteStorageManager[S3Config]):
             cfg.upload_concurrency,
         )
         sums: dict[SegmentFileType, FileChecksum] = {}
+        pending: list[Future[Any]] = []
         try:
-            aux = [f for f in files if f.file_type is not SegmentFileType.SEGMENT]
+            # The index files go up while the segment's multipart upload runs (they used to be
+            # uploaded first, so their PUTs' round trips were added to every copy's time). The
+            # segment's parts use the "part" pool, the index files the "file" pool, so neither
+            # waits on work queued behind it.
             futures = {
                 f.file_type: self._pool("file").submit(
                     uploader.upload, self.key(metadata, f.file_type), path=f.path, data=f.data
                 )
-                for f in aux
+                for f in files
+                if f.file_type is not SegmentFileType.SEGMENT
             }
-            wait(futures.values())
+            pending += futures.values()
+            if segment_data.transaction_index is None:  # a stale one from an earlier copy of this id
+                stale = [self.key(metadata, SegmentFileType.TRANSACTION_INDEX)]
+                pending.append(self._pool("file").submit(self._delete_keys, cfg.bucket, stale))
+            sums[SegmentFileType.SEGMENT] = uploader.upload(
+                self.key(metadata, SegmentFileType.SEGMENT), path=files[-1].path
+            )
             for ft, fut in futures.items():
                 sums[ft] = fut.result()
-            if segment_data.transaction_index is None:  # a stale one from an earlier copy of this id
-                self._delete_keys(cfg.bucket, [self.key(metadata, SegmentFileType.TRANSACTION_INDEX)])
-            seg = files[-1]
-            sums[SegmentFileType.SEGMENT] = uploader.upload(
-                self.key(metadata, SegmentFileType.SEGMENT), path=seg.path
-            )
+            for fut in pending:
+                fut.result()
         except Exception as e:
+            # nothing of this copy may still be in flight when its objects are deleted below
+            for fut in pending:
+                fut.cancel()
+            wait(pending)
             err = map_error(e, cfg.bucket, None, "copy")
             log.warning(
                 "segment_copy_failed", plugin=self.plugin_name, error=str(err), **layout.describe(metadata)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import re
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -269,3 +270,51 @@ def test_custom_metadata_fits_with_long_prefix(tmp_path: Path) -> None:
     assert manifest is not None and manifest.location is None and manifest.files == sums
     assert re.fullmatch(rb"\xa5\x01\x02\x7f.*", blob, re.S)  # bits of all 7 file types
     assert replace(manifest, location="x").location == "x"
+
+
+@pytest.mark.s3
+def test_index_files_upload_while_the_segment_uploads(
+    moto_rsm: S3RemoteStorageManager, moto_server: S3Endpoint, moto_bucket: str, segments: SegmentFactory
+) -> None:
+    """The offset index's upload can only finish once the segment's own upload has started
+    reading: copies that upload the index files before the segment wait for ever (bounded here:
+    the gate gives up and the copy fails), copies that overlap them land every object."""
+    seg = segments.make(12 * MiB)  # multipart: the segment's parts are read by pool threads
+    segment_started = threading.Event()
+    gave_up: list[str] = []
+    plain_open = moto_rsm.open_source
+
+    def gated_open(path: Path) -> Any:
+        if Path(path) == seg.data.log_segment:
+            segment_started.set()
+        elif Path(path) == seg.data.offset_index and not segment_started.wait(60):
+            gave_up.append(str(path))
+            raise OSError("the segment's upload never started while its offset index was uploading")
+        return plain_open(path)
+
+    moto_rsm.open_source = gated_open  # type: ignore[method-assign]
+    custom = moto_rsm.copy_log_segment_data(seg.metadata, seg.data)
+    assert gave_up == []
+    landed = keys(moto_server, moto_bucket)
+    assert len(landed) == 6 and any(k.endswith(".log") for k in landed)
+    got = read_all(moto_rsm.fetch_log_segment(finished(seg.metadata, custom), 0))
+    assert got == seg.data.log_segment.read_bytes()
+
+
+@pytest.mark.s3
+def test_failed_index_upload_leaves_nothing_while_the_segment_was_in_flight(
+    s3_server: S3Endpoint, s3_bucket: str, segments: SegmentFactory
+) -> None:
+    """An index file fails while the segment's multipart upload is running beside it: the copy
+    raises the typed error, and once it returns no object and no multipart upload is left (the
+    clean-up waits for everything of the copy still in flight before deleting)."""
+    rsm = rsm_plugins.load("s3", s3_config(s3_server, s3_bucket))
+    seg = segments.make(16 * MiB)
+    faulty = FaultInjectingRSM(rsm)
+    faulty.fail_source_read(SegmentFileType.TIME_INDEX, after_bytes=0)
+    with pytest.raises(RemoteStorageError) as ei:
+        faulty.copy_log_segment_data(seg.metadata, seg.data)
+    assert ei.value.retriable
+    assert s3_server.boto3_client().list_multipart_uploads(Bucket=s3_bucket).get("Uploads", []) == []
+    assert keys(s3_server, s3_bucket) == []
+    rsm.close()
