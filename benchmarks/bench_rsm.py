@@ -55,9 +55,12 @@ from benchlib import (
     latency_summary,
     quiet_logs,
     run_rounds,
+    sized_name,
 )
 
 MiB = 1 << 20
+#: the documented default size (``bench-rsm.json``; any other size: ``bench-rsm-<n>mb.json``)
+DEFAULT_SIZE_MB = 1024
 
 
 def write_segment(directory: Path, size: int) -> tuple[Any, Any]:
@@ -160,7 +163,7 @@ def s3_server(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--size-mb", type=int, default=1024, help="segment size in MiB (default 1024)")
+    ap.add_argument("--size-mb", type=int, default=DEFAULT_SIZE_MB, help="segment size in MiB (default 1024)")
     ap.add_argument("--rounds", type=int, default=3, help="counted interleaved rounds (after one warm-up)")
     ap.add_argument("--ranged-reads", type=int, default=50, help="random 1 MiB reads per case and round")
     ap.add_argument("--endpoint-url", help="use this S3 server instead of starting SeaweedFS")
@@ -170,7 +173,7 @@ def main() -> int:
     ap.add_argument("--no-save", action="store_true", help="write no docs/data/bench-rsm.json")
     args = ap.parse_args()
     quiet_logs()
-    rec = Recorder("rsm", args)
+    rec = Recorder(sized_name("rsm", args.size_mb, DEFAULT_SIZE_MB, "mb"), args)
     import rsm_plugins
     from rsm_plugins.layout import SegmentFileType
 

@@ -44,10 +44,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchlib import Recorder, Result, headline, quiet_logs, run_rounds
+from benchlib import Recorder, Result, headline, quiet_logs, run_rounds, sized_name
 
 GB = 1 << 30
 MB = 1 << 20
+#: the documented default size (``bench-tier.json``; any other size: ``bench-tier-<n>gb.json``)
+DEFAULT_SIZE_GB = 5.0
 
 
 def write_dir(log_dir: Path, total: int, segment_bytes: int) -> int:
@@ -266,14 +268,15 @@ def bench_layout(root: Path, size: int, seg: int, url: str | None, client: Any, 
 def main() -> int:
     quiet_logs()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--size-gb", type=float, default=5.0, help="rolled data per layout (default 5)")
+    ap.add_argument("--size-gb", type=float, default=DEFAULT_SIZE_GB,
+                    help="rolled data per layout (default 5)")
     ap.add_argument("--dir", type=Path, help="scratch directory (default: a temp dir)")
     ap.add_argument("--layouts", default="1024,100", help="segment sizes in MB (default 1024,100)")
     ap.add_argument("--skip-s3", action="store_true", help="only rlm-local and the plain copies")
     ap.add_argument("--rounds", type=int, default=3, help="counted interleaved rounds (after one warm-up)")
     ap.add_argument("--no-save", action="store_true", help="write no docs/data/bench-tier.json")
     args = ap.parse_args()
-    rec = Recorder("tier", args)
+    rec = Recorder(sized_name("tier", args.size_gb, DEFAULT_SIZE_GB, "gb"), args)
     import rlm.daemon.service  # noqa: F401 - imports are not part of what is measured
     import rlmm.file  # noqa: F401
     import rsm_plugins.local

@@ -220,6 +220,13 @@ def machine() -> dict[str, Any]:
             "mem_mib": mem, "load_avg": [round(x, 2) for x in os.getloadavg()]}
 
 
+def sized_name(name: str, size: float, default: float, unit: str) -> str:
+    """The results name of a run: ``name`` at the script's documented default size, else
+    ``name-<size><unit>`` (e.g. ``make bench``'s small size), so that both sizes are recorded side
+    by side in ``docs/performance.md`` instead of one overwriting the other (issue 42, item 5)."""
+    return name if size == default else f"{name}-{size:g}{unit}"
+
+
 class Recorder:
     """Collects a benchmark's rounds and headlines; :meth:`save` writes ``docs/data/bench-<name>.json``."""
 

@@ -262,21 +262,33 @@ def _xerial_compress(data: bytes | memoryview) -> bytes:
     return b"".join(out)
 
 
-def _snappy_raw(block: memoryview, room: int, limit: int) -> bytes:
-    """One raw snappy block; its declared length is checked against ``room`` before decoding."""
-    declared = cramjam.snappy.decompress_raw_len(block)
+def _snappy_declared(block: memoryview, room: int, limit: int) -> int:
+    """The length one raw snappy block declares, checked against ``room`` before anything is decoded."""
+    declared = int(cramjam.snappy.decompress_raw_len(block))
     if declared > _SNAPPY_MAX_RATIO * len(block) + 64:
         raise CompressionError(f"raw block claims {declared} bytes from {len(block)}")
     if declared > room:
         raise _too_big(limit)
-    return bytes(cramjam.snappy.decompress_raw(block))
+    return declared
+
+
+def _snappy_into(block: memoryview, out: memoryview, declared: int) -> None:
+    """Decode one raw block into ``out`` (exactly ``declared`` bytes long)."""
+    if int(cramjam.snappy.decompress_raw_into(block, out)) != declared:
+        raise CompressionError(f"raw block decodes to fewer bytes than the {declared} it declares")
 
 
 def _xerial_decompress(view: memoryview, limit: int) -> bytes:
+    """Every block's declared length is read and checked first (cheap: a varint), then each block
+    is decoded straight into its place in one per-thread scratch buffer, copied out once: no
+    intermediate ``bytes`` per block and no join."""
     if len(view) < 16 or view[:8] != _XERIAL_MAGIC:
-        return _snappy_raw(view, limit, limit)
+        declared = _snappy_declared(view, limit, limit)
+        out = _scratch(declared)
+        _snappy_into(view, out[:declared], declared)
+        return bytes(out[:declared])
     total = 0
-    out: list[bytes] = []
+    blocks: list[tuple[memoryview, int]] = []
     pos = 16
     end = len(view)
     while pos < end:
@@ -289,10 +301,29 @@ def _xerial_decompress(view: memoryview, limit: int) -> bytes:
         pos += 4
         if length < 0 or pos + length > end:
             raise CompressionError(f"invalid block length {length} at {pos - 4}")
-        out.append(_snappy_raw(view[pos : pos + length], limit - total, limit))
-        total += len(out[-1])
+        block = view[pos : pos + length]
+        declared = _snappy_declared(block, limit - total, limit)
+        blocks.append((block, declared))
+        total += declared
         pos += length
-    return b"".join(out)
+    out = _scratch(total)
+    at = 0
+    for block, declared in blocks:
+        _snappy_into(block, out[at : at + declared], declared)
+        at += declared
+    return bytes(out[:total])
+
+
+_SCRATCH = threading.local()
+
+
+def _scratch(n: int) -> memoryview:
+    """A per-thread buffer of at least ``n`` bytes, reused by every call (callers copy out of it
+    before returning, so no caller ever sees it). Grows to the largest batch the thread decoded."""
+    buf: bytearray | None = getattr(_SCRATCH, "buf", None)
+    if buf is None or len(buf) < n:
+        buf = _SCRATCH.buf = bytearray(max(n, 2 * len(buf) if buf is not None else 0, 1 << 16))
+    return memoryview(buf)
 
 
 # ---- lz4 (Kafka frame) ---------------------------------------------------------------------------
@@ -345,16 +376,16 @@ def _lz4_decompress(view: memoryview, *, magic: int, limit: int) -> bytes:
     max_block = _LZ4_BLOCK_SIZES.get((bd >> 4) & 0x07)
     if max_block is None:
         raise CompressionError(f"unsupported lz4 block size id {(bd >> 4) & 0x07}")
-    out: list[bytes] = []
+    # blocks are decoded straight into one per-thread scratch buffer, copied out once at the end
     total = 0
-    scratch = bytearray(max_block)
+    out = _scratch(max_block)
     while True:
         if pos + 4 > end:
             raise CompressionError(f"truncated lz4 frame at {pos}")
         (word,) = struct.unpack_from("<I", view, pos)
         pos += 4
         if word == 0:
-            return b"".join(out)
+            return bytes(out[:total])
         size = word & 0x7FFFFFFF
         if size > max_block or pos + size + (4 if block_checksum else 0) > end:
             raise CompressionError(f"invalid lz4 block size {size} at {pos - 4}")
@@ -365,11 +396,15 @@ def _lz4_decompress(view: memoryview, *, magic: int, limit: int) -> bytes:
             pos += 4
             if xxhash.xxh32_intdigest(block) != want:
                 raise CompressionError(f"lz4 block checksum mismatch at {pos - 4 - size - 4}")
+        if len(out) < total + max_block:
+            grown = _scratch(total + max_block)  # keeps what was decoded so far
+            grown[:total] = out[:total]
+            out = grown
         if word & _LZ4_UNCOMPRESSED:
-            out.append(bytes(block))
+            out[total : total + size] = block
+            n = size
         else:
-            n = cramjam.lz4.decompress_block_into(block, scratch, output_len=max_block)
-            out.append(bytes(scratch[:n]))
-        total += len(out[-1])  # each block adds at most max_block (<= 4 MiB) before this check
+            n = cramjam.lz4.decompress_block_into(block, out[total : total + max_block], output_len=max_block)
+        total += n  # each block adds at most max_block (<= 4 MiB) before this check
         if total > limit:
             raise _too_big(limit)
