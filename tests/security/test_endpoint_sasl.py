@@ -16,19 +16,12 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import (
-    AclBinding,
-    AclBindingFilter,
-    AclOperation,
-    AclPermissionType,
-    AdminClient,
-    ResourcePatternType,
-    ResourceType,
-)
+from confluent_kafka.admin import AdminClient
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
 from tests.daemon.helpers import wait_for
+from tests.fixtures.acls import ReadAcl
 from tests.security.conftest import (
     AUTHZ_CACHE_MS,
     PASSWORDS,
@@ -182,32 +175,7 @@ def test_revoked_acl_takes_effect_within_the_cache_time(secured: Secured) -> Non
     a = secured.topics["A"]
     carol = AdminClient(secured.client("carol"))
     assert a in carol.list_topics(timeout=30).topics
-    binding = AclBinding(
-        ResourceType.TOPIC,
-        a,
-        ResourcePatternType.LITERAL,
-        "User:carol",
-        "*",
-        AclOperation.READ,
-        AclPermissionType.ALLOW,
-    )
-    broker_admin = AdminClient({"bootstrap.servers": secured.kafka.bootstrap, **secured.kafka.client_config})
-    flt = AclBindingFilter(
-        *[
-            getattr(binding, f)
-            for f in (
-                "restype",
-                "name",
-                "resource_pattern_type",
-                "principal",
-                "host",
-                "operation",
-                "permission_type",
-            )
-        ]
-    )
-    for f in broker_admin.delete_acls([flt]).values():
-        f.result(30)
+    ReadAcl(secured.kafka, "User:carol", a).revoke()
     broker_conf = {k: v for k, v in secured.client("carol").items() if k != "bootstrap.servers"}
     direct = AdminClient({"bootstrap.servers": secured.kafka.bootstrap, **broker_conf})
     wait_for("the broker applies the revocation", lambda: a not in direct.list_topics(timeout=10).topics)

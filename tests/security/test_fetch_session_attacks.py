@@ -15,20 +15,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka.admin import (
-    AclBinding,
-    AclBindingFilter,
-    AclOperation,
-    AclPermissionType,
-    AdminClient,
-    ResourcePatternType,
-    ResourceType,
-)
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
 from fetcher.kafka import EndpointThread, ListenerSettings
 from tests.daemon.helpers import wait_for
+from tests.fixtures.acls import ReadAcl
 from tests.security.conftest import AUTHZ_CACHE_MS, PASSWORDS, Secured
 from tests.security.frames import frame, plain_login, response, tls
 
@@ -135,52 +127,36 @@ def test_a_revoked_acl_ends_an_open_session(secured: Secured) -> None:
     """carol gets READ on B, opens a session on it, loses READ: her incremental fetches, which
     name no topic, stop carrying B's records within the authorization cache time."""
     b = secured.topics["B"]
-    admin = AdminClient({"bootstrap.servers": secured.kafka.bootstrap, **secured.kafka.client_config})
-    grant = AclBinding(
-        ResourceType.TOPIC, b, ResourcePatternType.LITERAL, "User:carol", "*",
-        AclOperation.READ, AclPermissionType.ALLOW,
-    )
-    revoke = AclBindingFilter(
-        ResourceType.TOPIC, b, ResourcePatternType.LITERAL, "User:carol", "*",
-        AclOperation.READ, AclPermissionType.ALLOW,
-    )
-    for f in admin.create_acls([grant]).values():
-        f.result(30)
-    try:
-        with _client(secured, "carol") as carol:
-            opened: list[Any] = []
+    with ReadAcl(secured.kafka, "User:carol", b) as acl, _client(secured, "carol") as carol:
+        opened: list[Any] = []
 
-            def session_on_b() -> bool:  # the endpoint may still hold carol's ACLs from before
-                resp = carol.fetch(0, 0, {b: 0})
-                opened.append(resp)
-                return _errors(resp) == {b: ErrorCode.none} and _record_bytes(resp) > 0
+        def session_on_b() -> bool:  # the endpoint may still hold carol's ACLs from before
+            resp = carol.fetch(0, 0, {b: 0})
+            opened.append(resp)
+            return _errors(resp) == {b: ErrorCode.none} and _record_bytes(resp) > 0
 
-            wait_for("carol's new READ on B seen by the endpoint", session_on_b, timeout=60)
-            sid, epoch = int(opened[-1].session_id), 1
-            assert sid != 0
-            assert _record_bytes(carol.fetch(sid, epoch, None)) > 0  # the session serves B
-            for f in admin.delete_acls([revoke]).values():
-                f.result(30)
-            last: list[Any] = []
+        wait_for("carol's new READ on B seen by the endpoint", session_on_b, timeout=60)
+        sid, epoch = int(opened[-1].session_id), 1
+        assert sid != 0
+        assert _record_bytes(carol.fetch(sid, epoch, None)) > 0  # the session serves B
+        acl.revoke()
+        last: list[Any] = []
 
-            def refused() -> bool:
-                nonlocal epoch
-                epoch += 1
-                resp = carol.fetch(sid, epoch, None)
-                assert resp.error_code == ErrorCode.none and resp.session_id == sid
-                last.append(resp)
-                return _errors(resp) == {b: ErrorCode.topic_authorization_failed}
-
-            # bounded: the broker applies the deletion, then the endpoint's cache
-            # (AUTHZ_CACHE_MS) expires; until then the session still reads
-            wait_for("the open session refused B", refused, timeout=30 + AUTHZ_CACHE_MS / 1000)
-            assert _record_bytes(last[-1]) == 0
+        def refused() -> bool:
+            nonlocal epoch
             epoch += 1
-            again = carol.fetch(sid, epoch, None)
-            assert _errors(again) == {b: ErrorCode.topic_authorization_failed} and _record_bytes(again) == 0
-    finally:
-        for f in admin.delete_acls([revoke]).values():
-            f.result(30)
+            resp = carol.fetch(sid, epoch, None)
+            assert resp.error_code == ErrorCode.none and resp.session_id == sid
+            last.append(resp)
+            return _errors(resp) == {b: ErrorCode.topic_authorization_failed}
+
+        # bounded: the broker applies the deletion, then the endpoint's cache
+        # (AUTHZ_CACHE_MS) expires; until then the session still reads
+        wait_for("the open session refused B", refused, timeout=30 + AUTHZ_CACHE_MS / 1000)
+        assert _record_bytes(last[-1]) == 0
+        epoch += 1
+        again = carol.fetch(sid, epoch, None)
+        assert _errors(again) == {b: ErrorCode.topic_authorization_failed} and _record_bytes(again) == 0
 
 
 def _small_cache(secured: Secured, name: str, eviction_ms: int) -> EndpointThread:

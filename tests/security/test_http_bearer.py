@@ -20,15 +20,6 @@ from typing import Any
 
 import pytest
 import schemathesis
-from confluent_kafka.admin import (
-    AclBinding,
-    AclBindingFilter,
-    AclOperation,
-    AclPermissionType,
-    AdminClient,
-    ResourcePatternType,
-    ResourceType,
-)
 from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 
@@ -38,6 +29,7 @@ from fetcher.http.server import HttpApiServer
 from rlm.config import ListenerSecurity
 from rlm.errors import ConfigError
 from tests.daemon.helpers import wait_for
+from tests.fixtures.acls import ReadAcl
 from tests.security.conftest import Secured
 
 pytestmark = [pytest.mark.security, pytest.mark.kafka]
@@ -126,35 +118,11 @@ def test_tokens_read_what_the_broker_acls_allow(
 
 def test_an_acl_added_and_removed_on_the_broker_follows(secured: Secured, bearer: str) -> None:
     a = secured.topics["A"]
-    binding = AclBinding(
-        ResourceType.TOPIC,
-        a,
-        ResourcePatternType.LITERAL,
-        "User:dave",
-        "*",
-        AclOperation.READ,
-        AclPermissionType.ALLOW,
-    )
-    admin = AdminClient({"bootstrap.servers": secured.kafka.bootstrap, **secured.kafka.client_config})
-    for f in admin.create_acls([binding]).values():
-        f.result(30)
-    try:
+    with ReadAcl(secured.kafka, "User:dave", a):
         wait_for(
             "dave reads A",
             lambda: _get(secured, f"{bearer}/v1/topics/{a}{_RECORDS}", TOKENS["dave"])[0] == 200,
         )
-    finally:
-        flt = AclBindingFilter(
-            ResourceType.TOPIC,
-            a,
-            ResourcePatternType.LITERAL,
-            "User:dave",
-            "*",
-            AclOperation.READ,
-            AclPermissionType.ALLOW,
-        )
-        for f in admin.delete_acls([flt]).values():
-            f.result(30)
     wait_for(
         "dave refused A again",
         lambda: _get(secured, f"{bearer}/v1/topics/{a}{_RECORDS}", TOKENS["dave"])[0] == 403,
