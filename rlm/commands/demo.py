@@ -2,7 +2,8 @@
 
 1. Writes a realistic broker log dir with :class:`rlm.log.writer.PartitionWriter`: several topics,
    compressed batches, idempotent and transactional producers (commits and aborts, one open),
-   a leader-epoch change, a compacted topic (which the daemon refuses to tier).
+   a leader-epoch change, a compacted topic (tiered only below the broker cleaner's checkpoint:
+   none here, no cleaner ran).
 2. Runs the daemon once (``rlm run --once``) standalone with the ``local`` storage plugin and the
    embedded ``file`` metadata store.
 3. Prints ``rlm status`` and writes the ``rlm.yaml`` it used, to continue with.
@@ -219,7 +220,7 @@ def _tier_and_read(root: Path, size_mb: int, config_file: Path, spark: Any, spar
     sizes = write_demo_log_dir(root / "kafka-logs", size_mb)
     for name, size in sorted(sizes.items()):
         print(f"   {name:<12} {size / 1e6:7.1f} MB")
-    print("   user-profiles-0 (compacted: the daemon refuses to tier it)")
+    print("   user-profiles-0 (compacted: nothing to tier until the broker's cleaner has cleaned it)")
     print(
         "2. rlm run --once (standalone, local storage plugin, file metadata store) "
         f"[{time.monotonic() - t0:.1f}s]"

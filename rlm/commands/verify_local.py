@@ -14,7 +14,9 @@ the two overlap — what ``rlm restore`` wrote, and what the broker must still h
 * each local segment that starts where a remote segment of the readers' chain starts and ends
   below the remote end holds the very bytes of the remote ``.log`` (``local_segment_mismatch``);
   indexes are not compared (the broker may rebuild them at start-up, with the same content but
-  not necessarily the same bytes);
+  not necessarily the same bytes); a segment of a compacted topic the broker's cleaner rewrote
+  after it was tiered differs legitimately, and passes when each of its records below the remote
+  end is the remote copy's record at that offset (:mod:`.verify_compacted`);
 * the local log start (the first segment, raised by ``log-start-offset-checkpoint``) is not below
   the published ``DeleteRecords`` bound (``local_log_start``: the broker would serve deleted
   records again);
@@ -30,13 +32,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fetcher.planning import PartitionPlan
-from rlm.errors import RemoteStorageError, RlmError
+from rlm.daemon.compacted import cleaner_checkpoint
+from rlm.errors import RlmError
 from rlm.lineage import epochs_for_range
 from rlm.log.checkpoints import read_leader_epoch_checkpoint, read_partition_metadata
 from rlm.log.log_start import checkpoint_log_start, first_segment_offset
 from rlm.log.partition import PartitionDir
 from rlm.types import RemoteLogSegmentMetadata, TopicIdPartition, TopicPartition
 from rsm_plugins.api import RemoteStorageManager
+
+from .verify_compacted import compaction_mismatch
 
 _CHUNK = 4 << 20
 
@@ -119,13 +124,19 @@ def check_restored(rsm: RemoteStorageManager, plan: PartitionPlan, pdir: Path,
     remote_end = plan.log_end
     by_start = {s.metadata.start_offset: s.metadata for s in plan.segments}
     segs = local.segments
+    # only a partition the broker's cleaner has worked on may differ from its remote copy by compaction
+    cleaned = cleaner_checkpoint(pdir, plan.tp.topic_partition) is not None
     for seg, nxt in zip(segs, [*segs[1:], None], strict=True):
         md = by_start.get(seg.base_offset)
         if md is None or nxt is None:
             continue  # not a copy of a remote segment (newer, or the active one)
         try:
             why = _same_bytes(rsm, md, seg.log_path)
-        except (OSError, RemoteStorageError) as e:
+            if why is not None and cleaned:  # the broker's cleaner rewrites tiered segments
+                remote = [s.metadata for s in plan.segments]
+                hi = min(nxt.base_offset, remote_end) - 1
+                why = compaction_mismatch(rsm, remote, seg.log_path, seg.base_offset, hi)
+        except (OSError, RlmError) as e:
             why = f"cannot be compared: {e}"
         if why is not None:
             out.append(LocalFinding("local_segment_mismatch", f"{seg.log_path}: {why}",

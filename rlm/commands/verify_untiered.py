@@ -28,6 +28,7 @@ def untiered_problems(config: DaemonConfig, tiered: Set[TopicPartition], topic: 
     if not config.log_dirs:
         return []
     # the daemon's discovery and the log reader load when a log dir is checked, not for `rlm --help`
+    from rlm.daemon.compacted import cleaner_checkpoint, is_compact_only
     from rlm.daemon.discovery import TieringPolicy, scan_log_dirs
     from rlm.log.partition import PartitionDir
 
@@ -39,7 +40,12 @@ def untiered_problems(config: DaemonConfig, tiered: Set[TopicPartition], topic: 
         if not policy.is_tiered(tp.topic, policy.topic_config(tp.topic, None)):
             continue
         try:
-            rolled = PartitionDir(found.dir).inactive_segments()
+            pdir = PartitionDir(found.dir)
+            rolled = pdir.inactive_segments()
+            if is_compact_only(policy.topic_config(tp.topic, None).cleanup_policy):
+                # tiered only once the broker's cleaner has finished with them
+                done = cleaner_checkpoint(found.dir, tp) or 0
+                rolled = [s for s in rolled if pdir.next_offset(s) <= done]
         except (RlmError, OSError, ValueError):  # being deleted or rewritten by the broker
             continue
         if rolled:

@@ -6,6 +6,10 @@ history backwards (``lineage.find_highest_remote_offset``). Each copy follows th
 COPY_SEGMENT_STARTED → RSM copy → COPY_SEGMENT_FINISHED with a fresh segment id; a failed RSM
 copy is undone (DELETE_SEGMENT_STARTED → RSM delete → DELETE_SEGMENT_FINISHED) and the error is
 re-raised so the scheduler retries the partition with backoff (and a new id).
+
+Compacted topics (:mod:`rlm.daemon.compacted`): a ``compact`` topic's segments are eligible only
+wholly below the broker cleaner's checkpoint too; a segment the cleaner rewrote so that it straddles
+the remote end is copied from the remote end on, never whole (a tiered range is never copied again).
 """
 
 from __future__ import annotations
@@ -17,12 +21,19 @@ from pathlib import Path
 import structlog
 
 from rlm.config import ResolvedTopicConfig
+from rlm.daemon.compacted import (
+    TailSegment,
+    cleaner_checkpoint,
+    is_compact_only,
+    is_compacted,
+    write_tail_segment,
+)
 from rlm.daemon.context import EpochHistory, TaskContext, now_ms
 from rlm.daemon.crash import crash_point
 from rlm.daemon.local_log import LocalLogView, LocalSegment
 from rlm.daemon.producer_snapshot import producer_snapshot_for
 from rlm.daemon.remote_ops import delete_remote_segment
-from rlm.errors import RlmError
+from rlm.errors import LogFormatError, RlmError
 from rlm.lineage import checkpoint_bytes, epochs_for_range, find_highest_remote_offset
 from rlm.types import (
     LogSegmentData,
@@ -79,10 +90,13 @@ class SegmentCopier:
         )
         self._check_gap(tp, view, copied)
         from_offset = max(copied + 1, view.local_start_offset)
+        limit = lso
+        if is_compact_only(topic_cfg.cleanup_policy):  # what the broker's cleaner has finished with
+            limit = min(lso, cleaner_checkpoint(view.dir, view.topic_partition) or 0)
         candidates = [
             s
             for s in view.rolled
-            if s.next_offset is not None and s.next_offset > from_offset and s.next_offset <= lso
+            if s.next_offset is not None and s.next_offset > from_offset and s.next_offset <= limit
         ]
         st.copy_lag = uncopied_offsets(candidates, from_offset)
         ctx.metrics.copy_lag_offsets.labels(*labels).set(st.copy_lag)
@@ -91,10 +105,13 @@ class SegmentCopier:
         if tp in ctx.copy_disabled or lso <= 0 or copied >= lso - 1:
             return 0
         done = 0
+        compacted = is_compacted(topic_cfg.cleanup_policy)
         for seg in candidates:
             if ctx.stop.is_set():
                 break
-            if not self.copy_segment(tp, view, seg, epochs):
+            # only a compacted topic's cleaner moves segment boundaries under the remote end
+            start = from_offset if compacted and seg.base_offset < from_offset else None
+            if not self.copy_segment(tp, view, seg, epochs, from_offset=start):
                 break
             done += 1
             st.remote_end = max(st.remote_end, seg.end_offset)
@@ -151,35 +168,76 @@ class SegmentCopier:
         self.ctx.metrics.copy_lag_near_retention.labels(*labels).set(near)
 
     def copy_segment(
-        self, tp: TopicIdPartition, view: LocalLogView, seg: LocalSegment, epochs: list[tuple[int, int]]
+        self,
+        tp: TopicIdPartition,
+        view: LocalLogView,
+        seg: LocalSegment,
+        epochs: list[tuple[int, int]],
+        *,
+        from_offset: int | None = None,
     ) -> bool:
-        """One segment through the copy protocol. False = stopped (quota wait interrupted)."""
+        """One segment through the copy protocol. False = stopped (quota wait interrupted).
+
+        With ``from_offset`` (a cleaned segment straddling the remote end) only its batches from
+        that offset on are copied, as a segment of their own written in the staging dir.
+        """
         ctx = self.ctx
         assert seg.next_offset is not None
         if not ctx.quota.acquire(seg.size, ctx.stop):
             return False
+        tail: TailSegment | None = None
+        if from_offset is not None:
+            if view.topic_id is None:
+                raise LogFormatError("no topic id to write a segment's tail with", path=view.dir)
+            tail = write_tail_segment(seg, from_offset, ctx.staging_dir(tp), view.topic_id)
+            log.info(
+                "cleaned_segment_tail_copy",
+                topic=tp.topic,
+                partition=tp.partition,
+                local_base_offset=seg.base_offset,
+                from_offset=from_offset,
+                end_offset=seg.end_offset,
+                reason="the broker's cleaner merged tiered offsets into this segment",
+            )
+        try:
+            return self._copy(tp, view, seg, epochs, tail)
+        finally:
+            if tail is not None:
+                tail.remove()
+
+    def _copy(
+        self,
+        tp: TopicIdPartition,
+        view: LocalLogView,
+        seg: LocalSegment,
+        epochs: list[tuple[int, int]],
+        tail: TailSegment | None,
+    ) -> bool:
+        ctx = self.ctx
+        assert seg.next_offset is not None
+        base = tail.base_offset if tail is not None else seg.base_offset
+        size = tail.size if tail is not None else seg.size
+        files = tail.path if tail is not None else seg.path
         seg_id = RemoteLogSegmentId.generate_new(tp)
-        bind = log.bind(
-            topic=tp.topic, partition=tp.partition, base_offset=seg.base_offset, segment_id=seg_id.id.text
-        )
-        txn = seg.path(".txnindex")
+        bind = log.bind(topic=tp.topic, partition=tp.partition, base_offset=base, segment_id=seg_id.id.text)
+        txn = files(".txnindex")
         txn_path = txn if txn.exists() and txn.stat().st_size > 0 else None
         md = RemoteLogSegmentMetadata(
             remote_log_segment_id=seg_id,
-            start_offset=seg.base_offset,
+            start_offset=base,
             end_offset=seg.end_offset,
-            max_timestamp_ms=seg.max_timestamp(),
+            max_timestamp_ms=tail.max_timestamp if tail is not None else seg.max_timestamp(),
             broker_id=ctx.node_id,
             event_timestamp_ms=now_ms(),
-            segment_size_in_bytes=seg.size,
-            segment_leader_epochs=tuple(epochs_for_range(epochs, seg.base_offset, seg.next_offset)),
+            segment_size_in_bytes=size,
+            segment_leader_epochs=tuple(epochs_for_range(epochs, base, seg.next_offset)),
             txn_index_empty=txn_path is None,
         )
         snapshot = producer_snapshot_for(view, seg.next_offset, ctx.staging_dir(tp))
         data = LogSegmentData(
-            log_segment=seg.log_path,
-            offset_index=seg.path(".index"),
-            time_index=seg.path(".timeindex"),
+            log_segment=files(".log"),
+            offset_index=files(".index"),
+            time_index=files(".timeindex"),
             transaction_index=txn_path,
             producer_snapshot_index=snapshot,
             leader_epoch_index=checkpoint_bytes(epochs, seg.next_offset),
@@ -215,7 +273,7 @@ class SegmentCopier:
                 self._undo(md, "leadership_moved")
                 raise LeadershipLostError(
                     f"{tp}: leadership moved away from node {ctx.node_id} while offsets "
-                    f"{seg.base_offset}..{seg.end_offset} were being copied; the copy was undone"
+                    f"{base}..{seg.end_offset} were being copied; the copy was undone"
                 )
             ctx.meta(
                 ctx.rlmm.update_remote_log_segment_metadata(
@@ -230,14 +288,14 @@ class SegmentCopier:
                 ctx.in_flight.pop(seg_id, None)
             _cleanup_staged(snapshot, view)
         labels = (tp.topic, str(tp.partition))
-        ctx.metrics.bytes_copied.labels(*labels).inc(seg.size)
+        ctx.metrics.bytes_copied.labels(*labels).inc(size)
         ctx.metrics.segments_copied.labels(*labels).inc()
         st = ctx.status.partition(tp.topic, tp.partition)
         st.last_copy_ms = now_ms()
         bind.info(
             "segment_copied",
             end_offset=seg.end_offset,
-            bytes=seg.size,
+            bytes=size,
             epochs=[list(e) for e in md.segment_leader_epochs],
         )
         return True

@@ -2,8 +2,9 @@
 
 A partition is tiered when its topic's ``remote.storage.enable`` is true — from the sidecar's own
 per-topic config, or (when the sidecar says nothing about the topic and a broker is configured)
-from the broker's topic config. Internal topics are never tiered; compacted topics are refused
-with a warning, once per topic (KIP-405 non-goal).
+from the broker's topic config. Internal topics (``__consumer_offsets``, ``__transaction_state``,
+...) are never tiered. Compacted topics (``cleanup.policy`` ``compact`` or ``compact,delete``) are
+tiered by the rules of :mod:`rlm.daemon.compacted` (docs/compacted-topics.md).
 
 A partition's topic id comes from its ``partition.metadata`` file, or, where the broker keeps none
 (ZooKeeper-mode brokers up to 3.x write it only in some versions: 2.8 never does), from the
@@ -140,11 +141,10 @@ def is_internal(topic: str) -> bool:
 
 
 class TieringPolicy:
-    """Decides per topic whether to tier, remembering which refusals were already logged."""
+    """Decides per topic whether to tier, from the sidecar's and the broker's topic configs."""
 
     def __init__(self, config: DaemonConfig) -> None:
         self.config = config
-        self._warned: set[str] = set()
 
     def topic_config(self, topic: str, view: ClusterView | None) -> ResolvedTopicConfig:
         cfg = self.config.topic_config(topic)
@@ -176,14 +176,4 @@ class TieringPolicy:
             return "internal topic"
         if not cfg.remote_storage_enable:
             return "remote.storage.enable is not true (sidecar config or broker topic config)"
-        if cfg.cleanup_policy is not None and "compact" in cfg.cleanup_policy:
-            if topic not in self._warned:
-                self._warned.add(topic)
-                log.warning(
-                    "compacted_topic_refused",
-                    topic=topic,
-                    cleanup_policy=cfg.cleanup_policy,
-                    reason="tiered storage does not support compacted topics (KIP-405 non-goal)",
-                )
-            return f"compacted (cleanup.policy={cfg.cleanup_policy}; KIP-405 does not tier compacted topics)"
         return None

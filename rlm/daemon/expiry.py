@@ -9,6 +9,8 @@ lineage and the verdict come from :mod:`rlm.lineage`, shared with the read core)
 segments past ``retention.ms`` or beyond ``retention.bytes`` (remote + not-yet-tiered local
 bytes) are deleted oldest first, stopping at the first one kept, and the remote log start
 advances past them; quarantined segments past retention or below that start go with them.
+A ``compact`` topic (without ``delete``) keeps its lineage segments whatever their age or size, as
+the broker keeps its log: only compaction replaces a compacted history, retention never shortens it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from rlm.config import ResolvedTopicConfig
+from rlm.daemon.compacted import is_compact_only
 from rlm.daemon.context import EpochHistory, TaskContext, now_ms
 from rlm.daemon.local_log import LocalLogView
 from rlm.daemon.log_start import LogStartKeeper
@@ -216,8 +219,9 @@ class RemoteExpirer:
         remaining = remote_bytes + local_only - cfg.retention_bytes if cfg.retention_bytes > -1 else 0
         deleted = 0
         kept = list(finished)
+        keep_all = is_compact_only(cfg.cleanup_policy)
         for md in finished:
-            if self.ctx.stop.is_set():
+            if keep_all or self.ctx.stop.is_set():
                 break
             reason = None
             if cfg.retention_ms > -1 and md.max_timestamp_ms <= now - cfg.retention_ms:

@@ -168,6 +168,16 @@ class PartitionWriter:
         patched[12:16] = self.leader_epoch.to_bytes(4, "big", signed=True)
         return self._append(bytes(patched), self.clock() if now is None else now, None)
 
+    def append_at_own_offsets(self, batch: bytes, *, now: int | None = None) -> BatchHeader:
+        """Append one encoded batch unchanged, at its own base offset, which may leave a gap after
+        the log end (a log cleaner's output does: records it removed leave holes in the offsets).
+        Producer state records it as a data batch; transaction ends are not tracked, so a caller
+        copying markers writes the segment's ``.txnindex`` itself."""
+        header = next(iter_batches(batch, verify_crc=False))
+        if header.base_offset < self.next_offset:
+            raise ValueError(f"batch at offset {header.base_offset} is below the log end {self.next_offset}")
+        return self._append(batch, self.clock() if now is None else now, None)
+
     def set_leader_epoch(self, epoch: int) -> None:
         """Later batches carry ``epoch`` (a leader change); it must not go backwards."""
         if epoch < self.leader_epoch:

@@ -123,7 +123,8 @@ def test_broker_with_native_tiering_topic_config_is_read(
         load_config(None, log_dirs=["/x"], topics=[{"pattern": "ts-*", "remote.storage.enable": True}])
     )
     assert compact.topic_config("ts-compact", view).cleanup_policy == "compact"
-    assert not compact.is_tiered("ts-compact", compact.topic_config("ts-compact", view))
+    # the sidecar tiers it beside the broker, below the cleaner checkpoint (docs/compacted-topics.md)
+    assert compact.is_tiered("ts-compact", compact.topic_config("ts-compact", view))
     veto = TieringPolicy(
         load_config(None, log_dirs=["/x"], topics=[{"pattern": "ts-on", "remote.storage.enable": False}])
     )
