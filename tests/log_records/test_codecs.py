@@ -128,3 +128,14 @@ def test_snappy_absurd_declared_length_is_rejected_before_allocating() -> None:
     bomb = b"\xff\xff\xff\xff\x0f" + b"\x00" * 10  # raw block claiming 4 GiB
     with pytest.raises(CompressionError, match="claims"):
         decompress(Compression.SNAPPY, bomb)
+
+
+@pytest.mark.parametrize("codec", [Compression.LZ4, Compression.SNAPPY])
+def test_results_never_share_the_reused_scratch(codec: Compression) -> None:
+    """lz4 and snappy decompress into one per-thread scratch buffer: what a call returned must stay
+    what it was after later calls in the same thread reuse (and grow) that buffer."""
+    first = decompress(codec, compress(codec, BIG))
+    second = decompress(codec, compress(codec, SMALL))
+    third = decompress(codec, compress(codec, BIG * 3))  # grows the scratch past BIG's size
+    assert (first, second, third) == (BIG, SMALL, BIG * 3)
+    assert isinstance(first, bytes)
