@@ -20,8 +20,8 @@ import pytest
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as CkTopicPartition
 
-from rlm.compaction import CompactionInput, CompactionSettings, compact
-from rlm.log import iter_batches, read_arrow
+from rlm.compaction import CompactionInput, CompactionSettings, compact, last_batches_of_producers
+from rlm.log import Compression, decode_records, iter_batches, read_arrow
 from tests.compaction import workload as wl
 from tests.services.kafka import KafkaCluster, dump_log_segments, dump_problems
 from tests.services.proc import wait_until
@@ -106,7 +106,11 @@ def test_engine_keeps_what_the_broker_cleaner_keeps(cleaner_broker: KafkaCluster
     wl.set_topic_config(cleaner_broker, topic, **{"min.cleanable.dirty.ratio": "0.01"})
     wl.wait_cleaned(cleaner_broker, topic, active)
 
-    result = compact(CompactionInput(copies, aborted=aborted), tmp_path / "out", CompactionSettings())
+    # the broker's producer state when it cleans covers its active segment too
+    producers = last_batches_of_producers(
+        h for log in wl.segment_files(pdir) for h in iter_batches(log.read_bytes()))
+    result = compact(CompactionInput(copies, aborted=aborted, producers=producers), tmp_path / "out",
+                     CompactionSettings())
     assert result.segments_used == len(copies) and result.end_offset == active
     assert result.files is not None
     ours = rows(result.files.log)
@@ -114,6 +118,7 @@ def test_engine_keeps_what_the_broker_cleaner_keeps(cleaner_broker: KafkaCluster
     assert ours == theirs, (f"{len(ours - theirs)} records only in ours (e.g. {sorted(ours - theirs)[:3]}), "
                             f"{len(theirs - ours)} only in the broker's (e.g. {sorted(theirs - ours)[:3]})")
     assert result.records_kept == len(ours) < result.records_read
+    assert_same_batches(result.files.log, pdir, active)
 
     values = {v for _, _, v in ours}
     assert not values & written.aborted_values, "aborted data survived"
@@ -127,6 +132,33 @@ def test_engine_keeps_what_the_broker_cleaner_keeps(cleaner_broker: KafkaCluster
     assert all(ours_then_tail[k] == written.model[k] for k in rewritten)
 
     assert_kafka_reads(result.files.log, result.files.offset_index, result.files.time_index)
+
+
+def assert_same_batches(ours: Path, pdir: Path, below: int) -> None:
+    """Batch for batch, our output is the broker's cleaned log: same offsets, producer fields,
+    attributes (delete-horizon bit included), record counts and records (offset, timestamp, key,
+    value, headers); an uncompressed batch without a delete horizon is byte for byte the broker's
+    (a horizon is the cleaner's clock; compressed batches are re-compressed by another library)."""
+    mine = {h.base_offset: (h, ours.read_bytes()[h.position:h.end_position])
+            for h in iter_batches(ours.read_bytes())}
+    theirs = {}
+    for log in wl.segment_files(pdir):
+        data = log.read_bytes()
+        for h in iter_batches(data):
+            if h.base_offset < below:
+                theirs[h.base_offset] = (h, data[h.position:h.end_position])
+    assert sorted(mine) == sorted(theirs)
+    fields = ("last_offset_delta", "attributes", "producer_id", "producer_epoch", "base_sequence",
+              "records_count", "partition_leader_epoch")
+    same_bytes = 0
+    for base, (h, raw) in mine.items():
+        b, braw = theirs[base]
+        assert [getattr(h, f) for f in fields] == [getattr(b, f) for f in fields], (h, b)
+        assert decode_records(raw) == decode_records(braw), f"batch {base}: records differ"
+        if h.compression == Compression.NONE and not h.has_delete_horizon:
+            assert raw == braw, f"batch {base} differs from the broker's"
+            same_bytes += 1
+    assert same_bytes
 
 
 def assert_kafka_reads(log: Path, *indexes: Path) -> None:
