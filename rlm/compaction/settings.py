@@ -41,7 +41,8 @@ class CompactionSettings(BaseModel):
     min_cleanable_dirty_ratio: float = Field(
         default=0.5, ge=0.0, le=1.0, description="Compact when dirty bytes / all bytes exceeds this.")
     offset_map_memory_bytes: int = Field(
-        default=128 * 1024 * 1024, ge=20, description="Memory of the key -> offset map (20 bytes per slot).")
+        default=128 * 1024 * 1024, ge=40,
+        description="Memory of the key -> offset map (20 bytes per slot; at least one key).")
     load_factor: float = Field(
         default=0.9, gt=0.0, le=0.95, description="How full the offset map may get before a pass ends.")
     index_interval_bytes: int = Field(
