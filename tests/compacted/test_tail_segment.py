@@ -1,0 +1,213 @@
+"""A cleaned segment that merges tiered offsets with untiered ones, on files written as the
+broker's cleaner leaves them (whole batches removed, survivors at their offsets, one segment for
+a group of three), beside the standalone daemon:
+
+* the next copy starts at the remote end and holds exactly the merged segment's batches from
+  there on, with indexes (never the whole segment again: a tiered range is never copied twice);
+* the tiered objects do not change, and a fetch into a gap of the copied tail is served from the
+  next offset;
+* ``rlm verify --deep`` accepts the cleaned local segment against the uncompacted remote copy,
+  and reports a local record the remote copy does not hold as ``local_segment_mismatch``;
+* a batch spanning the remote end is refused with a typed error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from fetcher import RemoteFetcher
+from rlm.config import load_config
+from rlm.daemon.compacted import StraddlingBatchError, write_tail_segment
+from rlm.daemon.local_log import LocalLogView
+from rlm.daemon.service import Daemon
+from rlm.log.checkpoints import CLEANER_OFFSET_CHECKPOINT, MetaProperties
+from rlm.log.model import Record
+from rlm.log.offset_index import parse_offset_index
+from rlm.log.records import iter_batches, iter_records, read_batch_bytes
+from rlm.log.writer import PartitionWriter, WriterConfig, merge_offset_checkpoint, write_log_dir_files
+from rlm.types import IndexType, KafkaUuid, TopicPartition
+
+ROOT = Path(__file__).resolve().parents[2]
+TOPIC = "cdc-users"
+BATCH = 10  # records per batch; batch i holds offsets 10i..10i+9
+
+
+def _kept(i: int) -> bool:
+    """Which of the original batches the simulated cleaner keeps."""
+    return i % 3 != 1
+
+
+def _original(log_dir: Path, tid: KafkaUuid) -> Path:
+    """Batches 0-30, segments rolled at 100, 200 and 300 (300 is the active one)."""
+    pdir = log_dir / f"{TOPIC}-0"
+    w = PartitionWriter(pdir, topic_id=tid, config=WriterConfig())
+    for i in range(31):
+        if i in (10, 20, 30):
+            w.roll()
+        w.append([(f"user-{(i * BATCH + j) % 37}".encode(), f"v{i}-{j}".encode() * 20) for j in range(BATCH)],
+                 producer_id=5, producer_epoch=0)
+    w.close()
+    write_log_dir_files(log_dir, [(TopicPartition(TOPIC, 0), w.log_end_offset)],
+                        meta=MetaProperties(1, "compacted-tail-0001", 1))
+    return pdir
+
+
+def _batches(pdir: Path) -> list[bytes]:
+    out = []
+    for log in sorted(pdir.glob("*.log")):
+        out += [read_batch_bytes(log, h) for h in iter_batches(log)]
+    return out
+
+
+def _clean(pdir: Path, tid: KafkaUuid, tmp: Path, tamper: bool = False) -> list[bytes]:
+    """Rewrites ``pdir`` as the cleaner would: one segment for [0, 300) holding the kept batches
+    (with ``tamper``, one of them with other values), the active segment at 300 unchanged."""
+    batches = _batches(pdir)
+    out = tmp / "cleaned" / pdir.name
+    w = PartitionWriter(out, topic_id=tid)
+    kept = []
+    for i, b in enumerate(batches[:30]):
+        if _kept(i):
+            if tamper and i == 3:
+                other = tmp / "other" / pdir.name
+                t = PartitionWriter(other, topic_id=tid, start_offset=i * BATCH)
+                t.append([(b"user-x", b"never written") for _ in range(BATCH)])
+                t.close()
+                b = _batches(other)[0]
+            w.append_at_own_offsets(b)
+            kept.append(b)
+    w.roll()
+    w.append_at_own_offsets(batches[30])
+    w.close(clean=False)
+    for f in pdir.iterdir():
+        if f.suffix in (".log", ".index", ".timeindex", ".txnindex"):
+            f.unlink()
+    for f in out.iterdir():
+        if f.suffix in (".log", ".index", ".timeindex", ".txnindex"):
+            shutil.copy(f, pdir / f.name)
+    merge_offset_checkpoint(pdir.parent / CLEANER_OFFSET_CHECKPOINT, {TopicPartition(TOPIC, 0): 300})
+    return kept
+
+
+def _config(tmp: Path) -> dict[str, Any]:
+    return {
+        "log_dirs": [str(tmp / "logs")],
+        "work_dir": str(tmp / "work"),
+        "storage": {"plugin": "local", "config": {"root": str(tmp / "remote")}},
+        "metadata": {"manager": "file", "config": {"dir": str(tmp / "work" / "metadata")}},
+        "topics": [{"pattern": TOPIC, "remote.storage.enable": True, "cleanup.policy": "compact,delete",
+                    "retention.ms": -1}],
+        "http": {"enabled": False},
+    }
+
+
+def _tier(cfg: Path) -> None:
+    d = Daemon(load_config(cfg), once=True).start()
+    try:
+        assert d.run_once() == 0
+    finally:
+        d.stop()
+
+
+def _digest(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _verify(cfg: Path) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "rlm.cli", "verify", "--config", str(cfg), "--deep", "--json"]
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode in (0, 1), res.stderr
+    out: dict[str, Any] = json.loads(res.stdout)
+    return out
+
+
+@pytest.fixture
+def tiered(tmp_path: Path) -> tuple[Path, Path, KafkaUuid]:
+    tid = KafkaUuid.random()
+    pdir = _original(tmp_path / "logs", tid)
+    cfg = tmp_path / "rlm.yaml"
+    cfg.write_text(yaml.safe_dump(_config(tmp_path)))
+    _tier(cfg)
+    return pdir, cfg, tid
+
+
+def test_cleaned_segment_already_tiered_is_not_copied_again(
+    tiered: tuple[Path, Path, KafkaUuid], tmp_path: Path
+) -> None:
+    pdir, cfg, tid = tiered
+    before = _digest(tmp_path / "remote")
+    with RemoteFetcher.from_config(load_config(cfg)) as f:
+        assert [s.metadata.start_offset for s in f.plan(TOPIC, 0).segments] == [0, 100, 200]
+    _clean(pdir, tid, tmp_path)
+    _tier(cfg)  # the merged segment [0, 300) is all tiered already: nothing is copied again
+    assert _digest(tmp_path / "remote") == before
+    with RemoteFetcher.from_config(load_config(cfg)) as f:
+        plan = f.plan(TOPIC, 0)
+        assert [(s.metadata.start_offset, s.metadata.end_offset) for s in plan.segments] == [
+            (0, 99), (100, 199), (200, 299)]
+        # the tiered copy of [200, 300) was the original segment, so offsets 210..219 exist remotely
+        got = f.fetch(TOPIC, 0, 215)
+        assert next(r.offset for _, r in iter_records(got.records) if r.offset >= 215) == 215
+    assert not _verify(cfg)["problems"], "a cleaned local segment is not corruption"
+
+
+def test_straddling_segment_copies_only_its_tail(tmp_path: Path) -> None:
+    tid = KafkaUuid.random()
+    logs = tmp_path / "logs"
+    pdir = _original(logs, tid)
+    # tier [0, 200) only: the segment at 200 is the active one at the time
+    for f in pdir.glob("00000000000000000300.*"):
+        f.rename(tmp_path / f.name)
+    cfg = tmp_path / "rlm.yaml"
+    cfg.write_text(yaml.safe_dump(_config(tmp_path)))
+    _tier(cfg)
+    for f in tmp_path.glob("00000000000000000300.*"):
+        f.rename(pdir / f.name)
+    before = _digest(tmp_path / "remote")
+    kept = _clean(pdir, tid, tmp_path)  # one segment [0, 300): straddles the remote end 199
+    _tier(cfg)
+    after = _digest(tmp_path / "remote")
+    assert {k: after[k] for k in before} == before, "tiered objects unchanged"
+    with RemoteFetcher.from_config(load_config(cfg)) as f:
+        plan = f.plan(TOPIC, 0)
+        spans = [(s.metadata.start_offset, s.metadata.end_offset) for s in plan.segments]
+        assert spans == [(0, 99), (100, 199), (200, 299)], "the tail from the remote end, nothing twice"
+        tail = plan.segments[-1].metadata
+        want = b"".join(b for b in kept if int.from_bytes(b[:8], "big") >= 200)
+        with f.rsm.fetch_log_segment(tail, 0) as s:
+            assert s.read() == want, "the merged segment's batches from the remote end, unchanged"
+        with f.rsm.fetch_index(tail, IndexType.OFFSET) as s:
+            parse_offset_index(s.read(), 200)  # a valid offset index of the new segment
+        # batch 22 (offsets 220..229) was removed by the cleaner: a fetch there gets offset 230
+        got = f.fetch(TOPIC, 0, 225)
+        offsets = [r.offset for _, r in iter_records(got.records) if isinstance(r, Record)]
+        assert next(o for o in offsets if o >= 225) == 230
+    assert not _verify(cfg)["problems"]
+
+
+def test_verify_reports_a_record_the_remote_copy_does_not_hold(
+    tiered: tuple[Path, Path, KafkaUuid], tmp_path: Path
+) -> None:
+    pdir, cfg, tid = tiered
+    _clean(pdir, tid, tmp_path, tamper=True)
+    out = _verify(cfg)
+    found = [(p["kind"], p["message"]) for part in out["partitions"] for p in part["problems"]]
+    assert [k for k, _ in found] == ["local_segment_mismatch"], found
+    assert "the record at offset 30 differs" in found[0][1]
+
+
+def test_a_batch_across_the_remote_end_is_refused(tmp_path: Path) -> None:
+    pdir = _original(tmp_path / "logs", KafkaUuid.random())
+    view = LocalLogView.load(pdir)
+    with pytest.raises(StraddlingBatchError, match="spans the remote end 204"):
+        write_tail_segment(view.segments[2], 205, tmp_path / "staging", KafkaUuid.random())
