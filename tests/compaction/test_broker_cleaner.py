@@ -2,7 +2,7 @@
 
 A compacted topic is fed a keyed workload (updates, tombstones, deleted-then-rewritten keys, an
 idempotent lz4 producer, a plain zstd producer, committed and aborted transactions) while the
-cleaner is held back (``min.cleanable.dirty.ratio=0.99``); the rolled segments are copied aside;
+cleaner is held back (``tests/compaction/workload.py``); the rolled segments are copied aside;
 then the ratio is lowered and the broker's cleaner cleans them. The engine compacts the copies,
 and the surviving (offset, key, value) of the cleaned range must be the broker's exactly; the
 output must pass Kafka's DumpLogSegments; a read_committed consumer of the broker and the engine's
@@ -102,8 +102,9 @@ def test_engine_keeps_what_the_broker_cleaner_keeps(cleaner_broker: KafkaCluster
     copies, aborted, active = wl.copy_rolled(pdir, tmp_path / "input")
     assert len(copies) >= 3, "the workload must roll several segments"
     assert aborted, "the workload must leave aborted transactions in the .txnindex files"
+    assert wl.cleaner_checkpoint(cleaner_broker, topic) < 0, "the cleaner ran before the copy"
 
-    wl.set_topic_config(cleaner_broker, topic, **{"min.cleanable.dirty.ratio": "0.01"})
+    wl.release_cleaner(cleaner_broker, topic)
     wl.wait_cleaned(cleaner_broker, topic, active)
 
     # the broker's producer state when it cleans covers its active segment too
@@ -190,8 +191,9 @@ def test_tombstones_go_after_delete_retention_like_the_broker(cleaner_broker: Ka
     written = wl.write(cleaner_broker, topic, keys=1500, rounds=10, seed=11)
     pdir = wl.partition_dir(cleaner_broker, topic)
     copies, aborted, active = wl.copy_rolled(pdir, tmp_path / "input")
+    assert wl.cleaner_checkpoint(cleaner_broker, topic) < 0, "the cleaner ran before the copy"
 
-    wl.set_topic_config(cleaner_broker, topic, **{"min.cleanable.dirty.ratio": "0.01"})
+    wl.release_cleaner(cleaner_broker, topic)
     wl.wait_cleaned(cleaner_broker, topic, active)
     cleaned_at = int(time.time() * 1000)  # the broker's horizons are at most this + 1000
     settings = CompactionSettings(delete_retention_ms=1000)

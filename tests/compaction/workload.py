@@ -1,10 +1,10 @@
 """A keyed workload on a compacted topic, the uncleaned copy of its segments, and the broker's
 own cleaner run on them: the reference remote compaction is compared with (tests, benchmark).
 
-The topic is created with ``min.cleanable.dirty.ratio=0.99`` so the cleaner leaves it alone while
-the workload is written and the rolled segments are copied aside; lowering the ratio then lets
-the broker's cleaner clean everything below the active segment, and the
-``cleaner-offset-checkpoint`` says when it has.
+The topic is created with ``min.cleanable.dirty.ratio=1`` and a one-day ``min.compaction.lag.ms``
+so the cleaner leaves it alone while the workload is written and the rolled segments are copied
+aside; :func:`release_cleaner` then lets the broker's cleaner clean everything below the active
+segment, and the ``cleaner-offset-checkpoint`` says when it has.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from tests.services.proc import wait_until
 TOPIC_CONFIG = {
     "cleanup.policy": "compact",
     "segment.bytes": "1048576",
-    "min.cleanable.dirty.ratio": "0.99",
-    "min.compaction.lag.ms": "0",
+    "min.cleanable.dirty.ratio": "1",  # a never-cleaned log's dirty ratio is 1.0: never above this
+    "min.compaction.lag.ms": "86400000",  # and no segment is old enough to be cleanable
     "index.interval.bytes": "4096",
 }
 
@@ -135,6 +135,11 @@ def set_topic_config(cluster: KafkaCluster, topic: str, **configs: str) -> None:
         ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET)
         for k, v in configs.items()])
     admin.incremental_alter_configs([res])[res].result(60)
+
+
+def release_cleaner(cluster: KafkaCluster, topic: str) -> None:
+    """Let the broker's cleaner clean the topic (dirty ratio 0.01, no compaction lag)."""
+    set_topic_config(cluster, topic, **{"min.cleanable.dirty.ratio": "0.01", "min.compaction.lag.ms": "0"})
 
 
 def cleaner_checkpoint(cluster: KafkaCluster, topic: str) -> int:
