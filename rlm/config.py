@@ -473,6 +473,13 @@ class ReadConfig(_Strict):
         "kafka_max_connections, so the rest stay for logged-in clients); when full, the oldest one not "
         "logged in is closed for a new one, so a flood of idle sockets cannot keep a client out.",
     )
+    kafka_connection_creation_rate_per_ip: float = Field(
+        50.0, ge=0,
+        description="Kafka-protocol endpoint: new connections per second from one client address (a "
+        "burst of ten seconds' worth passes; Kafka's KIP-612 per-IP connection creation rate quota); "
+        "more are refused on accept, before any TLS work, and closed after the time the rate needs to "
+        "allow one again (at most a second). 0 = no limit.",
+    )
     kafka_queued_max_request_bytes: int = Field(
         128 * 1024 * 1024, ge=1024, json_schema_extra=_kafka("queued.max.request.bytes"),
         description="Kafka-protocol endpoint: request bytes read and held, over all connections, before "

@@ -3,10 +3,19 @@
 Why: before a client has logged in it is anybody, and the listener's resources must not be
 anybody's to take. :class:`ConnectionSlots` counts connections per client address (Kafka's
 ``max.connections.per.ip``) and keeps connections that have not logged in to a cap of their own
-inside the listener's total, so the rest of the slots stay for logged-in clients; when that cap
-is full a new connection takes the place of the oldest one not logged in (which is closed), so a
-flood of idle or half-open sockets cannot keep a real client from logging in: it would have to
-open ``max_unauthenticated`` new connections during that client's login to push it out.
+inside the listener's total, so the rest of the slots stay for logged-in clients. When that cap
+is full the slots are shared out by address: a new connection takes the place of the oldest one
+not logged in of the address holding the most of them (which is closed), provided its own
+address would then still hold fewer; otherwise it is refused. So a flood of idle or half-open
+sockets cannot keep a client on another address from logging in, and the flood cannot churn
+either: once its addresses hold equal shares its new connections are refused, on accept, before
+any TLS work (a reconnect storm above the cap made every reconnect pay a full TLS handshake and
+push out another of the flood's, which the flood opened again). Only when every address holds a
+single slot (as many addresses as slots) does the oldest one overall give way.
+
+:class:`CreationRate` limits how fast one address may open connections (Kafka's KIP-612
+connection creation rate quota per IP): a token bucket per address, so an address over its rate
+is refused without taking anything from another address's.
 
 :class:`ByteBudget` bounds the request bytes read and held over all connections until their
 handlers finish (Kafka's ``queued.max.request.bytes``). A request that does not fit is not read:
@@ -19,7 +28,9 @@ request is not starved by small ones; one larger than the whole budget waits for
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from typing import Protocol
 
 
@@ -39,6 +50,7 @@ class ConnectionSlots:
         self._address: dict[Closable, str] = {}
         self._per_address: dict[str, int] = {}
         self._waiting: OrderedDict[Closable, None] = OrderedDict()  # not logged in, oldest first
+        self._waiting_at: dict[str, int] = {}  # connections not logged in, per address
 
     def __len__(self) -> int:
         return len(self._address)
@@ -49,27 +61,53 @@ class ConnectionSlots:
 
     def admit(self, conn: Closable, address: str) -> str | None:
         """Take a slot for a new connection (not logged in yet); the reason it may not have one, or
-        None. May close the oldest connection not logged in to make room."""
+        None. May close a connection not logged in to make room (the module doc says which)."""
         if self.max_per_address and self._per_address.get(address, 0) >= self.max_per_address:
             return "max_connections_per_ip"
         if len(self._waiting) >= self.max_unauthenticated:
-            oldest = next(iter(self._waiting))
-            self.release(oldest)
-            oldest.close_now("unauthenticated_connections_full")
+            victim = self._victim(address)
+            if victim is None:
+                return "unauthenticated_connections_full"
+            self.release(victim)
+            victim.close_now("unauthenticated_connections_full")
         if len(self._address) >= self.max_connections:
             return "max_connections"
         self._address[conn] = address
         self._per_address[address] = self._per_address.get(address, 0) + 1
         self._waiting[conn] = None
+        self._waiting_at[address] = self._waiting_at.get(address, 0) + 1
         return None
+
+    def _victim(self, address: str) -> Closable | None:
+        """The connection not logged in that gives way to a new one from ``address``, or None when
+        the new one is refused: the oldest of the address holding the most, if ``address`` would
+        still hold fewer after taking it; the oldest overall when every address holds one."""
+        heaviest = max(self._waiting_at.values())
+        if heaviest <= 1:
+            return next(iter(self._waiting))
+        if self._waiting_at.get(address, 0) + 1 >= heaviest:
+            return None
+        return next(c for c in self._waiting if self._address[c] != address
+                    and self._waiting_at[self._address[c]] == heaviest)
 
     def logged_in(self, conn: Closable) -> None:
         """The connection has logged in: it no longer counts against the cap of those that have not."""
-        self._waiting.pop(conn, None)
+        self._leave_waiting(conn)
+
+    def _leave_waiting(self, conn: Closable) -> None:
+        if conn not in self._waiting:
+            return
+        del self._waiting[conn]
+        address = self._address[conn]
+        n = self._waiting_at[address] - 1
+        if n:
+            self._waiting_at[address] = n
+        else:
+            del self._waiting_at[address]
 
     def release(self, conn: Closable) -> None:
         """The connection is closed (idempotent)."""
-        self._waiting.pop(conn, None)
+        self._leave_waiting(conn)
         address = self._address.pop(conn, None)
         if address is None:
             return
@@ -78,6 +116,49 @@ class ConnectionSlots:
             self._per_address[address] = n
         else:
             del self._per_address[address]
+
+
+class CreationRate:
+    """New connections per second per address: a token bucket each, ``rate`` a second refilled up
+    to ``burst`` (Kafka measures its quota over about ten one-second windows, so a burst of ten
+    seconds' worth passes and a sustained rate above it does not). ``rate`` 0: no limit.
+
+    Memory: an address whose bucket is full again is the same as one never seen, so such entries
+    are dropped whenever the table has doubled since the last sweep; it holds at most the
+    addresses that opened a connection within the last ``burst / rate`` seconds."""
+
+    def __init__(self, rate: float, burst: float | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate = rate
+        self.burst = max(1.0, rate * 10 if burst is None else burst)
+        self._clock = clock
+        self._buckets: dict[str, tuple[float, float]] = {}  # address -> (tokens, when counted)
+        self._sweep_at = 1024
+
+    def __len__(self) -> int:
+        return len(self._buckets)
+
+    def take(self, address: str) -> float:
+        """Count a new connection from ``address``: 0.0 when it is within the rate, else the
+        seconds until it would be (the connection is refused; nothing is taken)."""
+        if self.rate <= 0:
+            return 0.0
+        now = self._clock()
+        tokens, at = self._buckets.get(address, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - at) * self.rate)
+        if tokens < 1.0:
+            self._buckets[address] = (tokens, now)
+            return (1.0 - tokens) / self.rate
+        self._buckets[address] = (tokens - 1.0, now)
+        if len(self._buckets) >= self._sweep_at:
+            self._sweep(now)
+        return 0.0
+
+    def _sweep(self, now: float) -> None:
+        full = [a for a, (t, at) in self._buckets.items() if t + (now - at) * self.rate >= self.burst]
+        for a in full:
+            del self._buckets[a]
+        self._sweep_at = max(1024, 2 * len(self._buckets))
 
 
 class ByteBudget:

@@ -51,6 +51,8 @@ class ListenerSettings:
     login_timeout_ms: int = 10_000
     max_connections_per_ip: int = 128
     max_unauthenticated_connections: int = 128
+    #: new connections per second per client address (KIP-612's per-IP quota; 0: no limit)
+    connection_creation_rate_per_ip: float = 50.0
     queued_max_request_bytes: int = 128 * 1024 * 1024
     cluster_id: str = "rlm-remote-tier"
     #: caps on what a client may ask for in one Fetch (the broker's fetch.max.bytes; a partition
@@ -98,6 +100,7 @@ class ListenerSettings:
             login_timeout_ms=rc.kafka_login_timeout_ms,
             max_connections_per_ip=rc.kafka_max_connections_per_ip,
             max_unauthenticated_connections=rc.kafka_max_unauthenticated_connections,
+            connection_creation_rate_per_ip=rc.kafka_connection_creation_rate_per_ip,
             queued_max_request_bytes=rc.kafka_queued_max_request_bytes,
             fetch_max_bytes=rc.kafka_fetch_max_bytes,
             max_partition_fetch_bytes=rc.kafka_max_partition_fetch_bytes,

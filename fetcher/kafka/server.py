@@ -10,8 +10,9 @@ What closes a connection, as on a broker: a size prefix below a request header o
 parse, an API key no Kafka version knows, a version of a known API that the codec cannot even
 frame an error for, a connection idle (or a request or response stalled) longer than
 ``idle_timeout_ms``, a connection not logged in within ``login_timeout_ms`` (without SASL: that
-has not sent its first request), and connections beyond ``max_connections`` or
-``max_connections_per_ip`` (closed on accept). Everything else gets an answer: a supported API
+has not sent its first request), and connections beyond ``max_connections``,
+``max_connections_per_ip``, the not-logged-in share or the address's creation rate (closed on
+accept). Everything else gets an answer: a supported API
 its response, any other API or version the UNSUPPORTED_VERSION error response, ApiVersions of an
 unknown version the KIP-511 v0 answer.
 
@@ -22,8 +23,19 @@ the connection slots (the oldest such connection gives way to a new one), and th
 all connections hold at once are bounded (``queued_max_request_bytes``: a request that does not
 fit waits unread).
 
-TLS, SASL and ACLs come from ``read.kafka_security`` (:mod:`fetcher.kafka.security`): asyncio
-wraps the stream in the (reloading) TLS context, and with SASL each connection gets a
+Admission comes before TLS: the listener accepts plain sockets itself (:func:`listen`,
+``sock_accept``) and counts each against its address's creation rate and the connection slots
+before the event loop reads a byte of it; only an admitted socket becomes a stream, through its
+TLS handshake (``connect_accepted_socket``, within the login deadline). A refused one is closed
+with nothing read and no TLS work done, so a reconnect storm costs an accept and a close each
+(``asyncio.start_server(ssl=...)`` handshakes before its callback could refuse, so every reconnect
+of a storm above the not-logged-in share cost a full handshake; and ``start_tls`` after a plain
+accept loses a ClientHello that uvloop has already read). One over its address's creation rate
+is held, unread, until the rate would allow it (at most a second) and then closed, as Kafka
+delays closing a throttled connection, so the storm does not come straight back.
+
+TLS, SASL and ACLs come from ``read.kafka_security`` (:mod:`fetcher.kafka.security`): the
+(reloading) TLS context wraps an admitted stream, and with SASL each connection gets a
 :class:`~fetcher.kafka.authz.ConnectionGuard` that answers the SASL APIs, closes the connection
 on anything but ApiVersions/SASL before authentication, and applies the broker's ACL decisions
 around the handlers.
@@ -32,10 +44,13 @@ around the handlers.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
+import socket
 import ssl
 import struct
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -44,7 +59,7 @@ import structlog
 from kio.schema.errors import ErrorCode
 
 from fetcher.core import RemoteFetcher
-from fetcher.kafka.admission import ByteBudget, ConnectionSlots
+from fetcher.kafka.admission import ByteBudget, Closable, ConnectionSlots, CreationRate
 from fetcher.kafka.api_consumer_groups import handle_consumer_group_describe, handle_consumer_group_heartbeat
 from fetcher.kafka.api_coordinator import handle_find_coordinator, handle_offset_commit, handle_offset_fetch
 from fetcher.kafka.api_epochs import handle_offset_for_leader_epoch
@@ -110,6 +125,50 @@ _SIZE = struct.Struct(">i")
 _MIN_REQUEST = 8  # api key, version, correlation id
 _TLS_SLICE = 256 * 1024  # bytes of a response handed to the TLS transport at once (16 TLS records)
 _SASL_KEYS = (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY)
+_ACCEPT_RETRY_S = 1.0  # after a failed accept (EMFILE), as asyncio's own server waits
+_THROTTLE_HOLD_S = 1.0  # longest a connection over its creation rate is held before it is closed
+_REFUSAL_LOG_S = 10.0  # refusals of one reason are logged at most once per this, with their count
+
+
+def listen(host: str, port: int) -> list[socket.socket]:
+    """Listening sockets for ``host`` (every address it resolves to, as asyncio's server binds;
+    "": every interface) and ``port`` (0: one the system picks, the same for all when it can)."""
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    out: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            ls = socket.socket(family, kind, proto)
+            out.append(ls)
+            ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                ls.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            if port == 0 and len(out) > 1:  # the port the first one got
+                address = (address[0], out[0].getsockname()[1], *address[2:])
+            ls.bind(address)
+            ls.listen(1024)
+            ls.setblocking(False)
+    except OSError:
+        for ls in out:
+            ls.close()
+        raise
+    return out
+
+
+class _Slot:
+    """A connection's place in the listener's slots from accept on, before its stream exists (the
+    TLS handshake): closing it then cancels the set-up; afterwards it closes the connection."""
+
+    def __init__(self, task: asyncio.Task[Any], peer: str) -> None:
+        self.task = task
+        self.peer = peer
+        self.conn: Connection | None = None
+
+    def close_now(self, reason: str) -> None:
+        if self.conn is not None:
+            self.conn.close_now(reason)
+        else:
+            log.info("kafka_connection_closed", peer=self.peer, reason=reason)
+            self.task.cancel()
 
 
 class KafkaEndpoint:
@@ -126,29 +185,29 @@ class KafkaEndpoint:
         self.security = EndpointSecurity.from_fetcher(fetcher)
         self.ctx = EndpointContext(fetcher, settings, state_dir)
         self._ssl = ssl_context or self.security.ssl_context
-        self._server: asyncio.Server | None = None
+        self._listeners: list[socket.socket] = []
+        self._acceptors: list[asyncio.Task[None]] = []
         self._conns: dict[asyncio.Task[None], Connection] = {}
+        self._pending: set[asyncio.Task[None]] = set()  # accepted, not yet a running connection
         self.slots = ConnectionSlots(
             settings.max_connections,
             settings.max_connections_per_ip,
             settings.max_unauthenticated_connections,
         )
         self.budget = ByteBudget(settings.queued_max_request_bytes)
+        self.creation = CreationRate(settings.connection_creation_rate_per_ip)
+        #: what happened on accept: "accepted", "tls_handshakes" (started), "tls_failed",
+        #: "refused:<reason>" (tests and operators read them; no TLS work is done for a refusal)
+        self.stats: collections.Counter[str] = collections.Counter()
+        self._held = 0  # connections over the creation rate, held before they are closed
+        self._refusals_logged: dict[str, tuple[float, int]] = {}  # reason -> (last logged, count at)
         self.port = settings.port
         self._frontier: BrokerFetchFrontier | None = None
 
     async def start(self) -> KafkaEndpoint:
-        # a TLS handshake not done within the login deadline is dropped before it takes a slot
-        handshake_s = self.settings.login_timeout_ms / 1000 if self._ssl is not None else None
-        self._server = await asyncio.start_server(
-            self._accept,
-            self.settings.host,
-            self.settings.port,
-            ssl=self._ssl,
-            limit=1 << 16,
-            ssl_handshake_timeout=handshake_s,
-        )
-        self.port = self._server.sockets[0].getsockname()[1]
+        self._listeners = listen(self.settings.host, self.settings.port)
+        self.port = self._listeners[0].getsockname()[1]
+        self._acceptors = [asyncio.create_task(self._accept_loop(ls)) for ls in self._listeners]
         self.security.start()
         if self.ctx.forwarder is not None:  # merged mode: the broker decides the frontier
             self._frontier = BrokerFetchFrontier(self.ctx.forwarder, asyncio.get_running_loop())
@@ -171,8 +230,14 @@ class KafkaEndpoint:
         """Stop accepting, let every connection finish the requests it has read (at most
         ``grace_s``; a tail long-poll is at most 5 s), then close what is left and the executors.
         The read core is the caller's: close it only after this returns."""
-        if self._server is not None:
-            self._server.close()
+        for acceptor in self._acceptors:
+            acceptor.cancel()
+        await asyncio.gather(*self._acceptors, return_exceptions=True)
+        for ls in self._listeners:
+            ls.close()
+        for pending in list(self._pending):
+            pending.cancel()
+        await asyncio.gather(*self._pending, return_exceptions=True)
         if self._frontier is not None:
             self.ctx.fetcher.remove_frontier_source(self._frontier)
             self._frontier = None
@@ -185,34 +250,111 @@ class KafkaEndpoint:
             for t in late:
                 t.cancel()
             await asyncio.gather(*late, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
         await self.security.stop()
         self.ctx.close()
         log.info("kafka_endpoint_stopped", port=self.port)
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername")
-        address = str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
+    async def _accept_loop(self, listener: socket.socket) -> None:
+        """Accept connections and start each one's task; nothing of a socket is read here."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                sock, addr = await loop.sock_accept(listener)
+            except OSError as e:  # out of file descriptors, mostly: asyncio's own server waits too
+                log.warning("kafka_accept_failed", error=str(e))
+                await asyncio.sleep(_ACCEPT_RETRY_S)
+                continue
+            task = asyncio.create_task(self._serve(sock, addr))
+            self._pending.add(task)
+            task.add_done_callback(self._pending.discard)
+
+    async def _serve(self, sock: socket.socket, addr: Any) -> None:
+        """One accepted socket: admitted (creation rate, then slots) before a byte of it is read or
+        any TLS work is done; then the TLS handshake, then the connection."""
+        address = str(addr[0]) if isinstance(addr, tuple) and addr else str(addr)
+        peer = str(addr)
         task = asyncio.current_task()
         assert task is not None
-        conn = Connection(self.ctx, reader, writer, str(peer), self.slots, self.budget)
-        refused = self.slots.admit(conn, address)
+        slot = _Slot(task, peer)
+        wait_s = self.creation.take(address)
+        refused = "connection_creation_rate" if wait_s else self.slots.admit(slot, address)
         if refused is not None:
-            s = self.settings
-            limit = s.max_connections_per_ip if refused == "max_connections_per_ip" else s.max_connections
-            log.warning("kafka_connection_refused", peer=str(peer), reason=refused, limit=limit)
-            writer.transport.abort()
+            self._refused(refused, peer)
+            await self._close_refused(sock, wait_s)
             return
-        conn.guard = self.security.guard(str(peer), address)
-        self._conns[task] = conn
+        self.stats["accepted"] += 1
         try:
+            stream = await self._open(sock, peer)
+            if stream is None:
+                return
+            conn = slot.conn = Connection(self.ctx, *stream, peer, self.slots, self.budget, slot=slot)
+            conn._task = task  # close_now() cancels this task
+            conn.guard = self.security.guard(peer, address)
+            self._pending.discard(task)
+            self._conns[task] = conn
             await conn.run()
         except asyncio.CancelledError:
-            pass  # stop() or close_now(): asyncio's stream callback would otherwise report it
+            pass  # stop() or close_now()
         finally:
             self._conns.pop(task, None)
-            self.slots.release(conn)
+            self.slots.release(slot)
+
+    async def _close_refused(self, sock: socket.socket, wait_s: float) -> None:
+        """Close a refused socket; one over its creation rate only after the rate would allow it
+        (at most :data:`_THROTTLE_HOLD_S`, and at most ``max_connections`` held at once), as
+        Kafka delays closing a throttled connection, so its client does not come straight back."""
+        try:
+            if wait_s and self._held < self.settings.max_connections:
+                self._held += 1
+                try:
+                    await asyncio.sleep(min(wait_s, _THROTTLE_HOLD_S))
+                finally:
+                    self._held -= 1
+        finally:
+            sock.close()
+
+    async def _open(
+        self, sock: socket.socket, peer: str
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        """The admitted socket as a stream, through the TLS handshake when there is TLS (within the
+        login deadline; the context's SNI callback picks the current certificate, so a reload
+        applies to the next handshake); None when the handshake failed (the socket is closed)."""
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=1 << 16, loop=loop)
+        protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+        handshake_s = None
+        if self._ssl is not None:
+            self.stats["tls_handshakes"] += 1
+            handshake_s = self.settings.login_timeout_ms / 1000
+        try:
+            transport, _ = await loop.connect_accepted_socket(
+                lambda: protocol, sock, ssl=self._ssl, ssl_handshake_timeout=handshake_s
+            )
+        except (OSError, ssl.SSLError, TimeoutError) as e:  # the loop has closed the socket
+            self.stats["tls_failed"] += 1
+            log.info("kafka_tls_handshake_failed", peer=peer, error=repr(e))
+            return None
+        return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
+
+    def _refused(self, reason: str, peer: str) -> None:
+        """Count a refusal; log it, but under a storm once per :data:`_REFUSAL_LOG_S` per reason
+        with the count since (a log line per refused connection would cost more than refusing)."""
+        key = f"refused:{reason}"
+        self.stats[key] += 1
+        now = time.monotonic()
+        at, count_at = self._refusals_logged.get(reason, (-_REFUSAL_LOG_S, 0))
+        if now - at < _REFUSAL_LOG_S:
+            return
+        self._refusals_logged[reason] = (now, self.stats[key])
+        s = self.settings
+        limit = {
+            "max_connections_per_ip": s.max_connections_per_ip,
+            "max_connections": s.max_connections,
+            "unauthenticated_connections_full": s.max_unauthenticated_connections,
+            "connection_creation_rate": s.connection_creation_rate_per_ip,
+        }.get(reason)
+        log.warning("kafka_connection_refused", peer=peer, reason=reason, limit=limit,
+                    refused_since_last_logged=self.stats[key] - count_at)
 
 
 def _mark_retrieved(task: asyncio.Future[Any]) -> None:
@@ -238,6 +380,7 @@ class Connection:
         peer: str,
         connections: ConnectionSlots | None = None,
         budget: ByteBudget | None = None,
+        slot: Closable | None = None,
     ) -> None:
         self.ctx = ctx
         self.reader = reader
@@ -248,6 +391,7 @@ class Connection:
         if connections is None:  # a connection of its own (tests): nothing shared to count against
             connections = ConnectionSlots(s.max_connections, 0, s.max_connections)
         self.connections = connections
+        self.slot: Closable = self if slot is None else slot  # what the slots know it by
         self.budget = ByteBudget(s.queued_max_request_bytes) if budget is None else budget
         self.logged_in = False  # SASL: authenticated; without: its first request was read
         self._task: asyncio.Task[Any] | None = None
@@ -289,7 +433,7 @@ class Connection:
         self.logged_in = True
         if self._login_timer is not None:
             self._login_timer.cancel()
-        self.connections.logged_in(self)
+        self.connections.logged_in(self.slot)
 
     async def run(self) -> None:
         peer = self.writer.get_extra_info("peername")  # (host, port[, ...]) as Kafka shows "/host"
@@ -357,7 +501,7 @@ class Connection:
             draining.cancel()
             if not reading.done():
                 reading.cancel()  # also when this connection is closed meanwhile (close_now)
-        if not reading.cancelled():
+        if reading.done() and not reading.cancelled():
             return reading.result()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await reading

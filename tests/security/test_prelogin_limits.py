@@ -55,6 +55,17 @@ def _answers_api_versions(s: socket.socket, corr: int = 1) -> bool:
         return False
 
 
+def _connects_and_answers(g: Secured, source: str) -> bool:
+    """Whether a new connection from ``source`` is admitted (a refused one fails its handshake)
+    and answered."""
+    try:
+        s = _connect(g, source)
+    except (ConnectionError, ssl.SSLError, OSError):
+        return False
+    with s:
+        return _answers_api_versions(s)
+
+
 def _logged_in(g: Secured, source: str) -> ssl.SSLSocket:
     s = _connect(g, source)
     assert handshake(s, "PLAIN").error_code == ErrorCode.none
@@ -101,13 +112,14 @@ def test_connections_per_address_are_capped(guarded: Secured) -> None:
     held = [_connect(guarded, "127.0.1.3") for _ in range(PER_ADDRESS)]
     try:
         assert all(_answers_api_versions(s) for s in held)  # each one accepted and counted
-        with _connect(guarded, "127.0.1.3") as extra:
-            assert closed(extra)
+        # refused on accept, before any TLS work: the client's handshake fails
+        with pytest.raises((ConnectionError, ssl.SSLError, OSError)):
+            _connect(guarded, "127.0.1.3").close()
         with _connect(guarded, "127.0.1.4") as other:  # another address is not affected
             assert _answers_api_versions(other)
         held.pop().close()
         # the slot comes back once the endpoint has seen that connection close
-        wait_for("a slot freed", lambda: _answers_api_versions(_connect(guarded, "127.0.1.3")))
+        wait_for("a slot freed", lambda: _connects_and_answers(guarded, "127.0.1.3"))
     finally:
         for s in held:
             s.close()
@@ -116,7 +128,7 @@ def test_connections_per_address_are_capped(guarded: Secured) -> None:
 def test_a_flood_of_idle_connections_does_not_lock_out_clients(guarded: Secured) -> None:
     """300 sockets (more than the listener's 256 slots) from 38 addresses, each sending only a
     size prefix: a client logged in before still gets its answers, and one that connects during
-    the flood logs in and gets its answers."""
+    the flood (from an address holding none of the flood's) logs in and gets its answers."""
     before = _logged_in(guarded, "127.0.0.1")
     flood: list[ssl.SSLSocket] = []
     try:
@@ -127,7 +139,12 @@ def test_a_flood_of_idle_connections_does_not_lock_out_clients(guarded: Secured)
             except (ConnectionError, ssl.SSLError, OSError):
                 continue  # refused (per-address cap): the attacker moves on
             flood.append(s)
-        assert len(flood) >= 256
+        # the not-logged-in share (128) filled, and the rest of the flood refused before TLS once
+        # its addresses held equal shares, instead of pushing out one of its own per reconnect
+        assert len(flood) >= 128
+        stats = guarded.endpoint.endpoint.stats
+        assert stats["refused:unauthenticated_connections_full"] >= 1
+        assert stats["tls_handshakes"] == stats["accepted"]
         assert guarded.topics["B"] in topics_seen(before, 10)
         with _logged_in(guarded, "127.0.0.1") as during:
             assert guarded.topics["B"] in topics_seen(during, 5)
