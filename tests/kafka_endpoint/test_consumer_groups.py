@@ -34,6 +34,7 @@ from fetcher import RemoteFetcher
 from rlm.log.partition import PartitionDir
 from rlm.log.records import Record, iter_records
 from rlm.types import KafkaUuid
+from tests.daemon.helpers import wait_for
 from tests.daemon.test_standalone import cfg_for, run_once, write_partition
 from tests.kafka_endpoint._endpoint_process import EndpointProcess
 from tests.kafka_endpoint.test_bad_input import _connect
@@ -177,6 +178,25 @@ def _wait_all(seen: collections.Counter[Key], want: set[Key], lock_owners: list[
     raise AssertionError(f"{len(want - set(seen))} records never read, e.g. {sorted(want - set(seen))[:5]}")
 
 
+def _wait_owned(members: list[Member], counts: list[int]) -> None:
+    """Until the members own every partition, each partition once, ``counts[i]`` partitions
+    the ``i``-th member (the group settled after a rebalance), however fast they read."""
+
+    owned: list[set[int]] = []
+
+    def settled() -> bool:
+        errors = [m.error for m in members if m.error is not None]
+        assert not errors, errors
+        owned[:] = [m.owned() for m in members]
+        every = sorted(p for parts in owned for p in parts)
+        return every == list(range(PARTITIONS)) and [len(parts) for parts in owned] == counts
+
+    try:
+        wait_for(f"the group's members owning {counts} partitions", settled, timeout=_GIVE_UP_S)
+    except AssertionError as e:
+        raise AssertionError(f"{e}; they own {owned}, events {[m.events for m in members]}") from None
+
+
 def _describe(bootstrap: str, group: str) -> list[list[str]]:
     res = run_tool("org.apache.kafka.tools.consumer.group.ConsumerGroupCommand", "--bootstrap-server",
                    bootstrap, "--describe", "--group", group, timeout=180)
@@ -268,25 +288,24 @@ def test_cooperative_sticky_moves_only_what_it_must(history: History) -> None:
     for m in first:
         m.start()
     try:
-        deadline = time.monotonic() + 60
-        while not all(m.assigned and m.read for m in first) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        before = [set().union(*m.assigned) - set().union(*m.revoked) for m in first]
-        assert sorted(p for owned in before for p in owned) == list(range(PARTITIONS)), before
+        _wait_owned(first, [3, 3])
+        before = [m.owned() for m in first]
         late = Member(ep.bootstrap, "coop", seen, done, strategy="cooperative-sticky", delay_s=0.05)
         late.start()
         first.append(late)
-        deadline = time.monotonic() + 60
-        while not late.assigned and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert late.assigned, "the third member never got partitions"
+        # the rebalance's end, not its first round: a cooperative member's first assignment after
+        # it joins is empty (what moves is revoked first, assigned in a second round), and the
+        # old members may have read every record by then
+        _wait_owned(first, [2, 2, 2])
         _wait_all(seen, history.expected, first)
-        revocations = [list(m.revoked) for m in first[:2]]  # before close() revokes everything
+        # before the members stop: close() revokes everything, and the partitions of the first to
+        # leave are assigned to those still polling
+        revocations = [list(m.revoked) for m in first[:2]]
+        moved = set().union(*late.assigned)
     finally:
         done.set()
         for m in first:
             m.join(30)
-    moved = set().union(*late.assigned)
     assert len(moved) == 2, late.assigned  # six partitions, three members: two move
     for revs, owned in zip(revocations, before, strict=True):
         revoked = set().union(*revs) if revs else set()
