@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rlm.cli import COMMANDS, build_parser
-from rlm.exit_codes import EPILOG, MEANINGS, OFFSET_OUT_OF_RANGE
+from rlm.exit_codes import EPILOG, MEANINGS, OFFSET_OUT_OF_RANGE, ExitCode
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMED = re.compile(r"\bexit(?:s| status| code)?(?: with)? (\d+)\b")
@@ -52,3 +52,15 @@ def test_fetch_out_of_range_exits_with_the_status_its_help_names(tmp_path: Path)
     assert res.returncode == int(said.group(1)), res.stderr
     last = res.stderr.strip().splitlines()[-1]
     assert last.startswith("rlm: error:") and re.search(r"\[\d+, \d+\)", last), last
+
+
+def test_status_names_its_unprotected_status_and_a_dead_daemon_comes_first() -> None:
+    """``rlm status`` fails with its own status while a partition is not protected (it exited 0),
+    says so in its help, and a dead or stale daemon still exits 1 (its partitions are old news)."""
+    from rlm.commands.status import exit_status
+
+    assert f"exit status {int(ExitCode.UNPROTECTED)}" in " ".join(help_of("status").split())
+    unprotected = {"t-0": "NOT PROTECTED: its last run failed (retried with backoff): boom"}
+    assert exit_status(None, unprotected) == ExitCode.UNPROTECTED
+    assert exit_status("pid 1 is not running", unprotected) == ExitCode.FAILURE
+    assert exit_status(None, {}) == ExitCode.OK

@@ -10,7 +10,7 @@ and the topics found in the log dirs that are not tiered are listed with the rea
 A partition the configuration asks to tier that the sidecar is not protecting (discovery refused
 it: topic id unknown beside a broker before 2.8, an unreadable ``partition.metadata``; or this node
 leads it and its last run failed: copy failing) is named with the reason on an ``ERROR`` line and
-makes the command exit with status 5, so that a script or a probe need not parse the table;
+makes the command fail with exit status 5, so that a script or a probe need not parse the table;
 ``--json`` gives each partition ``protected`` and ``unprotected_reason`` and the whole list under
 ``unprotected``. A dead or stale daemon (exit 1) takes precedence.
 
