@@ -119,6 +119,8 @@ class _Segment:
     can_discard: Arr = field(default_factory=lambda: np.zeros(0, np.bool_))  # per header
     control_kind: list[int | None] = field(default_factory=list)
     keep: Arr = field(default_factory=lambda: np.zeros(0, np.bool_))  # per record
+    tombstone: Arr | None = None  # per record: null value (filled by the first decode)
+    size: int = 0
 
     def read(self) -> bytes:
         if isinstance(self.source, bytes):
@@ -161,7 +163,7 @@ def _load(source: str | Path | bytes) -> _Segment:
     if len(counts):
         starts[1:] = np.cumsum(counts)[:-1]
     last = np.array([headers[i].last_offset for i in data_idx], np.int64)
-    seg = _Segment(source, base, headers, data_idx, last, starts, int(counts.sum()))
+    seg = _Segment(source, base, headers, data_idx, last, starts, int(counts.sum()), size=len(data))
     seg.keep = np.ones(seg.n_records, np.bool_)
     kinds: list[int | None] = []
     for h in headers:
@@ -175,10 +177,16 @@ def _load(source: str | Path | bytes) -> _Segment:
 
 
 def _cleanable(segments: list[_Segment], settings: CompactionSettings, now_ms: int) -> int:
-    """How many leading segments may be compacted (``min.compaction.lag.ms``, int32 index range)."""
+    """How many leading segments may be compacted: none younger than ``min.compaction.lag.ms``
+    (``LogCleanerManager.cleanableOffsets``), and, like ``groupSegmentsBySize``, no more than one
+    segment can hold: relative offsets and file positions in the indexes are 32-bit."""
     horizon = now_ms - settings.min_compaction_lag_ms
     first_base = segments[0].base_offset if segments else 0
+    size = 0
     for i, seg in enumerate(segments):
+        size += seg.size
+        if i and size > INT32_MAX:
+            return i
         if not seg.headers:
             continue
         if max(h.max_timestamp for h in seg.headers) > horizon:
@@ -235,6 +243,8 @@ def _passes(segments: list[_Segment], inp: CompactionInput, settings: Compaction
         got = cache.get(k)
         if got is None:
             got = _decode(segments[k])
+            if segments[k].tombstone is None:
+                segments[k].tombstone = ~got.has_value
             if segments[k].n_records <= budget:
                 cache[k] = got
                 budget -= segments[k].n_records
@@ -315,7 +325,7 @@ def _output(segments: list[_Segment], producers: Mapping[int, ProducerLast], set
     new_horizon = now_ms + settings.delete_retention_ms
     for seg in segments:
         data = seg.read()
-        tombstones = _tombstones(seg) if seg.n_records else np.zeros(0, np.bool_)
+        tombstones = seg.tombstone if seg.tombstone is not None else np.zeros(seg.n_records, np.bool_)
         data_pos = {int(i): j for j, i in enumerate(seg.data_batches)}
         for i, h in enumerate(seg.headers):
             can_discard = bool(seg.can_discard[i])
@@ -352,11 +362,6 @@ def _output(segments: list[_Segment], producers: Mapping[int, ProducerLast], set
             horizon = new_horizon if needs_horizon else (h.base_timestamp if h.has_delete_horizon else None)
             result.batches_reframed += 1
             yield _rebuild(data, h, keep, horizon)
-
-
-def _tombstones(seg: _Segment) -> Arr:
-    table = read_arrow(seg.read(), topic="", partition=0, verify_crc=False)
-    return np.asarray(~table.column("value").is_valid().to_numpy(zero_copy_only=False), np.bool_)
 
 
 def _prepare(inp: CompactionInput, settings: CompactionSettings, now_ms: int
