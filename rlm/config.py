@@ -125,8 +125,9 @@ class TopicSettings(_Strict):
     cleanup_policy: str | None = Field(
         None,
         json_schema_extra=_kafka("cleanup.policy"),
-        description="Overrides what the broker reports; topics with 'compact' are refused "
-        "(KIP-405 non-goal).",
+        description="Overrides what the broker reports. 'compact' topics are tiered below the "
+        "broker cleaner's checkpoint and never expired by retention; 'compact,delete' as delete "
+        "topics (docs/compacted-topics.md).",
     )
 
 
