@@ -133,7 +133,7 @@ def worker(conf_path: str) -> int:
     for line in sys.stdin:
         req = json.loads(line)
         work = tmp / f"scan-{req['name']}"
-        total, cpu, digests = 0.0, 0.0, set()
+        total, cpu, main_cpu, digests = 0.0, 0.0, 0.0, set()
         for _ in range(req["repeat"]):  # each a new fetcher: cold caches, as the first
             shutil.rmtree(work, ignore_errors=True)
             cfg = load_config(None, work_dir=str(work), read=req["read"], **base)
@@ -142,15 +142,16 @@ def worker(conf_path: str) -> int:
                 # signer of the s3 plugin's direct GET path, else made inside the first GET)
                 getattr(f.rsm, "client", None)
                 getattr(f.rsm, "_direct_getter", lambda: None)()
-                c0, t0 = _cpu(), time.perf_counter()
+                c0, m0, t0 = _cpu(), time.thread_time(), time.perf_counter()
                 batches = list(f.scan(TOPIC, 0, include_headers=False))
                 total += time.perf_counter() - t0
                 cpu += _cpu() - c0
+                main_cpu += time.thread_time() - m0  # the decoding thread's share (the rest: GETs)
                 st = f.stats.snapshot()
             table = pa.Table.from_batches(batches)
             del batches
             digests.add(table_digest({0: table}))
-        print(json.dumps({"seconds": total, "rows": table.num_rows, "cpu_s": cpu,
+        print(json.dumps({"seconds": total, "rows": table.num_rows, "cpu_s": cpu, "main_cpu_s": main_cpu,
                           "digest": digests.pop() if len(digests) == 1 else f"differs: {sorted(digests)}",
                           "get_requests": st["get_requests"], "index_fetches": st["index_fetches"]}),
               flush=True)
@@ -185,8 +186,8 @@ class ScanWorker:
             raise BenchFailure(f"scan worker {self.name} ended (exit {self.proc.wait()})")
         r = json.loads(line)
         return Result(r["seconds"], r["digest"], seg_bytes * repeat, r["rows"],
-                      {"cpu_s": r["cpu_s"], "get_requests": r["get_requests"],
-                       "index_fetches": r["index_fetches"]})
+                      {"cpu_s": r["cpu_s"], "main_cpu_s": r["main_cpu_s"],
+                       "get_requests": r["get_requests"], "index_fetches": r["index_fetches"]})
 
     def close(self) -> None:
         if self.proc.stdin is not None:
@@ -389,6 +390,10 @@ def main() -> int:
         print("CPU per case (user + system, all threads of the process; median of the counted rounds): "
               + ", ".join(f"{name} {statistics.median(r['cases'][name]['cpu_s'] for r in counted):.3f}s"
                           for name in cases), flush=True)
+        print("of which the scan's own thread (decoding; the rest is the GET threads): "
+              + ", ".join(f"{name} {statistics.median(r['cases'][name]['main_cpu_s'] for r in counted):.3f}s"
+                          for name in cases if "main_cpu_s" in counted[0]["cases"][name]),
+              flush=True)
         for r in rows:
             for v in r["cases"].values():
                 v["mb_per_s"] = v["bytes"] / MB / v["seconds"]

@@ -5,23 +5,29 @@ GET's time, whatever the depth, so a depth derived from the answer time only con
 store that is its own bound (SeaweedFS on the cores the scan uses, a throttled bucket) four
 parallel GETs each take four times as long as one, so a latency rule keeps four in flight: the
 store serves no more bytes, and the extra GETs take CPU from the decoder. What decides is whether
-one more chunk in flight makes the scan deliver more bytes per second; on a store far away (a real
-bucket: tens of milliseconds before the first byte, a per-connection rate) it does, up to the
-bandwidth-delay product, on a store that is CPU-bound it does not.
+more chunks in flight make the scan deliver more bytes per second; on a store far away (a real
+bucket: tens of milliseconds before the first byte, a per-connection rate) they do, up to the
+bandwidth-delay product; on a store that is its own bound they do not.
 
-So the depth climbs on the scan's own throughput, measured in epochs of consumed chunks:
+So the depth is a hill climb on the scan's own throughput, measured in epochs of consumed chunks.
+It starts at the whole budget (a scan starts as fast as a plain download does) and probes:
 
-* an epoch in which the decoder hardly waited (under ``stall_share`` of its time) says the
-  depth is enough: the decoder is the bound, more in flight cannot help, the depth stays;
-* an epoch in which the decoder waited asks for more: the depth grows, doubling while every
-  growth still paid (``gain``) and by one chunk after the first that did not;
-* a growth that did not pay (the bytes per second of the epoch after it are not ``gain`` above
-  the epoch before) is undone, and the depth that paid is the ceiling for ``hold_epochs``
-  epochs; then one more step is tried (the store's load may have changed).
+* down (half the depth) when the decoder hardly waited (under ``stall_share`` of the epoch: the
+  decoder is the bound, fewer chunks in flight may do) or, now and then, when it waited at the
+  ceiling; the probe is kept if the bytes per second fell by no more than ``down_loss``;
+* up (twice the depth) when the decoder waited; kept only if the bytes per second rose by
+  ``up_gain`` at least.
 
-The depth is never below ``min_depth`` (the chunk being decoded and the next on the wire) nor
-above ``max_depth`` (the read-ahead budget over the chunk size). Fed and read on the scan's
-thread only; the clock is injectable for the tests.
+The two are not symmetric on purpose: a depth too low costs throughput (on the pinned benchmark,
+load 8-9: a fixed depth of 2 chunks read at 0.6 times the rate of 8, for 1.4 times the reader's
+CPU), a depth too high only memory the budget allows. So a probe down must not cost anything measurable, and a probe up need only pay.
+
+A probe is judged on the epoch after the one in which it settles (the chunks of the new depth
+have to arrive first). A probe that did not pay is undone, and the depth it left is a floor (after
+a failed probe down) or a ceiling (up) for ``hold_epochs`` epochs; then the store's answer is asked
+again (its load may have changed). The depth is never below ``min_depth`` (the chunk being
+decoded and the next on the wire) nor above ``max_depth`` (the read-ahead budget over the chunk
+size). Fed and read on the scan's thread only; the clock is injectable for the tests.
 """
 
 from __future__ import annotations
@@ -33,32 +39,46 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class Epoch:
-    """What one epoch measured (kept for tests and the benchmark's notes)."""
+    """What one epoch measured and what it decided (tests, debugging)."""
 
     depth: int
     bytes_per_s: float
     stall_share: float
     next_depth: int
+    judged: bool  # False: the epoch in which a new depth settled
+
+
+@dataclass(slots=True)
+class _Probe:
+    """A depth change being tried: where from, the rate there, and which way."""
+
+    from_depth: int
+    from_rate: float
+    up: bool
+    settled: bool = False
 
 
 class ThroughputDepth:
     """The read-ahead depth of one scan, in chunks (see the module docstring)."""
 
     def __init__(self, max_depth: int, *, min_depth: int = 2, start_depth: int | None = None,
-                 gain: float = 1.10, stall_share: float = 0.10, hold_epochs: int = 8,
+                 up_gain: float = 1.10, down_loss: float = 0.03, stall_share: float = 0.10,
+                 hold_epochs: int = 16,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.max_depth = max(1, max_depth)
         self.min_depth = min(max(1, min_depth), self.max_depth)
-        start = self.min_depth if start_depth is None else start_depth
+        start = self.max_depth if start_depth is None else start_depth
         self.depth = min(self.max_depth, max(self.min_depth, start))
-        self.gain = gain
+        self.up_gain, self.down_loss = up_gain, down_loss
         self.stall_limit = stall_share
         self.hold_epochs = hold_epochs
         self._clock = clock
-        self._startup = True  # doubling until a growth does not pay
-        self._ceiling = self.max_depth
-        self._hold = 0  # epochs left before the ceiling is tried again
-        self._grew_from: tuple[int, float] | None = None  # (depth, its rate) before the last growth
+        self._floor, self._ceiling = self.min_depth, self.max_depth
+        self._hold = 0  # judged epochs left before the floor and ceiling are reset
+        # judged epochs stalled at the ceiling since the last probe down: the first one probes
+        self._since_down = hold_epochs - 1
+        self._probe: _Probe | None = None
+        self._failed_up = False
         self._t0: float | None = None
         self._bytes = 0
         self._chunks = 0
@@ -82,28 +102,50 @@ class ThroughputDepth:
 
     def _end_epoch(self, now: float) -> None:
         span = max(now - (self._t0 or now), 1e-9)
-        rate = self._bytes / span
-        stalled = min(1.0, self._waited / span)
-        depth = self.depth
+        rate, stalled = self._bytes / span, min(1.0, self._waited / span)
+        depth, probe = self.depth, self._probe
+        judged = probe is None or probe.settled
+        if probe is not None and not probe.settled:
+            probe.settled = True  # the next epoch is the new depth's
+        else:
+            self._judge(rate, stalled >= self.stall_limit)
+        self.history.append(Epoch(depth, rate, stalled, self.depth, judged))
+        self._t0, self._bytes, self._chunks, self._waited = now, 0, 0, 0.0
+
+    def _judge(self, rate: float, stalled: bool) -> None:
         if self._hold:
             self._hold -= 1
             if not self._hold:
-                self._ceiling = self.max_depth
-        grew = self._grew_from
-        if grew is not None and rate < grew[1] * self.gain and stalled >= self.stall_limit:
-            # the last growth bought no bytes per second: back to the depth that had them
-            back = grew[0]
-            self._ceiling, self._hold, self._startup = back, self.hold_epochs, False
-            self.depth = back
-            self._grew_from = None
-        elif stalled >= self.stall_limit and depth < min(self._ceiling, self.max_depth):
-            grown = depth * 2 if self._startup else depth + 1
-            self.depth = min(grown, self._ceiling, self.max_depth)
-            self._grew_from = (depth, rate)
-        else:
-            if self._grew_from is not None:  # the growth paid (or the decoder is the bound now)
-                self._grew_from = None
-            if stalled < self.stall_limit:
-                self._startup = False
-        self.history.append(Epoch(depth, rate, stalled, self.depth))
-        self._t0, self._bytes, self._chunks, self._waited = now, 0, 0, 0.0
+                self._floor, self._ceiling = self.min_depth, self.max_depth
+        probe, self._probe = self._probe, None
+        if probe is not None:
+            if probe.up:
+                paid = rate >= probe.from_rate * self.up_gain
+            else:
+                paid = rate >= probe.from_rate * (1 - self.down_loss)
+            self._failed_up = probe.up and not paid  # then down is tried before up again
+            if not paid:  # undone; the depth it left bounds the next probes for a while
+                if probe.up:
+                    self._ceiling = probe.from_depth
+                else:
+                    self._floor = probe.from_depth
+                self.depth, self._hold = probe.from_depth, self.hold_epochs
+            return
+        up = min(self.depth * 2, self._ceiling, self.max_depth)
+        down = max(self.depth // 2, self._floor, self.min_depth)
+        if not stalled:
+            if down < self.depth:  # the decoder is the bound: fewer chunks in flight may do
+                self._try(down, rate, up=False)
+        elif up > self.depth and not self._failed_up:
+            self._try(up, rate, up=True)
+        elif down < self.depth:  # at the ceiling: fewer GETs may deliver as much, now and then
+            self._since_down += 1
+            if self._since_down >= self.hold_epochs:
+                self._try(down, rate, up=False)
+        elif up > self.depth:
+            self._try(up, rate, up=True)
+
+    def _try(self, depth: int, rate: float, *, up: bool) -> None:
+        self._probe = _Probe(self.depth, rate, up)
+        self._since_down = 0
+        self.depth = depth

@@ -190,12 +190,12 @@ def test_a_scan_of_a_gibibyte_holds_at_most_its_read_ahead_budget() -> None:
     rd.close()
 
 
-def test_the_read_ahead_depth_starts_at_two_chunks_and_is_one_without_read_ahead() -> None:
-    """Two: the chunk being decoded and the next on the wire; it grows only as far as it pays
-    (tests/fetcher/test_read_ahead_depth.py)."""
+def test_the_read_ahead_depth_starts_at_the_budget_and_is_one_without_read_ahead() -> None:
+    """The whole budget at first (a scan starts as fast as a plain download does); then only as
+    deep as pays (tests/fetcher/test_read_ahead_depth.py)."""
     rd = reader(PatternStore())
     stream = rd.sequential([], budget_bytes=8 * CHUNK)
-    assert stream.depth == 2
+    assert stream.depth == 8
     assert stream.depth_control is not None and stream.depth_control.max_depth == 8
     assert rd.sequential([], budget_bytes=0).depth == 1  # read-ahead off
     rd.close()
