@@ -21,7 +21,18 @@ each re-opened when the endpoint closes it: the soak test's hostile process,
 ``tests/security/test_soak.py``), interleaved rounds; the records of every round digested and
 equal in both cases. Goal: flooded >= 0.9x quiet.
 
-    .venv/bin/python benchmarks/bench_endpoint_hostile.py --size-mb 64 --rounds 5
+    .venv/bin/python benchmarks/bench_endpoint_hostile.py --size-mb 64 --rounds 5 --pin
+
+``--pin`` runs the serving side (the broker's JVM and the endpoint) on CPU 0 and this process (the
+consumer, the logins) and the flood's process on CPU 1, as ``bench_kafka_endpoint.py --pin`` does:
+on a 2-core machine shared with other work the unpinned rounds measure the scheduler as much as
+the endpoint. The flood shares the consumer's CPU: what it costs the endpoint shows in the
+endpoint's rate, what it costs itself is the attacker's (``flood_cpu_s``).
+
+The endpoint runs with ``kafka_connection_creation_rate_per_ip`` 0 (no limit): (a) measures how
+fast one address sets up connections, which that quota exists to cap (at its default, 50 a second
+after a burst of 500, (a) would measure the quota); the flood of (b) opens at most ~20 a second
+per address, below the default, so the quota would not change (b).
 
 Raw results: ``docs/data/bench-endpoint-hostile.json`` (unless ``--no-save``), rendered into
 docs/performance.md by ``scripts/gen_performance_doc.py``.
@@ -33,6 +44,7 @@ import argparse
 import asyncio
 import itertools
 import multiprocessing
+import os
 import ssl
 import struct
 import subprocess
@@ -52,6 +64,7 @@ from bench_kafka_endpoint import (  # noqa: E402
     PARTITIONS,
     create_secure_topic,
     one_round,
+    pin_tree,
     produce,
     reader_conf,
     secure_cluster,
@@ -132,7 +145,7 @@ def read_case(conf: dict[str, str], topic: str, ends: dict[int, int], server: in
 
 
 def flooded_case(conf: dict[str, str], topic: str, ends: dict[int, int], server: int, port: int,
-                 ca: str, flood: int) -> Result:
+                 ca: str, flood: int, pin: bool = False) -> Result:
     """The read while ``flood`` idle hostile connections are held (a process of their own, all of
     them opened once before the clock starts; stopped after the read)."""
     from tests.security.test_soak import hostile_main
@@ -144,6 +157,8 @@ def flooded_case(conf: dict[str, str], topic: str, ends: dict[int, int], server:
     proc = mp.Process(target=hostile_main, args=(port, ca, 900.0, results, opened, mix), daemon=True)
     proc.start()
     try:
+        if pin and proc.pid is not None:
+            pin_tree(proc.pid, {1})  # the attacker's process beside the consumer, not the endpoint
         give_up = time.monotonic() + 120
         while opened.value < sum(mix.values()):
             if time.monotonic() > give_up or not proc.is_alive():
@@ -169,6 +184,8 @@ def main() -> None:
                     help="idle hostile connections held in (b), one case per value (default: 100 and 400; "
                     "the endpoint keeps at most 128 not logged in, so 400 also makes it close the oldest "
                     "and the attacker open them again)")
+    ap.add_argument("--pin", action="store_true",
+                    help="serving side (broker, endpoint) on CPU 0; this process and the flood on CPU 1")
     ap.add_argument("--no-save", action="store_true", help="write no docs/data/bench-endpoint-hostile.json")
     args = ap.parse_args()
 
@@ -198,9 +215,18 @@ def main() -> None:
         assert d.run_once() == 0
         d.stop()
         serving = {k: v for k, v in conf.items() if k not in ("log_dirs", "topics")}
-        serving.update(work_dir=str(tmp / "serve"), read={"kafka_merged": False, "kafka_security": {
-            "security.protocol": "SASL_SSL", "ssl.keystore.location": str(cluster.endpoint_keystore)}})
+        serving.update(work_dir=str(tmp / "serve"), read={
+            "kafka_merged": False, "kafka_connection_creation_rate_per_ip": 0,  # see the module doc
+            "kafka_security": {"security.protocol": "SASL_SSL",
+                               "ssl.keystore.location": str(cluster.endpoint_keystore)}})
         endpoint, address = serve(tmp, "endpoint", serving)
+        if args.pin:
+            if len(os.sched_getaffinity(0)) < 2:
+                raise SystemExit("--pin needs 2 CPUs")
+            broker = [n.proc.pid for n in cluster._nodes if n.proc]
+            served = sum(pin_tree(pid, {0}) for pid in [*broker, endpoint.pid])
+            own = pin_tree(os.getpid(), {1}, descendants=False)
+            print(f"pinned: {served} serving threads to CPU 0, {own} of this process to CPU 1", flush=True)
         from fetcher import RemoteFetcher
 
         with RemoteFetcher.from_config(load_config(None, **serving)) as f:
@@ -225,7 +251,8 @@ def main() -> None:
         floods = args.flood or [100, 400]
         cases: dict[str, Any] = {"quiet": partial(read_case, reader, topic, ends, endpoint.pid)}
         for n in floods:
-            cases[f"flooded-{n}"] = partial(flooded_case, reader, topic, ends, endpoint.pid, port, ca, n)
+            cases[f"flooded-{n}"] = partial(flooded_case, reader, topic, ends, endpoint.pid, port, ca, n,
+                                            args.pin)
         rows = run_rounds(cases, args.rounds, label="read under flood")
         rec.section("one consumer, tiered range, idle hostile connections or none", rows)
         for n in floods:
