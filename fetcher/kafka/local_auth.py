@@ -98,11 +98,13 @@ class LocalUsers:
         return LocalExchange(self, mechanism)
 
     def credential(self, user: str, mechanism: str) -> tuple[ScramCredential, bool]:
-        """The user's credential for ``mechanism`` and True, or a made-up one and False."""
+        """The user's credential for ``mechanism`` and True, or a made-up one and False. The
+        made-up one is derived for every user, real or not: the same work either way."""
+        fake = fake_credential(user, mechanism)
         cred = self.creds.get((user, mechanism))
         if cred is not None:
             return cred, True
-        return fake_credential(user, mechanism), False
+        return fake, False
 
     async def hash(self, fn: Any, *args: Any) -> Any:
         """Run a password hash on the login pool (off the event loop)."""
