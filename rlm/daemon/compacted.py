@@ -17,10 +17,15 @@ Why the rules are what they are (docs/compacted-topics.md has the whole story):
   indexes (:func:`write_tail_segment`). Waiting instead would never end for a ``compact`` topic
   (the merged group stays merged) and would lose the offsets to local retention for a
   ``compact,delete`` one.
+* The cleaner swaps a rewritten segment in (``.cleaned`` → ``.swap`` → ``.log``) while the daemon
+  may be copying the old one. :class:`RewriteGuard` makes sure what was uploaded is the segment
+  the copy's metadata describes: the same files from before the upload to after it, holding no
+  offset at or above the next segment's base. Otherwise the copy is undone and retried.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +46,57 @@ class StraddlingBatchError(LogFormatError):
     rewriting its records, so the segment is not copied (the remote copy stays as it is)."""
 
     retriable = True
+
+
+class SegmentRewrittenError(LogFormatError):
+    """The broker's cleaner replaced the segment's files while it was being copied; the copy is
+    undone and the partition retried with backoff (the next view sees the rewritten segment)."""
+
+    retriable = True
+
+
+_GUARDED = (".log", ".index", ".timeindex")
+
+
+def _identity(seg: LocalSegment) -> tuple[tuple[int, int, int], ...]:
+    out = []
+    for suffix in _GUARDED:
+        st = os.stat(seg.path(suffix))
+        out.append((st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class RewriteGuard:
+    """The identity (inode, size, mtime) of a segment's files, taken before its upload."""
+
+    seg: LocalSegment
+    before: tuple[tuple[int, int, int], ...]
+
+    @classmethod
+    def take(cls, seg: LocalSegment) -> RewriteGuard:
+        """Raises :class:`SegmentRewrittenError` when the files are no longer the view's segment:
+        another size, or a batch at or above the next segment's base (a merged group)."""
+        try:
+            guard = cls(seg, _identity(seg))
+            last = seg.pdir.last_batch(seg.segment)
+        except FileNotFoundError as e:
+            raise SegmentRewrittenError("segment files replaced", path=seg.log_path) from e
+        assert seg.next_offset is not None
+        if guard.before[0][1] != seg.size or (last is not None and last.last_offset >= seg.next_offset):
+            raise SegmentRewrittenError(
+                f"segment no longer ends below {seg.next_offset} with {seg.size} bytes", path=seg.log_path)
+        return guard
+
+    def check(self) -> None:
+        """Raises :class:`SegmentRewrittenError` when any file changed since :meth:`take`."""
+        why = "segment files replaced during the copy"
+        try:
+            now = _identity(self.seg)
+        except FileNotFoundError as e:
+            raise SegmentRewrittenError(why, path=self.seg.log_path) from e
+        if now != self.before:
+            raise SegmentRewrittenError(why, path=self.seg.log_path)
 
 
 def policies(cleanup_policy: str | None) -> frozenset[str]:
@@ -105,6 +161,11 @@ def write_tail_segment(
         for header in iter_batches(seg.log_path):
             if header.last_offset < from_offset:
                 continue
+            assert seg.next_offset is not None
+            if header.last_offset >= seg.next_offset:
+                raise SegmentRewrittenError(
+                    f"batch {header.base_offset}..{header.last_offset} at or above the next segment "
+                    f"{seg.next_offset}: rewritten meanwhile", path=seg.log_path, position=header.position)
             if header.base_offset < from_offset:
                 raise StraddlingBatchError(
                     f"batch {header.base_offset}..{header.last_offset} spans the remote end "

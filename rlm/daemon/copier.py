@@ -22,6 +22,8 @@ import structlog
 
 from rlm.config import ResolvedTopicConfig
 from rlm.daemon.compacted import (
+    RewriteGuard,
+    SegmentRewrittenError,
     TailSegment,
     cleaner_checkpoint,
     is_compact_only,
@@ -111,7 +113,7 @@ class SegmentCopier:
                 break
             # only a compacted topic's cleaner moves segment boundaries under the remote end
             start = from_offset if compacted and seg.base_offset < from_offset else None
-            if not self.copy_segment(tp, view, seg, epochs, from_offset=start):
+            if not self.copy_segment(tp, view, seg, epochs, from_offset=start, compacted=compacted):
                 break
             done += 1
             st.remote_end = max(st.remote_end, seg.end_offset)
@@ -175,16 +177,20 @@ class SegmentCopier:
         epochs: list[tuple[int, int]],
         *,
         from_offset: int | None = None,
+        compacted: bool = False,
     ) -> bool:
         """One segment through the copy protocol. False = stopped (quota wait interrupted).
 
         With ``from_offset`` (a cleaned segment straddling the remote end) only its batches from
-        that offset on are copied, as a segment of their own written in the staging dir.
+        that offset on are copied, as a segment of their own written in the staging dir. For a
+        ``compacted`` topic the files must stay the view's segment until the upload is done (the
+        broker's cleaner swaps rewritten segments in), else the copy is undone.
         """
         ctx = self.ctx
         assert seg.next_offset is not None
         if not ctx.quota.acquire(seg.size, ctx.stop):
             return False
+        guard = RewriteGuard.take(seg) if compacted else None
         tail: TailSegment | None = None
         if from_offset is not None:
             if view.topic_id is None:
@@ -200,7 +206,7 @@ class SegmentCopier:
                 reason="the broker's cleaner merged tiered offsets into this segment",
             )
         try:
-            return self._copy(tp, view, seg, epochs, tail)
+            return self._copy(tp, view, seg, epochs, tail, guard)
         finally:
             if tail is not None:
                 tail.remove()
@@ -212,6 +218,7 @@ class SegmentCopier:
         seg: LocalSegment,
         epochs: list[tuple[int, int]],
         tail: TailSegment | None,
+        guard: RewriteGuard | None,
     ) -> bool:
         ctx = self.ctx
         assert seg.next_offset is not None
@@ -254,6 +261,13 @@ class SegmentCopier:
                 self._undo(md, "copy_failed")
                 raise
             crash_point("after_rsm_copy")
+            if guard is not None:
+                try:
+                    guard.check()
+                except SegmentRewrittenError:
+                    bind.info("segment_copy_undone_rewritten_by_cleaner")
+                    self._undo(md, "rewritten_by_cleaner")
+                    raise
             if custom is not None and len(custom) > ctx.config.custom_metadata_max_bytes:
                 self._undo(md, "custom_metadata_too_large")
                 ctx.copy_disabled.add(tp)

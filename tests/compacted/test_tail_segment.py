@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +34,7 @@ from rlm.log.offset_index import parse_offset_index
 from rlm.log.records import iter_batches, iter_records, read_batch_bytes
 from rlm.log.writer import PartitionWriter, WriterConfig, merge_offset_checkpoint, write_log_dir_files
 from rlm.types import IndexType, KafkaUuid, TopicPartition
+from tests.compacted.swapping_rsm import swap_in
 
 ROOT = Path(__file__).resolve().parents[2]
 TOPIC = "cdc-users"
@@ -71,6 +71,14 @@ def _batches(pdir: Path) -> list[bytes]:
 def _clean(pdir: Path, tid: KafkaUuid, tmp: Path, tamper: bool = False) -> list[bytes]:
     """Rewrites ``pdir`` as the cleaner would: one segment for [0, 300) holding the kept batches
     (with ``tamper``, one of them with other values), the active segment at 300 unchanged."""
+    out, kept = _cleaned_files(pdir, tid, tmp, tamper)
+    swap_in(out, pdir)
+    merge_offset_checkpoint(pdir.parent / CLEANER_OFFSET_CHECKPOINT, {TopicPartition(TOPIC, 0): 300})
+    return kept
+
+
+def _cleaned_files(pdir: Path, tid: KafkaUuid, tmp: Path, tamper: bool = False) -> tuple[Path, list[bytes]]:
+    """The files :func:`_clean` puts in place, written in a directory of their own."""
     batches = _batches(pdir)
     out = tmp / "cleaned" / pdir.name
     w = PartitionWriter(out, topic_id=tid)
@@ -88,21 +96,14 @@ def _clean(pdir: Path, tid: KafkaUuid, tmp: Path, tamper: bool = False) -> list[
     w.roll()
     w.append_at_own_offsets(batches[30])
     w.close(clean=False)
-    for f in pdir.iterdir():
-        if f.suffix in (".log", ".index", ".timeindex", ".txnindex"):
-            f.unlink()
-    for f in out.iterdir():
-        if f.suffix in (".log", ".index", ".timeindex", ".txnindex"):
-            shutil.copy(f, pdir / f.name)
-    merge_offset_checkpoint(pdir.parent / CLEANER_OFFSET_CHECKPOINT, {TopicPartition(TOPIC, 0): 300})
-    return kept
+    return out, kept
 
 
-def _config(tmp: Path) -> dict[str, Any]:
+def _config(tmp: Path, plugin: str = "local") -> dict[str, Any]:
     return {
         "log_dirs": [str(tmp / "logs")],
         "work_dir": str(tmp / "work"),
-        "storage": {"plugin": "local", "config": {"root": str(tmp / "remote")}},
+        "storage": {"plugin": plugin, "config": {"root": str(tmp / "remote")}},
         "metadata": {"manager": "file", "config": {"dir": str(tmp / "work" / "metadata")}},
         "topics": [{"pattern": TOPIC, "remote.storage.enable": True, "cleanup.policy": "compact,delete",
                     "retention.ms": -1}],
@@ -193,6 +194,34 @@ def test_straddling_segment_copies_only_its_tail(tmp_path: Path) -> None:
         offsets = [r.offset for _, r in iter_records(got.records) if isinstance(r, Record)]
         assert next(o for o in offsets if o >= 225) == 230
     assert not _verify(cfg)["problems"]
+
+
+def test_segment_swapped_in_during_its_copy_is_not_published(tmp_path: Path) -> None:
+    """The cleaner swaps a merged segment in while the old one is being uploaded: the copy is undone
+    (the uploaded bytes are not the segment its metadata names), and the next pass copies the
+    merged segment as it now is."""
+    tid = KafkaUuid.random()
+    pdir = _original(tmp_path / "logs", tid)
+    cleaned, _ = _cleaned_files(pdir, tid, tmp_path)
+    merge_offset_checkpoint(pdir.parent / CLEANER_OFFSET_CHECKPOINT, {TopicPartition(TOPIC, 0): 300})
+    (tmp_path / "remote").mkdir()
+    arm = {"pdir": str(pdir), "cleaned": str(cleaned)}
+    (tmp_path / "remote" / ".swap-on-copy").write_text(json.dumps(arm))
+    cfg = tmp_path / "rlm.yaml"
+    cfg.write_text(yaml.safe_dump(_config(tmp_path, "tests.compacted.swapping_rsm:SwappingLocalRSM")))
+    d = Daemon(load_config(cfg), once=True).start()
+    try:
+        d.run_once()  # the first copy is undone: SegmentRewrittenError, retried
+    finally:
+        d.stop()
+    assert not (tmp_path / "remote" / ".swap-on-copy").exists(), "the swap happened during a copy"
+    _tier(cfg)
+    with RemoteFetcher.from_config(load_config(cfg)) as f:
+        segs = f.plan(TOPIC, 0).segments
+        assert [(s.metadata.start_offset, s.metadata.end_offset) for s in segs] == [(0, 299)]
+        with f.rsm.fetch_log_segment(segs[0].metadata, 0) as s:
+            assert s.read() == (pdir / f"{0:020d}.log").read_bytes()
+    assert _verify(cfg)["problems"] == 0
 
 
 def test_verify_reports_a_record_the_remote_copy_does_not_hold(
