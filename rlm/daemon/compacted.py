@@ -99,6 +99,19 @@ class RewriteGuard:
             raise SegmentRewrittenError(why, path=self.seg.log_path)
 
 
+SWAP_SUFFIX = ".swap"
+
+
+def swap_in_progress(partition_dir: Path) -> bool:
+    """The broker's cleaner is between deleting the segments it replaces and renaming the new ones
+    from ``.swap`` into place: the directory lacks segments that exist, so nothing is decided
+    from it now (a false ``remote_copy_gap`` would be reported: its first segment seems to be gone)."""
+    try:
+        return any(name.endswith(SWAP_SUFFIX) for name in os.listdir(partition_dir))
+    except FileNotFoundError:
+        return False
+
+
 def policies(cleanup_policy: str | None) -> frozenset[str]:
     """The words of ``cleanup.policy`` (``"compact,delete"`` → {compact, delete}); None = delete."""
     if cleanup_policy is None:

@@ -28,6 +28,7 @@ from rlm.daemon.compacted import (
     cleaner_checkpoint,
     is_compact_only,
     is_compacted,
+    swap_in_progress,
     write_tail_segment,
 )
 from rlm.daemon.context import EpochHistory, TaskContext, now_ms
@@ -81,6 +82,9 @@ class SegmentCopier:
 
     def run(self, tp: TopicIdPartition, view: LocalLogView, lso: int, topic_cfg: ResolvedTopicConfig) -> int:
         """Copy what is eligible now, oldest first; returns the number of segments copied."""
+        if is_compacted(topic_cfg.cleanup_policy) and swap_in_progress(view.dir):
+            log.debug("cleaner_swap_in_progress", topic=tp.topic, partition=tp.partition)
+            return 0  # the next pass sees the cleaner's result
         ctx = self.ctx
         st = ctx.status.partition(tp.topic, tp.partition)
         labels = (tp.topic, str(tp.partition))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -221,6 +222,57 @@ def test_segment_swapped_in_during_its_copy_is_not_published(tmp_path: Path) -> 
         assert [(s.metadata.start_offset, s.metadata.end_offset) for s in segs] == [(0, 299)]
         with f.rsm.fetch_log_segment(segs[0].metadata, 0) as s:
             assert s.read() == (pdir / f"{0:020d}.log").read_bytes()
+    assert _verify(cfg)["problems"] == 0
+
+
+def _gaps(d: Daemon) -> float:
+    samples = (s for m in d.metrics.gap_segments.collect() for s in m.samples)
+    return sum(s.value for s in samples if s.name.endswith("_total"))
+
+
+def test_no_false_gap_while_the_cleaner_swaps_segments_in(tmp_path: Path) -> None:
+    """Between deleting the segments it replaces and renaming the new ones from ``.swap``, the
+    cleaner leaves a directory that seems to start above the remote end: no gap is reported, nothing
+    is decided; once the swap is done the merged segment is copied from the remote end on."""
+    tid = KafkaUuid.random()
+    pdir = _original(tmp_path / "logs", tid)
+    held = tmp_path / "held"
+    held.mkdir()
+    for f in [*pdir.glob("00000000000000000200.*"), *pdir.glob("00000000000000000300.*")]:
+        f.rename(held / f.name)  # the broker had written [0, 100) and the active segment 100
+    cfg = tmp_path / "rlm.yaml"
+    cfg.write_text(yaml.safe_dump(_config(tmp_path)))
+    _tier(cfg)
+    for f in held.iterdir():
+        f.rename(pdir / f.name)
+    cleaned, _ = _cleaned_files(pdir, tid, tmp_path)
+    old = [f for f in pdir.iterdir() if f.suffix in (".log", ".index", ".timeindex", ".txnindex")
+           and int(f.name.split(".")[0]) < 300]
+    for f in old:
+        f.rename(pdir / f"{f.name}.deleted")
+    for f in cleaned.iterdir():
+        if f.name.startswith(f"{0:020d}."):
+            shutil.copy(f, pdir / f"{f.name}.swap")
+    merge_offset_checkpoint(pdir.parent / CLEANER_OFFSET_CHECKPOINT, {TopicPartition(TOPIC, 0): 300})
+    d = Daemon(load_config(cfg), once=True).start()
+    try:
+        assert d.run_once() == 0
+        assert _gaps(d) == 0, "mid-swap, the directory's first segment only seems gone"
+    finally:
+        d.stop()
+    for f in pdir.glob("*.swap"):
+        f.rename(pdir / f.name.removesuffix(".swap"))
+    for f in pdir.glob("*.deleted"):
+        f.unlink()
+    d = Daemon(load_config(cfg), once=True).start()
+    try:
+        assert d.run_once() == 0
+        assert _gaps(d) == 0
+    finally:
+        d.stop()
+    with RemoteFetcher.from_config(load_config(cfg)) as f:
+        spans = [(s.metadata.start_offset, s.metadata.end_offset) for s in f.plan(TOPIC, 0).segments]
+    assert spans == [(0, 99), (100, 299)]
     assert _verify(cfg)["problems"] == 0
 
 
