@@ -48,7 +48,7 @@ from rlm.compaction.output import SegmentFiles, write_segment
 from rlm.compaction.reframe import NO_BASE, reframe_records
 from rlm.compaction.settings import CompactionSettings
 from rlm.compaction.transactions import ProducerLast, TransactionWalk, producers_from
-from rlm.errors import LogFormatError
+from rlm.errors import CorruptRecordError, LogFormatError
 from rlm.log import codecs
 from rlm.log.arrow import read_arrow
 from rlm.log.encode import assemble_batch, encode_empty_batch
@@ -205,9 +205,28 @@ def _decode(seg: _Segment) -> _Records:
     offsets = table.column("offset").to_numpy().astype(np.int64, copy=False)
     value = table.column("value")
     has_value = value.is_valid().to_numpy(zero_copy_only=False) if table.num_rows else np.zeros(0, np.bool_)
-    batch = np.searchsorted(seg.data_last, offsets, side="left") if len(offsets) else np.zeros(0, np.int64)
+    counts = np.array([seg.headers[int(i)].records_count for i in seg.data_batches], np.int64)
+    batch = np.repeat(np.arange(len(seg.data_batches), dtype=np.int64), counts)
+    _check_offsets(seg, offsets, batch)
     keys: pa.Array | pa.ChunkedArray = table.column("key")
     return _Records(offsets, digest_keys(keys), np.asarray(has_value, np.bool_), batch)
+
+
+def _check_offsets(seg: _Segment, offsets: Arr, batch: Arr) -> None:
+    """Record offsets must rise strictly and stay inside their batch's [base, last] (a record whose
+    offset delta disagrees with its header would otherwise be kept or dropped for another's key)."""
+    if not len(offsets):
+        return
+    base = np.array([seg.headers[int(i)].base_offset for i in seg.data_batches], np.int64)
+    inside = (offsets >= base[batch]) & (offsets <= seg.data_last[batch])
+    rising = bool((np.diff(offsets) > 0).all())
+    if not (rising and bool(inside.all())):
+        bad = int(np.argmin(inside)) if not bool(inside.all()) else int(np.argmin(np.diff(offsets) > 0)) + 1
+        h = seg.headers[int(seg.data_batches[int(batch[bad])])]
+        where = None if isinstance(seg.source, bytes) else seg.source
+        raise CorruptRecordError(f"record offset {int(offsets[bad])} does not fit its batch "
+                                 f"[{h.base_offset}, {h.last_offset}] or does not follow the previous record",
+                                 path=where, position=h.position)
 
 
 def _walk_transactions(segments: list[_Segment], aborted: Sequence[AbortedTxn]) -> list[AbortedTxn]:
