@@ -1,6 +1,7 @@
-"""Damaged segments never crash the engine: random byte changes (with the batch CRC fixed up, so
-they reach the record parsers and the compiled re-framing loop) end in a compacted result or in
-a typed error of the project's tree, never in another exception or a crash of the process."""
+"""Damaged segments (data, transactional and control batches) never crash the engine: random
+byte changes (with the batch CRC fixed up, so they reach the record parsers and the compiled
+re-framing loop) end in a compacted result or in a typed error of the project's tree, never in
+another exception or a crash of the process."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from hypothesis import strategies as st
 
 from rlm.compaction import CompactionInput, NewerKeys, compact_to_batches
 from rlm.errors import RlmError
-from rlm.log import Compression, iter_batches
-from rlm.log.encode import encode_batch
+from rlm.log import Compression, ControlRecordType, iter_batches
+from rlm.log.encode import encode_batch, encode_control_batch
+from rlm.log.txn_index import AbortedTxn
 
 NOW = 1_800_000_000_000
 
@@ -26,10 +28,15 @@ def valid_segment() -> bytes:
         out.append(encode_batch(recs, base_offset=offset, compression=codec, producer_id=2, producer_epoch=0,
                                 base_sequence=offset))
         offset += 4
+    out.append(encode_batch([(b"k1", b"aborted", None, NOW)], base_offset=offset, producer_id=5,
+                            producer_epoch=0, base_sequence=0, is_transactional=True))
+    out.append(encode_control_batch(offset=offset + 1, producer_id=5, producer_epoch=0,
+                                    control_type=ControlRecordType.ABORT, coordinator_epoch=0, timestamp=NOW))
     return b"".join(out)
 
 
 SEGMENT = valid_segment()
+ABORTED = [AbortedTxn(producer_id=5, first_offset=16, last_offset=17, last_stable_offset=18)]
 STARTS = [h.position for h in iter_batches(SEGMENT)]
 
 
@@ -54,7 +61,8 @@ def test_damaged_segments_give_typed_errors(changes: list[tuple[int, int]], keep
     for pos, value in changes:
         data[pos] = value
     damaged = bytes(data) if keep_crc else fix_crcs(data)
-    inp = CompactionInput([damaged], newer_keys=NewerKeys.from_keys([b"k1"]) if newer else None)
+    newer_keys = NewerKeys.from_keys([b"k1"]) if newer else None
+    inp = CompactionInput([damaged], aborted=ABORTED, newer_keys=newer_keys)
     try:
         batches, result = compact_to_batches(inp, now_ms=NOW)
     except RlmError:
