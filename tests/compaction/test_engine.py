@@ -22,6 +22,7 @@ from rlm.compaction import (
     compact,
     compact_to_batches,
     digest_keys,
+    is_due,
 )
 from rlm.errors import LogFormatError
 from rlm.log import Compression, iter_batches, read_arrow
@@ -158,3 +159,27 @@ def test_overlapping_segments_and_tiny_maps_are_refused() -> None:
         OffsetMap(BYTES_PER_SLOT)
     with pytest.raises(InvalidCompactionInput, match="binary"):
         digest_keys(pa.array([1, 2, 3]))
+
+
+def test_records_below_the_dirty_offset_are_not_in_the_map() -> None:
+    """Like the cleaner checkpoint: the clean part is not indexed, so only keys the dirty part
+    writes again are superseded there."""
+    seg = segment(0, [(b"a", b"1"), (b"a", b"2"), (b"b", b"1"), (b"b", b"2"), (b"a", b"3")], per_batch=1)
+    batches, _ = compact_to_batches(CompactionInput([seg], dirty_offset=3), now_ms=NOW)
+    got = [(o, k) for o, k, _ in survivors(batches)]
+    # a@0 and a@1 are superseded by a@4 (in the dirty part); b@2 by b@3; nothing else goes
+    assert got == [(3, b"b"), (4, b"a")]
+    batches, _ = compact_to_batches(CompactionInput([seg], dirty_offset=4), now_ms=NOW)
+    assert [(o, k) for o, k, _ in survivors(batches)] == [(2, b"b"), (3, b"b"), (4, b"a")]
+
+
+def test_is_due_follows_the_dirty_ratio_and_the_maximum_lag() -> None:
+    cfg = CompactionSettings.from_kafka({"min.cleanable.dirty.ratio": "0.5", "max.compaction.lag.ms": "1000",
+                                         "segment.bytes": "1048576"})
+    assert cfg.min_cleanable_dirty_ratio == 0.5 and cfg.max_compaction_lag_ms == 1000
+    assert is_due(cfg, dirty_bytes=60, total_bytes=100, oldest_dirty_timestamp=None, now_ms=NOW)
+    assert not is_due(cfg, dirty_bytes=40, total_bytes=100, oldest_dirty_timestamp=NOW - 500, now_ms=NOW)
+    assert is_due(cfg, dirty_bytes=40, total_bytes=100, oldest_dirty_timestamp=NOW - 5000, now_ms=NOW)
+    assert not is_due(cfg, dirty_bytes=0, total_bytes=100, oldest_dirty_timestamp=NOW - 5000, now_ms=NOW)
+    with pytest.raises(ValueError, match="min_cleanable_dirty_ratio"):
+        CompactionSettings.from_kafka({"min.cleanable.dirty.ratio": "2"})
