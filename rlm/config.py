@@ -150,6 +150,8 @@ class ResolvedTopicConfig(BaseModel):
     local_retention_ms: int
     local_retention_bytes: int
     cleanup_policy: str | None
+    #: the broker's topic configs remote compaction honours (rlm.compaction.settings.KAFKA_NAMES)
+    compaction_configs: tuple[tuple[str, str], ...] = ()
 
 
 class StorageConfig(_Strict):

@@ -225,12 +225,39 @@ def chain(
 
 @dataclass(frozen=True, slots=True)
 class LineageVerdict:
-    """FINISHED segments split by the lineage: ``kept`` (on it, or read by some chain) and
-    ``off_lineage`` (candidates for quarantine: not wholly on it and read by no chain)."""
+    """FINISHED segments split by the lineage: ``kept`` (on it, or read by some chain),
+    ``off_lineage`` (candidates for quarantine: not wholly on it and read by no chain) and
+    ``replaced`` (``(segment, by)`` pairs, see :func:`replaced_by`: on the lineage but read by no
+    chain because a segment with a strictly larger range serves all of their offsets)."""
 
     lineage: tuple[tuple[int, int], ...]
     kept: tuple[RemoteLogSegmentMetadata, ...]
     off_lineage: tuple[RemoteLogSegmentMetadata, ...]
+    replaced: tuple[tuple[RemoteLogSegmentMetadata, RemoteLogSegmentMetadata], ...] = ()
+
+
+def replaced_by(md: RemoteLogSegmentMetadata, links: Sequence[Link]) -> RemoteLogSegmentMetadata | None:
+    """The segment that replaces ``md`` in the read chain ``links``, or None.
+
+    The replacement rule, in one place for the read core, the daemon (retention, the remote
+    compaction job), ``rlm verify`` and ``rlm metadata rebuild``: a FINISHED segment that no link
+    reads is *replaced* when one link's segment serves every offset of it (``first <= start`` and
+    ``last >= end``) and that segment's range is strictly larger. A remote compaction's output is
+    such a segment: it keeps the first input's base offset and the last input's end offset and
+    always merges two or more inputs, so :func:`chain` (the furthest reach wins) reads it and
+    never its inputs, whatever state a crash left them in, and every offset is read once. An
+    exact duplicate (the same range) is not a replacement: it stays kept and unread, as before.
+    Kafka's ``RemoteLogMetadataCache`` agrees where it can tell: the compacted segment starts at
+    the first input's start offset and finished later, so it takes that offset's slot.
+    """
+    for other, first, last in links:
+        if other.remote_log_segment_id == md.remote_log_segment_id:
+            continue
+        if first <= md.start_offset and last >= md.end_offset and (
+            other.start_offset < md.start_offset or other.end_offset > md.end_offset
+        ):
+            return other
+    return None
 
 
 def judge_segments(
@@ -243,17 +270,25 @@ def judge_segments(
     is a deletion candidate only if the read chain over ``lineage`` does not use it, so dropping
     every candidate leaves every readable offset readable. (A reader without a broker derives
     its lineage from remote metadata alone; where that disagrees with the leader's, the
-    leader's is right, and dropping the candidates brings the reader's in line.)
+    leader's is right, and dropping the candidates brings the reader's in line.) A segment on
+    the lineage that the chain does not read because a larger one serves all of it is
+    ``replaced`` (:func:`replaced_by`), neither kept (retention does not count it, rebuild does not
+    restore it) nor off the lineage (it is deleted as a finished replacement, not quarantined).
     """
     finished = finished_only(segments)
     lineage = filtered_epochs(lineage)
-    used = {md.remote_log_segment_id for md, _, _ in chain(finished, lineage)[0]}
+    links = chain(finished, lineage)[0]
+    used = {md.remote_log_segment_id for md, _, _ in links}
     kept: list[RemoteLogSegmentMetadata] = []
     off: list[RemoteLogSegmentMetadata] = []
+    replaced: list[tuple[RemoteLogSegmentMetadata, RemoteLogSegmentMetadata]] = []
     for md in finished:
         whole = lineage_last_offset(md, lineage) >= md.end_offset
-        if whole or md.remote_log_segment_id in used:
+        by = None if md.remote_log_segment_id in used or not whole else replaced_by(md, links)
+        if by is not None:
+            replaced.append((md, by))
+        elif whole or md.remote_log_segment_id in used:
             kept.append(md)
         else:
             off.append(md)
-    return LineageVerdict(tuple(lineage), tuple(kept), tuple(off))
+    return LineageVerdict(tuple(lineage), tuple(kept), tuple(off), tuple(replaced))

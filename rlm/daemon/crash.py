@@ -21,6 +21,13 @@ REBUILD_STEPS = ("rebuild_after_started", "rebuild_after_finished")
 RESTORE_STEPS = ("restore_after_segment",)
 #: ``rlm restore --adopt-into``: after an adopted segment's STARTED record (FINISHED not yet).
 ADOPT_STEPS = ("adopt_after_started",)
+#: remote compaction's replacement (rlm/daemon/remote_compaction.py), besides the copy and delete
+#: steps inside it: output written (nothing published), new FINISHED, first input deleted.
+REPLACE_STEPS = (
+    "compaction_after_compact",
+    "compaction_after_new_finished",
+    "compaction_after_first_old_deleted",
+)
 STEPS = COPY_STEPS  # the copy steps, under the name tests/daemon/test_crash.py uses
 ALL_STEPS = COPY_STEPS + DELETE_STEPS
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import structlog
 
+from rlm.compaction.settings import KAFKA_NAMES as COMPACTION_CONFIGS
 from rlm.config import DaemonConfig, ResolvedTopicConfig
 from rlm.daemon.clock import wall_ms
 from rlm.daemon.leadership import ClusterView
@@ -157,6 +158,9 @@ class TieringPolicy:
             updates["remote_storage_enable"] = True
         if cfg.cleanup_policy is None and "cleanup.policy" in broker:
             updates["cleanup_policy"] = broker["cleanup.policy"]
+        compaction = tuple(sorted((k, v) for k, v in broker.items() if k in COMPACTION_CONFIGS))
+        if compaction:  # min.cleanable.dirty.ratio, ...: read by remote compaction
+            updates["compaction_configs"] = compaction
         # Without native tiering the broker deletes locally at its own retention.*: that is the
         # local retention the copy lag is measured against. Remote retention is the sidecar's.
         for key, fname in (

@@ -69,6 +69,21 @@ class DaemonMetrics:
             labels,
             registry=r,
         )
+        # remote compaction (rlm/daemon/remote_compaction.py)
+        self.compactions = Counter(
+            "rlm_remote_compactions", "Remote compactions that replaced segments", labels, registry=r
+        )
+        self.compaction_bytes_before = Counter(
+            "rlm_remote_compaction_bytes_before", "Bytes of the segments remote compactions replaced", labels,
+            registry=r,
+        )
+        self.compaction_bytes_after = Counter(
+            "rlm_remote_compaction_bytes_after", "Bytes of the compacted segments that replaced them", labels,
+            registry=r,
+        )
+        self.compaction_records_removed = Counter(
+            "rlm_remote_compaction_records_removed", "Records remote compactions removed", labels, registry=r
+        )
         self.local_size = Gauge("rlm_local_log_size_bytes", "Bytes of local segments", labels, registry=r)
         self.local_segments = Gauge("rlm_local_log_segments", "Local segments", labels, registry=r)
         self.gap_segments = Counter(

@@ -40,6 +40,7 @@ from rlm.daemon.partition_remover import PartitionRemover
 from rlm.daemon.pass_summary import PassTracker
 from rlm.daemon.preflight import Preflight
 from rlm.daemon.quota import CopyQuota
+from rlm.daemon.remote_compaction import RemoteCompactor
 from rlm.daemon.scheduler import PartitionScheduler
 from rlm.daemon.signals import FORCED_CLOSE_S
 from rlm.daemon.status import StatusBoard
@@ -130,6 +131,7 @@ class Daemon:
         history = self.history = EpochHistory(cfg.work_dir)
         self.copier = SegmentCopier(self.ctx, history)
         self.expirer = RemoteExpirer(self.ctx, history)
+        self.compactor = RemoteCompactor(self.ctx, history)
         self.remover = PartitionRemover(self.ctx)
         self.policy = TieringPolicy(cfg)
         self.unprotected = Unprotected(status, self.metrics)
@@ -393,6 +395,8 @@ class Daemon:
             self.metrics.local_size.labels(*labels).set(view.size_bytes)
             self.metrics.local_segments.labels(*labels).set(len(view.segments))
             self.copier.run(key, view, lso, m.topic_config)
+            if not ctx.stop.is_set():  # replacements finished (any topic) and compaction (compacted ones)
+                self.compactor.run(key, view, lso, m.topic_config)
             if not ctx.stop.is_set():
                 res = self.expirer.run(key, view, lso, m.topic_config)
                 st.remote_start, st.remote_end = res.remote_start, res.remote_end

@@ -58,6 +58,8 @@ class PartitionStatus:
     # off-lineage segments kept for now: [segment id, first offset, last offset, delete-after ms]
     quarantined: list[list[int | str]] = field(default_factory=list)
     note: str | None = None
+    # the last remote compaction (rlm/daemon/remote_compaction.py): offsets, segments, bytes, records
+    compaction: dict[str, int] | None = None
 
     @property
     def key(self) -> str:

@@ -2,9 +2,10 @@
 
 :func:`build_plans` describes every partition's segments from the bucket
 (:mod:`rlm.recovery.rebuild_scan`) and keeps or skips each by the leader-epoch lineage the read
-core derives (:func:`rlm.lineage.judge_segments`); :func:`apply_plan` writes the kept ones as the
-daemon writes a copy, idempotently. ``rlm metadata rebuild`` (:mod:`rlm.commands.metadata_rebuild`)
-prints and runs them.
+core derives (:func:`rlm.lineage.judge_segments`; a remote compaction's inputs whose objects a
+crash left behind are skipped as replaced by the compacted segment, never resurrected);
+:func:`apply_plan` writes the kept ones as the daemon writes a copy, idempotently.
+``rlm metadata rebuild`` (:mod:`rlm.commands.metadata_rebuild`) prints and runs them.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ def plan_partition(
     lineage = lineage_from_segments(mds)
     verdict = judge_segments(mds, lineage)
     kept_ids = {md.remote_log_segment_id for md in verdict.kept}
+    replaced = {old.remote_log_segment_id: by for old, by in verdict.replaced}
     read = {md.remote_log_segment_id for md, _, _ in chain(verdict.kept, lineage)[0]}
     plan = PartitionPlan(tp, lineage, unusable=list(unusable))
     for f in found:
@@ -64,6 +66,10 @@ def plan_partition(
             plan.keep.append(f)
             if md.remote_log_segment_id not in read:
                 plan.unread.add(md.remote_log_segment_id.id.text)
+        elif (by := replaced.get(md.remote_log_segment_id)) is not None:
+            # a crash after a remote compaction's new segment, before its inputs' objects went
+            plan.skip.append((f, f"replaced by the compacted segment {by.remote_log_segment_id.id.text} "
+                                 f"covering [{by.start_offset}, {by.end_offset}]"))
         else:
             agree = lineage_last_offset(md, lineage)
             plan.skip.append((f, f"off the leader-epoch lineage from offset {agree + 1} (epochs "

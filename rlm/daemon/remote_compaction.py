@@ -1,0 +1,251 @@
+"""The remote compaction job: a compacted remote segment replaces the segments it was made from.
+
+Per run of a led partition (after the copy task, before expiry; :mod:`rlm.daemon.service`):
+
+1. **Finish half-done replacements** (every tiered topic): FINISHED segments the read chain no
+   longer reads because a larger FINISHED segment serves all of their offsets
+   (:func:`rlm.lineage.replaced_by`, the one replacement rule) are deleted through the delete
+   protocol (reason ``replaced``). A crash between the new segment's FINISHED and the last old
+   segment's delete converges here; a new segment left COPY_SEGMENT_STARTED by a crash is undone
+   by expiry like any abandoned copy; an old one left DELETE_SEGMENT_STARTED is retried by expiry.
+2. **Decide** (``compact`` / ``compact,delete`` topics): the range is the read chain from its
+   start, consecutive segments served whole, up to :data:`MAX_INPUT_BYTES`. Its bytes below the
+   remote cleaner checkpoint (the end of the last replacement, kept in the work dir) are clean,
+   the rest dirty; :func:`rlm.compaction.is_due` decides with the topic's
+   ``min.cleanable.dirty.ratio`` / ``max.compaction.lag.ms`` (the broker's topic config, as the
+   daemon reads the other topic settings). Two segments at least: the output's range is then
+   strictly larger than every input's, which is what makes it win in every reader.
+3. **Compact**: the inputs are fetched through the RemoteStorageManager, the newer keys are read
+   from the later remote segments and the broker's local log above the range (read only, below
+   the LSO), and :func:`rlm.compaction.compact` writes one segment (``min.compaction.lag.ms``
+   may stop it early: only the segments it used are replaced).
+4. **Replace**: the new segment goes through the copy protocol
+   (:func:`rlm.daemon.remote_compaction_copy.publish_segment`), then each input through the delete
+   protocol (:func:`rlm.daemon.remote_ops.delete_remote_segment`).
+
+Named crash points (``RLM_TEST_CRASH_AT``) besides the copy and delete
+steps inside: ``compaction_after_compact`` (the output written in staging, nothing published),
+``compaction_after_new_finished`` (new FINISHED, every input still FINISHED),
+``compaction_after_first_old_deleted`` (one input deleted, the others still FINISHED).
+:data:`rlm.daemon.crash.REPLACE_STEPS` lists them.
+See ``docs/remote-compaction-job.md``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from rlm.compaction import CompactionInput, CompactionResult, CompactionSettings, compact, is_due
+from rlm.config import ResolvedTopicConfig
+from rlm.daemon.compacted import is_compacted
+from rlm.daemon.context import EpochHistory, TaskContext, now_ms
+from rlm.daemon.crash import crash_point
+from rlm.daemon.local_log import LocalLogView
+from rlm.daemon.remote_compaction_copy import publish_segment
+from rlm.daemon.remote_compaction_inputs import NewerKeysBuilder, stage_inputs
+from rlm.daemon.remote_ops import delete_remote_segment
+from rlm.daemon.workdir import atomic_write, partition_state_file
+from rlm.errors import RlmError
+from rlm.lineage import Link, chain, checkpoint_bytes, epochs_for_range, finished_only, judge_segments
+from rlm.types import (
+    LogSegmentData,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+)
+
+log = structlog.get_logger(__name__)
+
+#: at most this many input bytes per compaction (Kafka's default segment.bytes); the rest waits
+MAX_INPUT_BYTES = 1024 * 1024 * 1024
+
+
+class CompactionOutputMismatch(RlmError):
+    """The engine's output does not end where its inputs end: nothing is published."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A due range: ``inputs`` (whole chain links, consecutive) and what made it due."""
+
+    inputs: tuple[RemoteLogSegmentMetadata, ...]
+    later: tuple[RemoteLogSegmentMetadata, ...]
+    dirty_offset: int
+    dirty_bytes: int
+    total_bytes: int
+
+
+def plan_range(links: Sequence[Link], dirty_offset: int, settings: CompactionSettings, now: int,
+               max_bytes: int = MAX_INPUT_BYTES) -> Plan | None:
+    """The range to compact now, or None (nothing due, or fewer than two segments)."""
+    inputs: list[RemoteLogSegmentMetadata] = []
+    size = 0
+    for md, first, last in links:
+        whole = first == md.start_offset and last == md.end_offset
+        follows = not inputs or md.start_offset == inputs[-1].end_offset + 1
+        if not (whole and follows) or (inputs and size + md.segment_size_in_bytes > max_bytes):
+            break
+        inputs.append(md)
+        size += md.segment_size_in_bytes
+    if len(inputs) < 2:
+        return None
+    dirty = [md for md in inputs if md.end_offset >= dirty_offset]
+    dirty_bytes = sum(md.segment_size_in_bytes for md in dirty)
+    oldest = min((md.max_timestamp_ms for md in dirty), default=None)
+    if not is_due(settings, dirty_bytes=dirty_bytes, total_bytes=size, oldest_dirty_timestamp=oldest,
+                  now_ms=now):
+        return None
+    later = tuple(md for md, _, _ in links[len(inputs):])
+    return Plan(tuple(inputs), later, dirty_offset, dirty_bytes, size)
+
+
+class CleanerCheckpoints:
+    """Per partition, the offset below which the remote history was compacted (Kafka's
+    ``cleaner-offset-checkpoint``), in the work dir. Only how much work is due depends on it:
+    lost (a new leader, a wiped work dir) it starts at 0 and the whole history counts as dirty."""
+
+    def __init__(self, ctx: TaskContext) -> None:
+        self.dir = ctx.work_dir / "remote-compaction"
+
+    def get(self, tp: TopicIdPartition) -> int:
+        try:
+            return int(json.loads(partition_state_file(self.dir, tp).read_text())["dirty_offset"])
+        except (FileNotFoundError, ValueError, TypeError, KeyError):
+            return 0
+
+    def set(self, tp: TopicIdPartition, offset: int) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        atomic_write(partition_state_file(self.dir, tp), json.dumps({"dirty_offset": offset}).encode())
+
+
+class RemoteCompactor:
+    """Runs the job above for one partition per :meth:`run`."""
+
+    def __init__(self, ctx: TaskContext, history: EpochHistory) -> None:
+        self.ctx = ctx
+        self.history = history
+        self.checkpoints = CleanerCheckpoints(ctx)
+
+    def run(self, tp: TopicIdPartition, view: LocalLogView, lso: int, cfg: ResolvedTopicConfig) -> int:
+        """Finish half-done replacements, then compact a due range; returns segments replaced."""
+        ctx = self.ctx
+        finished = finished_only(ctx.rlmm.list_remote_log_segments(tp))
+        active = view.active
+        leo = max(active.base_offset if active else 0, lso)
+        lineage = self.history.merge(tp, view.epochs, finished, leo)
+        verdict = judge_segments(finished, lineage)
+        for old, by in verdict.replaced:
+            if ctx.stop.is_set():
+                return 0
+            log.info("replacement_finishing", topic=tp.topic, partition=tp.partition,
+                     segment_id=old.remote_log_segment_id.id.text,
+                     replaced_by=by.remote_log_segment_id.id.text)
+            delete_remote_segment(ctx, old, "replaced")
+        if not is_compacted(cfg.cleanup_policy) or ctx.stop.is_set() or tp in ctx.copy_disabled:
+            return 0
+        settings = CompactionSettings.from_kafka(dict(cfg.compaction_configs))
+        links = chain(verdict.kept, verdict.lineage)[0]
+        plan = plan_range(links, self.checkpoints.get(tp), settings, now_ms())
+        if plan is None:
+            return 0
+        return self._replace(tp, view, lso, plan, settings, lineage)
+
+    def _replace(self, tp: TopicIdPartition, view: LocalLogView, lso: int, plan: Plan,
+                 settings: CompactionSettings, lineage: list[tuple[int, int]]) -> int:
+        ctx = self.ctx
+        staging = ctx.staging_dir(tp) / "compaction"
+        staged = stage_inputs(ctx.rsm, plan.inputs, plan.later, staging)
+        try:
+            newer = NewerKeysBuilder(tp, plan.inputs[-1].end_offset, lso)
+            newer.add_remote(ctx.rsm, plan.later)
+            newer.add_local(view)
+            result = compact(
+                CompactionInput(staged.logs, sorted(staged.aborted, key=lambda a: a.first_offset),
+                                newer_keys=newer.keys, dirty_offset=plan.dirty_offset),
+                staging / "out", settings,
+            )
+            used = plan.inputs[: result.segments_used]
+            if len(used) < 2 or result.files is None:
+                log.info("remote_compaction_waits", topic=tp.topic, partition=tp.partition,
+                         segments_cleanable=result.segments_used,
+                         reason="min.compaction.lag.ms holds back all but fewer than two segments")
+                return 0
+            if result.base_offset != used[0].start_offset or result.end_offset != used[-1].end_offset + 1:
+                raise CompactionOutputMismatch(
+                    f"{tp}: compacted [{result.base_offset}, {result.end_offset}) but the inputs cover "
+                    f"[{used[0].start_offset}, {used[-1].end_offset + 1})")
+            crash_point("compaction_after_compact")
+            new = self._publish(tp, used, result, staged.producer_snapshot, lineage)
+            crash_point("compaction_after_new_finished")
+            self.checkpoints.set(tp, new.end_offset + 1)
+            for i, old in enumerate(used):
+                delete_remote_segment(ctx, old, "replaced")
+                if i == 0:
+                    crash_point("compaction_after_first_old_deleted")
+        finally:
+            staged.remove()
+        self._account(tp, used, new, result)
+        return len(used)
+
+    def _publish(self, tp: TopicIdPartition, used: Sequence[RemoteLogSegmentMetadata],
+                 result: CompactionResult,
+                 snapshot: Path, lineage: list[tuple[int, int]]) -> RemoteLogSegmentMetadata:
+        files = result.files
+        assert files is not None
+        start, end = used[0].start_offset, used[-1].end_offset
+        max_ts = files.max_timestamp if files.max_timestamp >= 0 else max(m.max_timestamp_ms for m in used)
+        md = RemoteLogSegmentMetadata(
+            remote_log_segment_id=RemoteLogSegmentId.generate_new(tp),
+            start_offset=start,
+            end_offset=end,
+            max_timestamp_ms=max_ts,
+            broker_id=self.ctx.node_id,
+            event_timestamp_ms=now_ms(),
+            segment_size_in_bytes=files.size,
+            segment_leader_epochs=tuple(epochs_for_range(lineage, start, end + 1)),
+            state=RemoteLogSegmentState.COPY_SEGMENT_STARTED,
+            txn_index_empty=files.txn_index is None,
+        )
+        data = LogSegmentData(
+            log_segment=files.log,
+            offset_index=files.offset_index,
+            time_index=files.time_index,
+            transaction_index=files.txn_index,
+            producer_snapshot_index=snapshot,
+            leader_epoch_index=checkpoint_bytes(lineage, end + 1),
+        )
+        publish_segment(self.ctx, md, data, "compaction")
+        return md
+
+    def _account(self, tp: TopicIdPartition, used: Sequence[RemoteLogSegmentMetadata],
+                 new: RemoteLogSegmentMetadata, result: CompactionResult) -> None:
+        ctx = self.ctx
+        labels = (tp.topic, str(tp.partition))
+        before = sum(m.segment_size_in_bytes for m in used)
+        removed = result.records_read - result.records_kept
+        ctx.metrics.compactions.labels(*labels).inc()
+        ctx.metrics.compaction_bytes_before.labels(*labels).inc(before)
+        ctx.metrics.compaction_bytes_after.labels(*labels).inc(new.segment_size_in_bytes)
+        ctx.metrics.compaction_records_removed.labels(*labels).inc(removed)
+        st = ctx.status.partition(tp.topic, tp.partition)
+        st.compaction = {
+            "last_ms": now_ms(),
+            "start_offset": new.start_offset,
+            "end_offset": new.end_offset,
+            "segments_replaced": len(used),
+            "bytes_before": before,
+            "bytes_after": new.segment_size_in_bytes,
+            "records_removed": removed,
+            "dirty_offset": new.end_offset + 1,
+        }
+        log.info("remote_compaction_replaced", topic=tp.topic, partition=tp.partition,
+                 segment_id=new.remote_log_segment_id.id.text, start_offset=new.start_offset,
+                 end_offset=new.end_offset, replaced=[m.remote_log_segment_id.id.text for m in used],
+                 bytes_before=before, bytes_after=new.segment_size_in_bytes, records_removed=removed,
+                 passes=result.passes)
