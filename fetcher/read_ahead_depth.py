@@ -12,22 +12,27 @@ bandwidth-delay product; on a store that is its own bound they do not.
 So the depth is a hill climb on the scan's own throughput, measured in epochs of consumed chunks.
 It starts at the whole budget (a scan starts as fast as a plain download does) and probes:
 
-* down (half the depth) when the decoder hardly waited (under ``stall_share`` of the epoch: the
-  decoder is the bound, fewer chunks in flight may do) or, now and then, when it waited at the
-  ceiling; the probe is kept if the bytes per second fell by no more than ``down_loss``;
-* up (twice the depth) when the decoder waited; kept only if the bytes per second rose by
-  ``up_gain`` at least.
+* down (half the depth) after ``hold_epochs`` epochs in which the decoder waited (over
+  ``stall_share`` of the epoch) at the ceiling: fewer GETs may deliver as much from a store that
+  is its own bound; the probe is kept if the bytes per second fell by no more than ``down_loss``;
+* up (twice the depth) when the decoder waited below the ceiling; kept only if the bytes per
+  second rose by ``up_gain`` at least.
+
+An epoch in which the decoder hardly waited changes nothing: the decoder is the bound, and fewer
+chunks in flight would only give back memory the budget allows.
 
 The two are not symmetric on purpose: a depth too low costs throughput (on the pinned benchmark,
 load 8-9: a fixed depth of 2 chunks read at 0.6 times the rate of 8, for 1.4 times the reader's
-CPU), a depth too high only memory the budget allows. So a probe down must not cost anything measurable, and a probe up need only pay.
+CPU), a depth too high only memory the budget allows. So a probe down must not cost anything
+measurable, and a probe up need only pay.
 
-A probe is judged on the epoch after the one in which it settles (the chunks of the new depth
-have to arrive first). A probe that did not pay is undone, and the depth it left is a floor (after
-a failed probe down) or a ceiling (up) for ``hold_epochs`` epochs; then the store's answer is asked
-again (its load may have changed). The depth is never below ``min_depth`` (the chunk being
-decoded and the next on the wire) nor above ``max_depth`` (the read-ahead budget over the chunk
-size). Fed and read on the scan's thread only; the clock is injectable for the tests.
+A probe is judged on the epoch after the one in which it settles (the chunks of the new depth have
+to arrive first, and after a probe down those fetched ahead at the old depth be used up). A probe
+that did not pay is undone, and the depth it left is a floor (after a failed probe down) or a
+ceiling (up) for ``hold_epochs`` epochs; then the store's answer is asked again (its load may have
+changed). The depth is never below ``min_depth`` (the chunk being decoded and the next on the wire)
+nor above ``max_depth`` (the read-ahead budget over the chunk size). Fed and read on the scan's
+thread only; the clock is injectable for the tests.
 """
 
 from __future__ import annotations
@@ -35,6 +40,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+
+#: chunks an epoch lasts at least (fewer measure the store's jitter rather than its rate)
+MIN_EPOCH = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +83,7 @@ class ThroughputDepth:
         self._clock = clock
         self._floor, self._ceiling = self.min_depth, self.max_depth
         self._hold = 0  # judged epochs left before the floor and ceiling are reset
-        # judged epochs stalled at the ceiling since the last probe down: the first one probes
-        self._since_down = hold_epochs - 1
+        self._since_down = 0  # judged epochs stalled at the ceiling since the last probe down
         self._probe: _Probe | None = None
         self._failed_up = False
         self._t0: float | None = None
@@ -90,15 +97,25 @@ class ThroughputDepth:
         self._waited += max(0.0, seconds)
 
     def consumed(self, nbytes: int) -> None:
-        """The decoder is done with a chunk of ``nbytes``; an epoch ends every ``depth`` chunks."""
+        """The decoder is done with a chunk of ``nbytes`` (an epoch ends every :meth:`_epoch_chunks`)."""
         now = self._clock()
         if self._t0 is None:  # the first chunk starts the first epoch (its wait is the store's start-up)
             self._t0, self._waited = now, 0.0
             return
         self._bytes += nbytes
         self._chunks += 1
-        if self._chunks >= max(2, self.depth):
+        if self._chunks >= self._epoch_chunks():
             self._end_epoch(now)
+
+    def _epoch_chunks(self) -> int:
+        """An epoch's length: the depth, at least ``MIN_EPOCH``; while a new depth settles, the
+        old one if deeper (a probe down shows only once the chunks fetched ahead at the old depth
+        are used up: judged earlier, it would be judged on them)."""
+        n = max(MIN_EPOCH, self.depth)
+        probe = self._probe
+        if probe is not None and not probe.settled:
+            n = max(n, probe.from_depth)
+        return n
 
     def _end_epoch(self, now: float) -> None:
         span = max(now - (self._t0 or now), 1e-9)
@@ -133,10 +150,9 @@ class ThroughputDepth:
             return
         up = min(self.depth * 2, self._ceiling, self.max_depth)
         down = max(self.depth // 2, self._floor, self.min_depth)
-        if not stalled:
-            if down < self.depth:  # the decoder is the bound: fewer chunks in flight may do
-                self._try(down, rate, up=False)
-        elif up > self.depth and not self._failed_up:
+        if not stalled:  # the decoder is the bound: more in flight cannot help
+            return
+        if up > self.depth and not self._failed_up:
             self._try(up, rate, up=True)
         elif down < self.depth:  # at the ceiling: fewer GETs may deliver as much, now and then
             self._since_down += 1
