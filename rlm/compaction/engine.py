@@ -47,7 +47,12 @@ from rlm.compaction.offset_map import OffsetMap
 from rlm.compaction.output import SegmentFiles, write_segment
 from rlm.compaction.reframe import NO_BASE, reframe_records
 from rlm.compaction.settings import CompactionSettings
-from rlm.compaction.transactions import ProducerLast, TransactionWalk, producers_from
+from rlm.compaction.transactions import (
+    ProducerLast,
+    TransactionWalk,
+    aborted_from_markers,
+    producers_from,
+)
 from rlm.errors import CorruptRecordError, LogFormatError
 from rlm.log import codecs
 from rlm.log.arrow import read_arrow
@@ -70,9 +75,11 @@ class CompactionInput:
     ``segments``: ``.log`` files (paths named ``<base offset>.log``) or their bytes, in offset
     order. ``aborted``: the aborted transactions overlapping them (from every ``.txnindex`` that
     covers the range, including later segments', as ``UnifiedLog.collectAbortedTransactions``).
-    ``producers``: the active producers' last state (from the producer snapshot); None derives it
-    from the segments. ``newer_keys``: keys written after the range. ``dirty_offset``: records
-    below it were compacted before and are not put in the offset map (Kafka's cleaner checkpoint).
+    The input's own ABORT markers are added to ``aborted``; a transaction whose marker lies
+    beyond the input still needs its entry here. ``producers``: the active producers' last state
+    (from the producer snapshot); None derives it from the segments. ``newer_keys``: keys written
+    after the range. ``dirty_offset``: records below it were compacted before and are not put in
+    the offset map (Kafka's cleaner checkpoint).
     """
 
     segments: Sequence[str | Path | bytes]
@@ -227,6 +234,15 @@ def _check_offsets(seg: _Segment, offsets: Arr, batch: Arr) -> None:
         raise CorruptRecordError(f"record offset {int(offsets[bad])} does not fit its batch "
                                  f"[{h.base_offset}, {h.last_offset}] or does not follow the previous record",
                                  path=where, position=h.position)
+
+
+def _all_aborted(segments: list[_Segment], given: Sequence[AbortedTxn]) -> list[AbortedTxn]:
+    """The caller's aborted transactions plus those the input's own ABORT markers show (a
+    transaction in both is queued twice and taken once: the walk keys them by producer)."""
+    pairs = ((h, seg.control_kind[i]) for seg in segments for i, h in enumerate(seg.headers))
+    derived = aborted_from_markers(pairs)
+    known = {(t.producer_id, t.last_offset) for t in given}
+    return [*given, *(t for t in derived if (t.producer_id, t.last_offset) not in known)]
 
 
 def _walk_transactions(segments: list[_Segment], aborted: Sequence[AbortedTxn]) -> list[AbortedTxn]:
@@ -408,7 +424,7 @@ def compact_to_batches(inp: CompactionInput, settings: CompactionSettings | None
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     t0 = time.perf_counter()
     segments, result, producers = _prepare(inp, settings, now_ms)
-    result.reindexed = _walk_transactions(segments, inp.aborted)
+    result.reindexed = _walk_transactions(segments, _all_aborted(segments, inp.aborted))
     _passes(segments, inp, settings, now_ms, result)
     batches = list(_output(segments, producers, settings, now_ms, result))
     result.bytes_out = sum(len(b) for b in batches)
@@ -431,7 +447,7 @@ def compact(inp: CompactionInput, out_dir: str | Path, settings: CompactionSetti
     if not segments:
         result.seconds = time.perf_counter() - t0
         return result
-    result.reindexed = _walk_transactions(segments, inp.aborted)
+    result.reindexed = _walk_transactions(segments, _all_aborted(segments, inp.aborted))
     _passes(segments, inp, settings, now_ms, result)
     files = write_segment(out_dir, result.base_offset, _output(segments, producers, settings, now_ms, result),
                           result.reindexed, index_interval_bytes=settings.index_interval_bytes)

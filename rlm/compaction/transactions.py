@@ -23,9 +23,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rlm.log.model import BatchHeader, ControlRecordType
+from rlm.log.producer_state import ProducerStateTracker
 from rlm.log.txn_index import AbortedTxn
 
-__all__ = ["ProducerLast", "TransactionWalk", "last_batches_of_producers"]
+__all__ = ["ProducerLast", "TransactionWalk", "aborted_from_markers", "last_batches_of_producers"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +114,21 @@ class TransactionWalk:
             self._ongoing_committed.discard(header.producer_id)
             return not seen
         return False
+
+
+def aborted_from_markers(batches: Iterable[tuple[BatchHeader, int | None]]) -> list[AbortedTxn]:
+    """Aborted transactions whose ABORT marker is among ``batches`` ((header, control type) pairs
+    in offset order), from the batches alone (``ProducerStateTracker``, as the broker builds its
+    ``.txnindex``). The engine adds them to the caller's list, so aborted data whose marker is in
+    the input goes even if a ``.txnindex`` was not passed; a marker beyond the input still needs
+    the caller's entry."""
+    tracker: ProducerStateTracker | None = None
+    for header, kind in batches:
+        if tracker is None:
+            tracker = ProducerStateTracker(map_end_offset=header.base_offset)
+        marker = (kind, 0, header.max_timestamp) if header.is_control and kind is not None else None
+        tracker.append(header, marker)
+    return list(tracker.aborted) if tracker is not None else []
 
 
 def producers_from(entries: Mapping[int, ProducerLast] | None,

@@ -25,8 +25,8 @@ from rlm.compaction import (
     is_due,
 )
 from rlm.errors import LogFormatError
-from rlm.log import Compression, iter_batches, read_arrow
-from rlm.log.encode import encode_batch, encode_legacy_message_set
+from rlm.log import Compression, ControlRecordType, iter_batches, read_arrow
+from rlm.log.encode import encode_batch, encode_control_batch, encode_legacy_message_set
 
 KAFKA_BYTES_PER_KEY = 24 / 0.9  # SkimpyOffsetMap: 16-byte MD5 + 8-byte offset per slot, load factor 0.9
 NOW = 1_800_000_000_000
@@ -183,3 +183,15 @@ def test_is_due_follows_the_dirty_ratio_and_the_maximum_lag() -> None:
     assert not is_due(cfg, dirty_bytes=0, total_bytes=100, oldest_dirty_timestamp=NOW - 5000, now_ms=NOW)
     with pytest.raises(ValueError, match="min_cleanable_dirty_ratio"):
         CompactionSettings.from_kafka({"min.cleanable.dirty.ratio": "2"})
+
+
+def test_aborted_data_goes_when_its_marker_is_in_the_input_without_a_txnindex() -> None:
+    data = encode_batch([(b"a", b"kept", None, NOW - 10)], base_offset=0)
+    aborted = encode_batch([(b"a", b"aborted", None, NOW - 9)], base_offset=1, producer_id=7,
+                           producer_epoch=0, base_sequence=0, is_transactional=True)
+    marker = encode_control_batch(offset=2, producer_id=7, producer_epoch=0,
+                                  control_type=ControlRecordType.ABORT, coordinator_epoch=0,
+                                  timestamp=NOW - 8)
+    batches, result = compact_to_batches(CompactionInput([data + aborted + marker]), now_ms=NOW)
+    assert [(o, v) for o, _, v in survivors(batches)] == [(0, b"kept")]
+    assert [(t.producer_id, t.first_offset, t.last_offset) for t in result.reindexed] == [(7, 1, 2)]
