@@ -204,8 +204,8 @@ def _cleanable(segments: list[_Segment], settings: CompactionSettings, now_ms: i
 
 
 def _decode(seg: _Segment) -> _Records:
-    table = read_arrow(seg.read(), topic="", partition=0, verify_crc=False,
-                       path=None if isinstance(seg.source, bytes) else str(seg.source))
+    source = seg.source if isinstance(seg.source, bytes) else str(seg.source)  # files: read in windows
+    table = read_arrow(source, topic="", partition=0, verify_crc=False)
     if table.num_rows != seg.n_records:
         raise LogFormatError(f"decoded {table.num_rows} records, the batch headers count {seg.n_records}",
                              path=None if isinstance(seg.source, bytes) else seg.source)

@@ -94,9 +94,11 @@ def live(values: dict[bytes, bytes | None]) -> dict[bytes, bytes]:
     return {k: v for k, v in values.items() if v is not None}
 
 
-def test_engine_keeps_what_the_broker_cleaner_keeps(cleaner_broker: KafkaCluster, tmp_path: Path) -> None:
-    topic = "compaction-reference"
-    wl.create_topic(cleaner_broker, topic)
+@pytest.mark.parametrize("timestamps", ["CreateTime", "LogAppendTime"])
+def test_engine_keeps_what_the_broker_cleaner_keeps(cleaner_broker: KafkaCluster, tmp_path: Path,
+                                                    timestamps: str) -> None:
+    topic = f"compaction-reference-{timestamps}"
+    wl.create_topic(cleaner_broker, topic, **{"message.timestamp.type": timestamps})
     written = wl.write(cleaner_broker, topic)
     pdir = wl.partition_dir(cleaner_broker, topic)
     copies, aborted, active = wl.copy_rolled(pdir, tmp_path / "input")
