@@ -2,9 +2,12 @@
 
 A remote segment is never read whole: the walker pulls windows of bytes through the
 :class:`~fetcher.reader.SegmentReader` and yields batch headers with their absolute positions
-in the segment. Reaching the segment's end before its recorded end offset, or a batch that runs
-past the segment's size, is :class:`RemoteSegmentIncompleteError` — a read is complete or it is
-an error.
+in the segment. A batch that runs past the segment's size is :class:`RemoteSegmentIncompleteError`
+— a read is complete or it is an error. Reaching the segment's end before its recorded end offset
+is not: the broker's log cleaner removes records at a segment's end (compacted topics), and the
+recorded end offset is the next segment's base - 1, as Kafka records it; a read that finds no
+batch at or after its offset falls through to the next segment, as Kafka's does (KAFKA-15388).
+Bytes missing from an object are caught by the size checks of :mod:`fetcher.reader`.
 """
 
 from __future__ import annotations
@@ -119,16 +122,16 @@ def walk(reader: SegmentReader, md: RemoteLogSegmentMetadata, start_position: in
         pos += consumed
         want = max(window, _MIN_WINDOW)
         straddle = _MIN_WINDOW
-    if start_position < size and (last is None or last.last_offset < md.end_offset):
-        got = last.last_offset if last is not None else "nothing"
+    if last is not None and last.last_offset > md.end_offset:
         raise RemoteSegmentIncompleteError(
-            f"{describe(md)}: the segment's bytes end at offset {got}, before its recorded end offset "
-            f"{md.end_offset}")
+            f"{describe(md)}: the segment's bytes reach offset {last.last_offset}, past its recorded end "
+            f"offset {md.end_offset}")
 
 
 def check_complete(md: RemoteLogSegmentMetadata, last: BatchHeader | None) -> None:
-    """At the end of a segment: the last batch must end at the recorded end offset."""
-    if last is None or last.last_offset != md.end_offset or last.end_position != md.segment_size_in_bytes:
+    """At the end of a segment: the last batch ends at the segment's recorded size, at or below its
+    recorded end offset (below it when the broker's cleaner removed the segment's last records)."""
+    if last is None or last.last_offset > md.end_offset or last.end_position != md.segment_size_in_bytes:
         got = f"offset {last.last_offset} at byte {last.end_position}" if last else "no batch"
         raise RemoteSegmentIncompleteError(
             f"{describe(md)}: bytes end with {got}, but metadata says offset {md.end_offset} at byte "

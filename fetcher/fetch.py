@@ -14,13 +14,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from fetcher.batches import Located, WalkLimit, contiguous, describe, walk
+from fetcher.batches import Located, WalkLimit, contiguous, walk
 from fetcher.index_cache import RemoteIndexCache
 from fetcher.isolation import IsolationLevel as IsolationLevel  # re-exported: its old home
 from fetcher.planning import PartitionPlan, PlannedSegment
 from fetcher.reader import SegmentReader
 from fetcher.transactions import collect_aborted_txns
-from rlm.errors import RemoteSegmentIncompleteError
 from rlm.log.records import BatchHeader, Record, iter_records
 from rlm.log.txn_index import AbortedTxn
 from rlm.types import TopicIdPartition
@@ -181,11 +180,7 @@ def _read_link(plan: PartitionPlan, link: PlannedSegment, target: int, req: Fetc
             break
         taken.append(b)
         size += h.size
-    if first is None:
-        if md.end_offset >= target:
-            raise RemoteSegmentIncompleteError(
-                f"{describe(md)}: no batch holds offset {target} although metadata says the segment "
-                f"ends at {md.end_offset}")
+    if first is None:  # a gap at the segment's end (the cleaner's): the next segment has the offset
         return None
     last_h = taken[-1].header
     next_offset = last_h.next_offset

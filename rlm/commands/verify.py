@@ -17,11 +17,12 @@ Per partition of the remote metadata store (read-only, as the read side opens it
 * the storage layout's own checks (``layout_mismatch``): for Aiven's layout, object sizes
   against the manifest's chunk index and index slices, and the segment the manifest embeds
   (every chunk's GCM tag and zstd frame is checked by the whole-file read above);
-* with ``--deep``, every ``.log`` decodes (batch CRCs) to its recorded end offset and size
-  (``incomplete_segment``, ``undecodable_segment``). Files are streamed, never held whole. When a
-  log dir of the configuration holds the partition (after ``rlm restore``), the local log is
-  checked against the bucket as well: each local segment that is a copy of a remote one holds its
-  bytes (``local_segment_mismatch``), the local log start is not below the published
+* with ``--deep``, every ``.log`` decodes (batch CRCs) to its recorded size, with no batch past its
+  recorded end offset (a compacted topic's segment may end below it: the broker's cleaner removed
+  its last records) (``incomplete_segment``, ``undecodable_segment``). Files are streamed, never
+  held whole. When a log dir of the configuration holds the partition (after ``rlm restore``), the
+  local log is checked against the bucket as well: each local segment that is a copy of a remote
+  one holds its bytes (``local_segment_mismatch``), the local log start is not below the published
   ``DeleteRecords`` bound (``local_log_start``), the leader epochs below the remote end are the
   remote lineage's (``local_epochs``) — :func:`.verify_local.check_restored`;
 * a partition of the configured log dirs the configuration asks to tier, with rolled segments and
@@ -131,6 +132,8 @@ def verify(args: argparse.Namespace) -> int:
     from rlm.logging_setup import configure_logging
     from rlm.plugin_setup import load_rlmm, load_rsm
 
+    from .verify_compacted import is_compacted_partition
+
     config = load_config(args.config)
     configure_logging("console", "critical")  # the printed lines say it all
     node_id = config.node_id if config.node_id is not None else -1
@@ -150,7 +153,8 @@ def verify(args: argparse.Namespace) -> int:
             now = int(time.time() * 1000)
             reports = [(tp, check_partition(rsm, tp, rlmm.list_remote_log_segments(tp), now_ms=now,
                                             grace_ms=grace, metadata_read_ms=metadata_read_ms,
-                                            deep=args.deep)) for tp in tps]
+                                            deep=args.deep, compacted=is_compacted_partition(config, tp)))
+                       for tp in tps]
             tiers = {tp: _coverage(config.log_dirs, tp, r, list(rlmm.list_remote_log_segments(tp)),
                                    rsm if args.deep else None) for tp, r in reports}
             untiered = untiered_problems(config, {tp.topic_partition for tp in rlmm.known_partitions()

@@ -77,8 +77,9 @@ def _open(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata, ft: SegmentFi
 class _DeepWalk:
     """Batch headers of a ``.log`` streamed in chunks (never held whole), CRCs checked."""
 
-    def __init__(self, md: RemoteLogSegmentMetadata) -> None:
+    def __init__(self, md: RemoteLogSegmentMetadata, may_end_early: bool = False) -> None:
         self.md = md
+        self.may_end_early = may_end_early
         self.buf = b""
         self.base = 0  # absolute position of buf[0]
         self.last_offset: int | None = None
@@ -95,7 +96,13 @@ class _DeepWalk:
 
     def problem(self) -> str | None:
         md = self.md
-        if self.last_offset == md.end_offset and self.end == md.segment_size_in_bytes and not self.buf:
+        # a compacted topic's segment may end below its recorded end offset (the cleaner removed its
+        # last records), never past it; its bytes always end at its recorded size
+        if self.may_end_early:
+            ends = self.last_offset is None or self.last_offset <= md.end_offset
+        else:
+            ends = self.last_offset == md.end_offset
+        if ends and self.end == md.segment_size_in_bytes and not self.buf:
             return None
         got = f"offset {self.last_offset} at byte {self.end}" if self.last_offset is not None else "no batch"
         return (f"bytes end with {got}, but metadata says offset {md.end_offset} at byte "
@@ -103,8 +110,9 @@ class _DeepWalk:
 
 
 def check_files(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata, deep: bool,
-                report: PartitionReport) -> None:
-    """Every file of a finished segment is there, whole, with the recorded size and CRC-32C."""
+                report: PartitionReport, compacted: bool = False) -> None:
+    """Every file of a finished segment is there, whole, with the recorded size and CRC-32C
+    (``compacted``: the ``.log`` may end below the recorded end offset)."""
     manifest = decode(md.custom_metadata)
     wanted: dict[SegmentFileType, FileChecksum | None]
     if manifest is not None:
@@ -119,7 +127,7 @@ def check_files(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata, deep: b
 
     for ft, expected in wanted.items():
         crc = Crc32c()
-        walk = _DeepWalk(md) if deep and ft is SegmentFileType.SEGMENT else None
+        walk = _DeepWalk(md, compacted) if deep and ft is SegmentFileType.SEGMENT else None
         try:
             with _open(rsm, md, ft) as stream:
                 while chunk := stream.read(_CHUNK):
@@ -216,7 +224,7 @@ def _still_referenced(rsm: RemoteStorageManager, tp: TopicIdPartition, obj: Stor
 
 def check_partition(rsm: RemoteStorageManager, tp: TopicIdPartition,
                     segments: Iterable[RemoteLogSegmentMetadata], *, now_ms: int, grace_ms: int,
-                    metadata_read_ms: int, deep: bool = False) -> PartitionReport:
+                    metadata_read_ms: int, deep: bool = False, compacted: bool = False) -> PartitionReport:
     """All checks of one partition; orphans are kept in the report for ``--repair``.
 
     ``metadata_read_ms`` is when the metadata store was read: an object written after it may
@@ -227,7 +235,7 @@ def check_partition(rsm: RemoteStorageManager, tp: TopicIdPartition,
     part = report.partition
     for md in segs:
         if md.state is S.COPY_SEGMENT_FINISHED:
-            check_files(rsm, md, deep, report)
+            check_files(rsm, md, deep, report, compacted)
             check_layout(rsm, md, report)
         elif md.state in (S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED) and \
                 now_ms - md.event_timestamp_ms > grace_ms:

@@ -20,13 +20,36 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from rlm.config import DaemonConfig
+from rlm.errors import RlmError
 from rlm.log.model import ControlRecord, Record
 from rlm.log.records import iter_records
-from rlm.types import RemoteLogSegmentMetadata
+from rlm.types import RemoteLogSegmentMetadata, TopicIdPartition, TopicPartition
 from rsm_plugins.api import RemoteStorageManager
 
 _CHUNK = 4 << 20
 Comparable = tuple[int, bool, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
+
+
+def is_compacted_partition(config: DaemonConfig, tp: TopicIdPartition) -> bool:
+    """The broker's cleaner may have worked on ``tp``: the sidecar's config says the topic is
+    compacted, or a configured log dir's ``cleaner-offset-checkpoint`` has an entry for it."""
+    from rlm.daemon.compacted import is_compacted
+
+    if is_compacted(config.topic_config(tp.topic).cleanup_policy):
+        return True
+    return any(has_cleaner_entry(Path(d) / f"{tp.topic}-{tp.partition}", tp.topic_partition)
+               for d in config.log_dirs)
+
+
+def has_cleaner_entry(partition_dir: Path, tp: TopicPartition) -> bool:
+    """The log dir's ``cleaner-offset-checkpoint`` names ``tp`` (an unreadable file: no)."""
+    from rlm.daemon.compacted import cleaner_checkpoint
+
+    try:
+        return cleaner_checkpoint(partition_dir, tp) is not None
+    except RlmError:
+        return False
 
 
 def _comparable(r: Record | ControlRecord) -> Comparable:

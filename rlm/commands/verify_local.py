@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fetcher.planning import PartitionPlan
-from rlm.daemon.compacted import cleaner_checkpoint
 from rlm.errors import RlmError
 from rlm.lineage import epochs_for_range
 from rlm.log.checkpoints import read_leader_epoch_checkpoint, read_partition_metadata
@@ -41,7 +40,7 @@ from rlm.log.partition import PartitionDir
 from rlm.types import RemoteLogSegmentMetadata, TopicIdPartition, TopicPartition
 from rsm_plugins.api import RemoteStorageManager
 
-from .verify_compacted import compaction_mismatch
+from .verify_compacted import compaction_mismatch, has_cleaner_entry
 
 _CHUNK = 4 << 20
 
@@ -125,7 +124,7 @@ def check_restored(rsm: RemoteStorageManager, plan: PartitionPlan, pdir: Path,
     by_start = {s.metadata.start_offset: s.metadata for s in plan.segments}
     segs = local.segments
     # only a partition the broker's cleaner has worked on may differ from its remote copy by compaction
-    cleaned = cleaner_checkpoint(pdir, plan.tp.topic_partition) is not None
+    cleaned = has_cleaner_entry(pdir, plan.tp.topic_partition)
     for seg, nxt in zip(segs, [*segs[1:], None], strict=True):
         md = by_start.get(seg.base_offset)
         if md is None or nxt is None:

@@ -41,7 +41,7 @@ from tests.compacted.helpers import (
 )
 from tests.daemon.helpers import check_segment_against_local, create_topic, finished, topic_rlmm, wait_for
 
-pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.usefixtures("no_remote_compaction")]
 ROOT = Path(__file__).resolve().parents[2]
 NO_CLEANING = {"min.compaction.lag.ms": "3600000"}  # new data not cleanable for an hour
 CLEANING = {"min.compaction.lag.ms": "0"}

@@ -34,8 +34,8 @@ def _write(log_dir: Path, topic: str) -> None:
     merge_offset_checkpoint(log_dir / CLEANER_OFFSET_CHECKPOINT, {tp: 300})  # cleaned up to the active
 
 
-@pytest.mark.parametrize(("policy", "kept"), [("compact", 3), ("compact,delete", 0)])
-def test_remote_retention_by_cleanup_policy(tmp_path: Path, policy: str, kept: int) -> None:
+@pytest.mark.parametrize(("policy", "kept"), [("compact", True), ("compact,delete", False)])
+def test_remote_retention_by_cleanup_policy(tmp_path: Path, policy: str, kept: bool) -> None:
     topic = "state"
     _write(tmp_path / "logs", topic)
     cfg = load_config(
@@ -55,7 +55,8 @@ def test_remote_retention_by_cleanup_policy(tmp_path: Path, policy: str, kept: i
         finally:
             d.stop()
     with RemoteFetcher.from_config(cfg) as f:
-        if kept:
-            assert [s.metadata.start_offset for s in f.plan(topic, 0).segments] == [0, 100, 200]
+        if kept:  # (remote compaction may have merged the segments: the history is what counts)
+            plan = f.plan(topic, 0)
+            assert (plan.log_start, plan.log_end) == (0, 300)
         else:
             assert topic not in f.topics() or not f.plan(topic, 0).segments

@@ -37,6 +37,7 @@ from rlm.log.writer import PartitionWriter, WriterConfig, merge_offset_checkpoin
 from rlm.types import IndexType, KafkaUuid, TopicPartition
 from tests.compacted.swapping_rsm import swap_in
 
+pytestmark = pytest.mark.usefixtures("no_remote_compaction")
 ROOT = Path(__file__).resolve().parents[2]
 TOPIC = "cdc-users"
 BATCH = 10  # records per batch; batch i holds offsets 10i..10i+9
@@ -47,12 +48,12 @@ def _kept(i: int) -> bool:
     return i % 3 != 1
 
 
-def _original(log_dir: Path, tid: KafkaUuid) -> Path:
-    """Batches 0-30, segments rolled at 100, 200 and 300 (300 is the active one)."""
+def _original(log_dir: Path, tid: KafkaUuid, batches: int = 31) -> Path:
+    """Batches 0-30, segments rolled every 100 offsets (the last one, at 300, is the active one)."""
     pdir = log_dir / f"{TOPIC}-0"
     w = PartitionWriter(pdir, topic_id=tid, config=WriterConfig())
-    for i in range(31):
-        if i in (10, 20, 30):
+    for i in range(batches):
+        if i and i % 10 == 0:
             w.roll()
         w.append([(f"user-{(i * BATCH + j) % 37}".encode(), f"v{i}-{j}".encode() * 20) for j in range(BATCH)],
                  producer_id=5, producer_epoch=0)
@@ -274,6 +275,48 @@ def test_no_false_gap_while_the_cleaner_swaps_segments_in(tmp_path: Path) -> Non
         spans = [(s.metadata.start_offset, s.metadata.end_offset) for s in f.plan(TOPIC, 0).segments]
     assert spans == [(0, 99), (100, 299)]
     assert _verify(cfg)["problems"] == 0
+
+
+def test_gap_at_the_end_of_a_tail_segment_served_from_the_next_segment(tmp_path: Path) -> None:
+    """The cleaner removed the last batches of the merged segment ([0, 300) ends with a record at
+    279): a fetch at 285 is served from the next remote segment's first offset, 300."""
+    tid = KafkaUuid.random()
+    pdir = _original(tmp_path / "logs", tid, batches=41)
+    held = tmp_path / "held"
+    held.mkdir()
+    for f in pdir.iterdir():
+        if f.name[:20].isdigit() and int(f.name[:20]) >= 200:
+            f.rename(held / f.name)
+    cfg = tmp_path / "rlm.yaml"
+    cfg.write_text(yaml.safe_dump(_config(tmp_path)))
+    _tier(cfg)  # [0, 100): the segment at 100 was the active one
+    for f in held.iterdir():
+        f.rename(pdir / f.name)
+    batches = _batches(pdir)
+    out = tmp_path / "cleaned" / pdir.name
+    w = PartitionWriter(out, topic_id=tid)
+    for i, b in enumerate(batches[:28]):
+        if _kept(i):
+            w.append_at_own_offsets(b)
+    w.close(clean=False)
+    for f in pdir.iterdir():
+        if f.suffix in (".log", ".index", ".timeindex", ".txnindex") and int(f.name[:20]) < 300:
+            f.unlink()
+    for f in out.iterdir():
+        if f.suffix in (".log", ".index", ".timeindex"):
+            shutil.copy(f, pdir / f.name)
+    merge_offset_checkpoint(pdir.parent / CLEANER_OFFSET_CHECKPOINT, {TopicPartition(TOPIC, 0): 300})
+    _tier(cfg)
+    with RemoteFetcher.from_config(load_config(cfg)) as f:
+        spans = [(s.metadata.start_offset, s.metadata.end_offset) for s in f.plan(TOPIC, 0).segments]
+        assert spans == [(0, 99), (100, 299), (300, 399)]
+        for at in (280, 285, 299):
+            got = f.fetch(TOPIC, 0, at)
+            offsets = [r.offset for _, r in iter_records(got.records) if isinstance(r, Record)]
+            assert next(o for o in offsets if o >= at) == 300, at
+        scanned = [r.offset for _, r in iter_records(f.fetch(TOPIC, 0, 200, max_bytes=1 << 20).records)]
+        assert 300 in scanned or scanned[-1] < 280
+    assert _verify(cfg)["problems"] == 0, "a segment ending below its recorded end offset is complete"
 
 
 def test_verify_reports_a_record_the_remote_copy_does_not_hold(
