@@ -23,6 +23,9 @@ its connection waits (the bytes stay in the socket, TCP pushes back on the clien
 finish, as a broker's memory pool mutes channels; the wait counts against the connection's own
 timeouts (idle, login deadline), which close it. Waiters are served in arrival order, so a large
 request is not starved by small ones; one larger than the whole budget waits for it to be empty.
+Requests of connections not logged in take their bytes from a share of the budget first
+(``prelogin_share``, half on the listener): however many stalled half-sent frames anybody parks,
+the other half stays for logged-in clients, who are served meanwhile.
 """
 
 from __future__ import annotations
@@ -164,10 +167,34 @@ class CreationRate:
 class ByteBudget:
     """Bytes of requests held at once, over all connections (event loop only)."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, prelogin_share: float = 0.0) -> None:
         self.limit = limit
         self.used = 0
         self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+        #: what requests of connections not logged in may hold at most (None: no share of their own)
+        self.prelogin = ByteBudget(max(1, int(limit * prelogin_share))) if prelogin_share else None
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for bytes, of the budget or of its share (unread in their sockets)."""
+        return len(self._waiters) + (self.prelogin.waiting if self.prelogin is not None else 0)
+
+    async def take(self, n: int, logged_in: bool) -> tuple[int, int]:
+        """:meth:`acquire` for one request; before login from the not-logged-in share first.
+        Returns what was taken (of the budget, of the share), for :meth:`give_back`."""
+        share = self.prelogin if not logged_in else None
+        pre = await share.acquire(n) if share is not None else 0
+        try:
+            return await self.acquire(n), pre
+        except BaseException:
+            if share is not None:
+                share.release(pre)
+            raise
+
+    def give_back(self, held: tuple[int, int]) -> None:
+        self.release(held[0])
+        if held[1] and self.prelogin is not None:
+            self.prelogin.release(held[1])
 
     async def acquire(self, n: int) -> int:
         """Wait until ``n`` bytes fit (arrival order); returns what was taken, for :meth:`release`."""

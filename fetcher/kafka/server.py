@@ -31,8 +31,8 @@ with nothing read and no TLS work done, so a reconnect storm costs an accept and
 (``asyncio.start_server(ssl=...)`` handshakes before its callback could refuse, so every reconnect
 of a storm above the not-logged-in share cost a full handshake; and ``start_tls`` after a plain
 accept loses a ClientHello that uvloop has already read). One over its address's creation rate
-is held, unread, until the rate would allow it (at most a second) and then closed, as Kafka
-delays closing a throttled connection, so the storm does not come straight back.
+is held, unread, until the rate would allow it, any other refused one a second, and then closed,
+as Kafka delays closing a throttled connection, so a storm does not come straight back.
 
 TLS, SASL and ACLs come from ``read.kafka_security`` (:mod:`fetcher.kafka.security`): the
 (reloading) TLS context wraps an admitted stream, and with SASL each connection gets a
@@ -126,7 +126,7 @@ _MIN_REQUEST = 8  # api key, version, correlation id
 _TLS_SLICE = 256 * 1024  # bytes of a response handed to the TLS transport at once (16 TLS records)
 _SASL_KEYS = (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY)
 _ACCEPT_RETRY_S = 1.0  # after a failed accept (EMFILE), as asyncio's own server waits
-_THROTTLE_HOLD_S = 1.0  # longest a connection over its creation rate is held before it is closed
+_REFUSED_HOLD_S = 1.0  # how long a refused connection is held, unread, before it is closed
 _REFUSAL_LOG_S = 10.0  # refusals of one reason are logged at most once per this, with their count
 
 
@@ -194,7 +194,8 @@ class KafkaEndpoint:
             settings.max_connections_per_ip,
             settings.max_unauthenticated_connections,
         )
-        self.budget = ByteBudget(settings.queued_max_request_bytes)
+        # connections not logged in may hold half of it: the other half stays for logged-in clients
+        self.budget = ByteBudget(settings.queued_max_request_bytes, prelogin_share=0.5)
         self.creation = CreationRate(settings.connection_creation_rate_per_ip)
         #: what happened on accept: "accepted", "tls_handshakes" (started), "tls_failed",
         #: "refused:<reason>" (tests and operators read them; no TLS work is done for a refusal)
@@ -225,6 +226,12 @@ class KafkaEndpoint:
     @property
     def connections(self) -> int:
         return len(self._conns)
+
+    def buffered_bytes(self) -> int:
+        """Bytes read from clients and not yet taken as requests, over all connections (what the
+        listener holds in memory besides the requests it handles: each stream reader stops
+        reading at twice its 64 KiB limit unless a request the budget admitted needs more)."""
+        return sum(len(getattr(c.reader, "_buffer", b"")) for c in self._conns.values())
 
     async def stop(self, grace_s: float = 5.0) -> None:
         """Stop accepting, let every connection finish the requests it has read (at most
@@ -280,7 +287,7 @@ class KafkaEndpoint:
         refused = "connection_creation_rate" if wait_s else self.slots.admit(slot, address)
         if refused is not None:
             self._refused(refused, peer)
-            await self._close_refused(sock, wait_s)
+            await self._close_refused(sock, min(wait_s, _REFUSED_HOLD_S) if wait_s else _REFUSED_HOLD_S)
             return
         self.stats["accepted"] += 1
         try:
@@ -299,15 +306,16 @@ class KafkaEndpoint:
             self._conns.pop(task, None)
             self.slots.release(slot)
 
-    async def _close_refused(self, sock: socket.socket, wait_s: float) -> None:
-        """Close a refused socket; one over its creation rate only after the rate would allow it
-        (at most :data:`_THROTTLE_HOLD_S`, and at most ``max_connections`` held at once), as
-        Kafka delays closing a throttled connection, so its client does not come straight back."""
+    async def _close_refused(self, sock: socket.socket, hold_s: float) -> None:
+        """Close a refused socket after ``hold_s`` (unread; at most ``max_connections`` held at
+        once, beyond that at once), as Kafka delays closing a throttled connection: its client
+        learns of the refusal only then, so a storm of reconnects does not come straight back
+        (one over its creation rate is held until the rate would allow it, at most a second)."""
         try:
-            if wait_s and self._held < self.settings.max_connections:
+            if self._held < self.settings.max_connections:
                 self._held += 1
                 try:
-                    await asyncio.sleep(min(wait_s, _THROTTLE_HOLD_S))
+                    await asyncio.sleep(hold_s)
                 finally:
                     self._held -= 1
         finally:
@@ -418,9 +426,9 @@ class Connection:
         if self._task is not None:
             self._task.cancel()
 
-    def _release(self, held: int, _task: object) -> None:
+    def _release(self, held: tuple[int, int], _task: object) -> None:
         """A handler is done (or was cancelled before it started): its request's bytes go back."""
-        self.budget.release(held)
+        self.budget.give_back(held)
 
     def _login_expired(self) -> None:
         if not self.logged_in:
@@ -488,8 +496,8 @@ class Connection:
                 await self.writer.wait_closed()
 
     async def _unless_draining(
-        self, read: Coroutine[Any, Any, tuple[bytes, int] | None]
-    ) -> tuple[bytes, int] | None:
+        self, read: Coroutine[Any, Any, tuple[bytes, tuple[int, int]] | None]
+    ) -> tuple[bytes, tuple[int, int]] | None:
         """The next frame, or None as soon as :meth:`drain` is called (the partial read is dropped:
         that request was never started)."""
         reading = asyncio.ensure_future(read)
@@ -507,7 +515,7 @@ class Connection:
             await reading
         return None
 
-    async def _read_frame(self) -> tuple[bytes, int] | None:
+    async def _read_frame(self) -> tuple[bytes, tuple[int, int]] | None:
         """The next request and the bytes of the listener's budget it holds (until its handler is
         done), or None at the end of the stream."""
         try:
@@ -529,15 +537,15 @@ class Connection:
                 logged_in=self.logged_in,
             )
             raise _Close
-        held = await asyncio.wait_for(self.budget.acquire(size), self.idle_s)
+        held = await asyncio.wait_for(self.budget.take(size, self.logged_in), self.idle_s)
         try:
             return await asyncio.wait_for(self.reader.readexactly(size), self.idle_s), held
         except asyncio.IncompleteReadError as e:
-            self.budget.release(held)
+            self.budget.give_back(held)
             log.warning("kafka_request_truncated", peer=self.peer, got=len(e.partial), expected=size)
             raise _Close from None
         except BaseException:
-            self.budget.release(held)
+            self.budget.give_back(held)
             raise
 
     async def _write_loop(self) -> None:
