@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +65,7 @@ __all__ = ["CompactionInput", "CompactionResult", "compact", "compact_to_batches
 
 log = structlog.get_logger(__name__)
 Arr = np.ndarray[Any, Any]
+Progress = Callable[["CompactionResult"], None]
 INT32_MAX = 2**31 - 1
 
 
@@ -97,6 +98,8 @@ class CompactionResult:
     end_offset: int  # one past the last offset of the compacted segments
     segments_used: int
     passes: int = 0
+    phase: str = "prepare"  # prepare -> map (pass by pass) -> write -> done
+    records_mapped: int = 0  # records the passes' maps have covered so far (progress)
     records_read: int = 0
     records_kept: int = 0
     tombstones_removed: int = 0
@@ -266,8 +269,9 @@ def _retain_deletes(seg: _Segment, now_ms: int) -> Arr:
 
 
 def _passes(segments: list[_Segment], inp: CompactionInput, settings: CompactionSettings,
-            now_ms: int, result: CompactionResult) -> None:
+            now_ms: int, result: CompactionResult, progress: Progress | None) -> None:
     """Build the offset map pass by pass and AND each pass's retention into the keep-masks."""
+    result.phase = "map"
     omap = OffsetMap(settings.offset_map_memory_bytes, load_factor=settings.load_factor)
     result.map_memory_bytes = omap.memory_bytes
     cache: dict[int, _Records] = {}
@@ -300,6 +304,7 @@ def _passes(segments: list[_Segment], inp: CompactionInput, settings: Compaction
             use = usable_batch[k][recs.batch[start:]] & (recs.offsets[start:] >= inp.dirty_offset)
             part = KeyDigests(recs.digests.hi[start:], recs.digests.lo[start:], recs.digests.has_key[start:])
             consumed = omap.put_all(part, recs.offsets[start:], use)
+            result.records_mapped += consumed
             if start + consumed < segments[k].n_records:
                 cursor_seg, cursor_rec, full = k, start + consumed, True
             else:
@@ -319,6 +324,8 @@ def _passes(segments: list[_Segment], inp: CompactionInput, settings: Compaction
             alive = recs.has_value | retain_deletes[k][recs.batch]
             seg.keep &= (recs.offsets > latest) | (keyed_latest & alive)
         log.debug("compaction pass", pass_no=result.passes, keys=omap.size, latest_offset=latest)
+        if progress is not None:
+            progress(result)
     if inp.newer_keys is not None and len(inp.newer_keys):
         for k, seg in enumerate(segments):
             if seg.n_records:
@@ -425,20 +432,23 @@ def compact_to_batches(inp: CompactionInput, settings: CompactionSettings | None
     t0 = time.perf_counter()
     segments, result, producers = _prepare(inp, settings, now_ms)
     result.reindexed = _walk_transactions(segments, _all_aborted(segments, inp.aborted))
-    _passes(segments, inp, settings, now_ms, result)
+    _passes(segments, inp, settings, now_ms, result, None)
+    result.phase = "write"
     batches = list(_output(segments, producers, settings, now_ms, result))
     result.bytes_out = sum(len(b) for b in batches)
     result.seconds = time.perf_counter() - t0
+    result.phase = "done"
     return batches, result
 
 
 def compact(inp: CompactionInput, out_dir: str | Path, settings: CompactionSettings | None = None, *,
-            now_ms: int | None = None) -> CompactionResult:
+            now_ms: int | None = None, progress: Progress | None = None) -> CompactionResult:
     """Compact the cleanable prefix of ``inp.segments`` into one segment in ``out_dir``.
 
     The segment is named after the first input segment's base offset and covers offsets up to
     :attr:`CompactionResult.end_offset`; it replaces the first ``segments_used`` inputs. ``now_ms``
-    is the cleaner's clock (delete horizons, ``min.compaction.lag.ms``).
+    is the cleaner's clock (delete horizons, ``min.compaction.lag.ms``). ``progress`` is called with
+    the result as it fills (after each pass, before writing, when done) for status and metrics.
     """
     settings = settings or CompactionSettings()
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
@@ -448,12 +458,18 @@ def compact(inp: CompactionInput, out_dir: str | Path, settings: CompactionSetti
         result.seconds = time.perf_counter() - t0
         return result
     result.reindexed = _walk_transactions(segments, _all_aborted(segments, inp.aborted))
-    _passes(segments, inp, settings, now_ms, result)
+    _passes(segments, inp, settings, now_ms, result, progress)
+    result.phase = "write"
+    if progress is not None:
+        progress(result)
     files = write_segment(out_dir, result.base_offset, _output(segments, producers, settings, now_ms, result),
                           result.reindexed, index_interval_bytes=settings.index_interval_bytes)
     result.files = files
     result.bytes_out = files.size
     result.seconds = time.perf_counter() - t0
+    result.phase = "done"
+    if progress is not None:
+        progress(result)
     log.info("remote compaction", base_offset=result.base_offset, end_offset=result.end_offset,
              segments=result.segments_used, passes=result.passes, records_read=result.records_read,
              records_kept=result.records_kept, bytes_in=result.bytes_in, bytes_out=result.bytes_out)

@@ -195,3 +195,16 @@ def test_aborted_data_goes_when_its_marker_is_in_the_input_without_a_txnindex() 
     batches, result = compact_to_batches(CompactionInput([data + aborted + marker]), now_ms=NOW)
     assert [(o, v) for o, _, v in survivors(batches)] == [(0, b"kept")]
     assert [(t.producer_id, t.first_offset, t.last_offset) for t in result.reindexed] == [(7, 1, 2)]
+
+
+def test_progress_reports_each_pass_then_the_write(tmp_path: Path) -> None:
+    items = [(b"k%d" % (i % 40), b"v%d" % i) for i in range(400)]
+    seen: list[tuple[str, int, int]] = []
+    small = CompactionSettings(offset_map_memory_bytes=400)
+    result = compact(CompactionInput([segment(0, items)]), tmp_path, small, now_ms=NOW,
+                     progress=lambda r: seen.append((r.phase, r.passes, r.records_mapped)))
+    assert result.passes > 1 and seen[-1] == ("done", result.passes, 400)
+    maps = [s for s in seen if s[0] == "map"]
+    assert [p for _, p, _ in maps] == list(range(1, result.passes + 1))
+    assert [m for _, _, m in maps] == sorted(m for _, _, m in maps) and maps[-1][2] == 400
+    assert [s[0] for s in seen[-2:]] == ["write", "done"]
