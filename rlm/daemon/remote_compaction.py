@@ -47,7 +47,7 @@ from rlm.daemon.context import EpochHistory, TaskContext, now_ms
 from rlm.daemon.crash import crash_point
 from rlm.daemon.local_log import LocalLogView
 from rlm.daemon.remote_compaction_copy import publish_segment
-from rlm.daemon.remote_compaction_inputs import NewerKeysBuilder, stage_inputs
+from rlm.daemon.remote_compaction_inputs import NewerKeysBuilder, local_aborted, stage_inputs
 from rlm.daemon.remote_ops import delete_remote_segment
 from rlm.daemon.workdir import atomic_write, partition_state_file
 from rlm.errors import RlmError
@@ -161,6 +161,7 @@ class RemoteCompactor:
         ctx = self.ctx
         staging = ctx.staging_dir(tp) / "compaction"
         staged = stage_inputs(ctx.rsm, plan.inputs, plan.later, staging)
+        staged.aborted.update(local_aborted(view, plan.inputs[0].start_offset, lso))
         try:
             newer = NewerKeysBuilder(tp, plan.inputs[-1].end_offset, lso)
             newer.add_remote(ctx.rsm, plan.later)

@@ -98,6 +98,19 @@ def stage_inputs(rsm: RemoteStorageManager, segments: Sequence[RemoteLogSegmentM
     return staged
 
 
+def local_aborted(view: LocalLogView, start: int, end: int) -> list[AbortedTxn]:
+    """Aborted transactions overlapping ``[start, end)`` from the broker's ``.txnindex`` files, read
+    only. The ABORT of a transaction whose data is remote may be in the local log (the copy stops at
+    the LSO, not at a marker): without it the engine would take aborted data for live records.
+    Vanished files give what could be read (the reader could not use them either)."""
+    if not view.segments:
+        return []
+    try:
+        return aborted_transactions(view.pdir, max(start, view.segments[0].base_offset), end)
+    except (LogFileGoneError, FileNotFoundError):
+        return []
+
+
 def _aborted_batch_offsets(data: bytes | Path, aborted: Sequence[AbortedTxn]) -> list[tuple[int, int]]:
     """``[first, last]`` offsets of the transactional batches that belong to an aborted transaction."""
     by_pid: dict[int, list[AbortedTxn]] = {}
@@ -153,11 +166,7 @@ class NewerKeysBuilder:
                 and s.base_offset < self.stable_end]
         if not segs:
             return
-        try:
-            first = max(self.above + 1, segs[0].base_offset)
-            aborted = aborted_transactions(view.pdir, first, self.stable_end)
-        except (LogFileGoneError, FileNotFoundError):
-            aborted = []
+        aborted = local_aborted(view, self.above + 1, self.stable_end)
         for s in segs:
             try:
                 self.add_segment(s.log_path, aborted)
