@@ -42,7 +42,7 @@ from tests.compacted.helpers import (
 from tests.compacted.test_compact_topic import CLEANING, NO_CLEANING, _raw_config, _remote, _tier_once
 from tests.daemon.helpers import create_topic, wait_for
 
-pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.usefixtures("no_remote_compaction")]
 ROOT = Path(__file__).resolve().parents[2]
 COMMON = {"min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": "1000"}
 
