@@ -196,6 +196,17 @@ def test_straddling_segment_copies_only_its_tail(tmp_path: Path) -> None:
         offsets = [r.offset for _, r in iter_records(got.records) if isinstance(r, Record)]
         assert next(o for o in offsets if o >= 225) == 230
     assert not _verify(cfg)["problems"]
+    # the metadata store rebuilt from the bucket alone holds the tail segment as it was copied
+    raw = _config(tmp_path)
+    raw["metadata"] = {"manager": "file", "config": {"dir": str(tmp_path / "rebuilt")}}
+    rebuilt = tmp_path / "rebuilt.yaml"
+    rebuilt.write_text(yaml.safe_dump(raw))
+    res = subprocess.run([sys.executable, "-m", "rlm.cli", "metadata", "rebuild", "--config", str(rebuilt),
+                          "--execute"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    with RemoteFetcher.from_config(load_config(rebuilt)) as f:
+        again = [(s.metadata.start_offset, s.metadata.end_offset) for s in f.plan(TOPIC, 0).segments]
+    assert again == spans
 
 
 def test_segment_swapped_in_during_its_copy_is_not_published(tmp_path: Path) -> None:
