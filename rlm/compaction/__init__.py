@@ -34,5 +34,14 @@ __all__ = [
     "digest_keys",
     "is_due",
     "last_batches_of_producers",
+    "warm_kernels",
     "write_segment",
 ]
+
+
+def warm_kernels() -> int:
+    """Load the compiled kernels before the first compaction (:mod:`rlm.compaction.warmup`; imported
+    here on call, so that ``python -m rlm.compaction.warmup`` runs the module only once)."""
+    from rlm.compaction.warmup import warm_kernels as run
+
+    return run()

@@ -208,3 +208,9 @@ def test_progress_reports_each_pass_then_the_write(tmp_path: Path) -> None:
     assert [p for _, p, _ in maps] == list(range(1, result.passes + 1))
     assert [m for _, _, m in maps] == sorted(m for _, _, m in maps) and maps[-1][2] == 400
     assert [s[0] for s in seen[-2:]] == ["write", "done"]
+
+
+def test_warm_up_runs_a_compaction() -> None:
+    from rlm.compaction import warm_kernels
+
+    assert warm_kernels() == 6  # latest k0, k1 (a tombstone, kept) and k2 in each of two compactions
