@@ -24,7 +24,9 @@ Bounded as Kafka's cache (``max.incremental.fetch.session.cache.slots``, 1000, a
 ``min.incremental.fetch.session.eviction.ms``, 120 s): when every slot is taken, a new session
 (1) evicts the least recently used session if that one has been idle longer than the eviction
 time; otherwise (2) evicts the session with the fewest partitions among those created longer
-ago than the eviction time, provided the new one has at least as many partitions; otherwise
+ago than the eviction time, provided the new one has more partitions (not as many: Kafka's
+``EvictableKey`` gives the new session id 0, which sorts below every live session of the same
+size, so a tie never evicts); otherwise
 (3) it is not created and the request is answered as a session-less full fetch (session id 0),
 which every client handles. Kafka's third class, a follower's "privileged" session that may
 evict any client's, has no counterpart: nothing replicates from this endpoint. So a burst of new
@@ -152,7 +154,7 @@ class FetchSessionCache:
         if not settled:
             return False
         smallest = min(settled, key=lambda s: (len(s.parts), s.used))
-        if size < len(smallest.parts):
+        if size <= len(smallest.parts):
             return False
         return self._evict(smallest, "fewer_partitions", now)
 

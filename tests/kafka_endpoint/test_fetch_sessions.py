@@ -94,8 +94,9 @@ def _session(cache: FetchSessionCache, owner: object, partitions: int) -> Any:
 
 def test_eviction_follows_kafkas_rule() -> None:
     """Kafka's FetchSessionCache order: a stale least-recently-used session first; else the one
-    with fewest partitions among those older than the eviction time, for a new one at least as
-    big; else no session. Never a session younger than the eviction time for a bigger one."""
+    with fewest partitions among those older than the eviction time, for a new one with more
+    partitions (a tie does not evict); else no session. Never a session younger than the
+    eviction time for a bigger one."""
     clock, conn = _Clock(), object()
     cache = FetchSessionCache(slots=2, eviction_s=120, clock=clock)
     small, big = _session(cache, conn, 1), _session(cache, conn, 5)
@@ -105,11 +106,12 @@ def test_eviction_follows_kafkas_rule() -> None:
     clock.now += 30  # big idle 130 s > 120 s: stale, evicted first although bigger
     third = _session(cache, conn, 2)
     assert cache.get(big.session_id, conn, "User:u") is None and cache.evictions == 1
-    # none stale now; small is older than 120 s, third is not: a new session with at least one
-    # partition evicts small, one with none does not (fewer partitions than small)
+    # none stale now; small is older than 120 s, third is not: a new session with more partitions
+    # than small's one evicts small, one with as many or fewer does not
     clock.now += 1
     assert cache.new(conn, "User:u", 0) is None
-    fourth = cache.new(conn, "User:u", 1)
+    assert cache.new(conn, "User:u", 1) is None
+    fourth = cache.new(conn, "User:u", 2)
     assert fourth is not None and cache.get(small.session_id, conn, "User:u") is None
     assert cache.get(third.session_id, conn, "User:u") is third and cache.evictions == 2
     assert FetchSessionCache(slots=0).new(conn, None, 1) is None

@@ -194,3 +194,38 @@ def test_a_full_cache_evicts_the_least_recently_used_idle_session(secured: Secur
         assert c.fetch(s1, 2, None).error_code == ErrorCode.none
         assert c.fetch(s3, 1, None).error_code == ErrorCode.none
         assert ep.endpoint.ctx.fetch_sessions.evictions == 1
+
+
+def _small_cache_of(secured: Secured, name: str, slots: int) -> EndpointThread:
+    settings = ListenerSettings(port=0, merged=False, fetch_session_slots=slots)
+    return EndpointThread(secured.fetcher, settings, secured.tmp / name)
+
+
+def test_a_client_opening_sessions_beyond_the_cap_takes_no_other_clients_session(secured: Secured) -> None:
+    """bob opens a session; carol then asks for new sessions over and over (each a full fetch with
+    epoch 0), on one connection after another. The cache never holds more than its slots; once
+    they are taken her new sessions are refused the way Kafka refuses them (answered
+    session-less: session id 0, the records still served), a bigger one too, and bob's session,
+    in use and younger than the eviction time, is never evicted for hers (her sessions go when
+    her connection does, which frees their slots for the next)."""
+    a, b = secured.topics["A"], secured.topics["B"]
+    slots = 3
+    with _small_cache_of(secured, "sessions-capped", slots) as ep, _client(secured, "bob", ep.port) as bob:
+        cache = ep.endpoint.ctx.fetch_sessions
+        sid = _open_session(bob, a)
+        epoch = 1
+        for n in range(4):
+            with _client(secured, "carol", ep.port) as carol:
+                got = []
+                for _ in range(5):
+                    resp = carol.fetch(0, 0, {a: 0})
+                    assert resp.error_code == ErrorCode.none and _record_bytes(resp) > 0
+                    got.append(int(resp.session_id))
+                    assert len(cache) <= slots
+                assert sum(1 for s in got if s) == slots - 1 and got[-1] == 0, got
+                # more partitions than bob's session (B refused to her, but named): no eviction
+                assert carol.fetch(0, 0, {a: 0, b: 0}).session_id == 0
+            check = bob.fetch(sid, epoch, None)
+            assert check.error_code == ErrorCode.none and check.session_id == sid, n
+            epoch += 1
+        assert cache.evictions == 0
