@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip uv
 	$(VENV)/bin/uv pip install -q --python $(PY) -e '.[all]'
 	$(PY) -m rlm.log.warmup
+	$(PY) -m rlm.compaction.warmup
 	touch $(STAMP)
 
 install: $(STAMP)
