@@ -288,9 +288,9 @@ def test_no_false_gap_while_the_cleaner_swaps_segments_in(tmp_path: Path) -> Non
     assert _verify(cfg)["problems"] == 0
 
 
-def test_gap_at_the_end_of_a_tail_segment_served_from_the_next_segment(tmp_path: Path) -> None:
-    """The cleaner removed the last batches of the merged segment ([0, 300) ends with a record at
-    279): a fetch at 285 is served from the next remote segment's first offset, 300."""
+def gap_at_a_segment_end(tmp_path: Path) -> tuple[Path, Path]:
+    """(config, partition dir): remote [0, 99] as written, then [100, 299] copied from a cleaned
+    segment whose last records (280..299) the cleaner removed, then [300, 399]."""
     tid = KafkaUuid.random()
     pdir = _original(tmp_path / "logs", tid, batches=41)
     held = tmp_path / "held"
@@ -318,6 +318,13 @@ def test_gap_at_the_end_of_a_tail_segment_served_from_the_next_segment(tmp_path:
             shutil.copy(f, pdir / f.name)
     merge_offset_checkpoint(pdir.parent / CLEANER_OFFSET_CHECKPOINT, {TopicPartition(TOPIC, 0): 300})
     _tier(cfg)
+    return cfg, pdir
+
+
+def test_gap_at_the_end_of_a_tail_segment_served_from_the_next_segment(tmp_path: Path) -> None:
+    """The cleaner removed the last batches of the merged segment ([0, 300) ends with a record at
+    279): a fetch at 285 is served from the next remote segment's first offset, 300."""
+    cfg, pdir = gap_at_a_segment_end(tmp_path)
     with RemoteFetcher.from_config(load_config(cfg)) as f:
         spans = [(s.metadata.start_offset, s.metadata.end_offset) for s in f.plan(TOPIC, 0).segments]
         assert spans == [(0, 99), (100, 299), (300, 399)]
