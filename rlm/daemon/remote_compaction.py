@@ -49,7 +49,7 @@ from rlm.daemon.local_log import LocalLogView
 from rlm.daemon.remote_compaction_copy import publish_segment
 from rlm.daemon.remote_compaction_inputs import NewerKeysBuilder, local_aborted, stage_inputs
 from rlm.daemon.remote_ops import delete_remote_segment
-from rlm.daemon.workdir import atomic_write, partition_state_file
+from rlm.daemon.workdir import atomic_write, partition_state_file, writing
 from rlm.errors import RlmError
 from rlm.lineage import Link, chain, checkpoint_bytes, epochs_for_range, finished_only, judge_segments
 from rlm.types import (
@@ -120,7 +120,8 @@ class CleanerCheckpoints:
             return 0
 
     def set(self, tp: TopicIdPartition, offset: int) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
+        with writing(self.dir):
+            self.dir.mkdir(parents=True, exist_ok=True)
         atomic_write(partition_state_file(self.dir, tp), json.dumps({"dirty_offset": offset}).encode())
 
 
@@ -166,11 +167,12 @@ class RemoteCompactor:
             newer = NewerKeysBuilder(tp, plan.inputs[-1].end_offset, lso)
             newer.add_remote(ctx.rsm, plan.later)
             newer.add_local(view)
-            result = compact(
-                CompactionInput(staged.logs, sorted(staged.aborted, key=lambda a: a.first_offset),
-                                newer_keys=newer.keys, dirty_offset=plan.dirty_offset),
-                staging / "out", settings,
-            )
+            with writing(staging):
+                result = compact(
+                    CompactionInput(staged.logs, sorted(staged.aborted, key=lambda a: a.first_offset),
+                                    newer_keys=newer.keys, dirty_offset=plan.dirty_offset),
+                    staging / "out", settings,
+                )
             used = plan.inputs[: result.segments_used]
             if len(used) < 2 or result.files is None:
                 log.info("remote_compaction_waits", topic=tp.topic, partition=tp.partition,

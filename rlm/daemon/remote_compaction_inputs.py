@@ -25,6 +25,7 @@ import structlog
 
 from rlm.compaction import NewerKeys
 from rlm.daemon.local_log import LocalLogView
+from rlm.daemon.workdir import writing
 from rlm.errors import LogFileGoneError, RemoteResourceNotFoundError
 from rlm.log.arrow import read_arrow
 from rlm.log.lso import aborted_transactions
@@ -78,23 +79,24 @@ def stage_inputs(rsm: RemoteStorageManager, segments: Sequence[RemoteLogSegmentM
     and the last segment's producer snapshot (the compacted segment's, as the cleaner keeps every
     active producer's last batch)."""
     shutil.rmtree(directory, ignore_errors=True)
-    (directory / "in").mkdir(parents=True)
     staged = StagedInputs(directory)
-    for md in segments:
-        path = directory / "in" / f"{md.start_offset:020d}.log"
-        stream = rsm.fetch_log_segment(md, 0)
-        try:
-            with open(path, "wb") as f:
-                shutil.copyfileobj(stream, f, 1024 * 1024)
-        finally:
-            stream.close()
-        staged.logs.append(path)
-        staged.aborted.update(remote_aborted(rsm, md))
-    for md in later:
-        staged.aborted.update(remote_aborted(rsm, md))
-    last = segments[-1]  # a copied segment always has one: its absence is an error (typed, named)
-    staged.producer_snapshot = directory / f"{last.end_offset + 1:020d}.snapshot"
-    staged.producer_snapshot.write_bytes(_read(rsm.fetch_index(last, IndexType.PRODUCER_SNAPSHOT)))
+    with writing(directory):  # a full work dir is a WorkDirError, as for every staged file
+        (directory / "in").mkdir(parents=True)
+        for md in segments:
+            path = directory / "in" / f"{md.start_offset:020d}.log"
+            stream = rsm.fetch_log_segment(md, 0)
+            try:
+                with open(path, "wb") as f:
+                    shutil.copyfileobj(stream, f, 1024 * 1024)
+            finally:
+                stream.close()
+            staged.logs.append(path)
+            staged.aborted.update(remote_aborted(rsm, md))
+        for md in later:
+            staged.aborted.update(remote_aborted(rsm, md))
+        last = segments[-1]  # a copied segment always has one: its absence is an error (typed, named)
+        staged.producer_snapshot = directory / f"{last.end_offset + 1:020d}.snapshot"
+        staged.producer_snapshot.write_bytes(_read(rsm.fetch_index(last, IndexType.PRODUCER_SNAPSHOT)))
     return staged
 
 
