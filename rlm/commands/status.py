@@ -174,6 +174,11 @@ def render_table(st: DaemonStatus, now: int | None = None) -> str:
             )
             more = " ..." if len(p.quarantined) > 5 else ""
             out.append(f"quarantined {key}: {held}{more}: off the epoch lineage, kept for the grace period")
+        if p.compaction:  # the last remote compaction (docs/remote-compaction-job.md)
+            c = p.compaction
+            out.append(f"compacted {key}: {span(c['start_offset'], c['end_offset'] + 1)} from "
+                       f"{c['segments_replaced']} segments, {c['bytes_before']} -> {c['bytes_after']} bytes, "
+                       f"{c['records_removed']} records removed")
     unprotected = unprotected_of(st)
     out += [f"ERROR {key}: {why}" for key, why in unprotected.items()]
     if unprotected:

@@ -164,6 +164,8 @@ def test_remote_compaction_replaces_the_tiered_segments(
     assert counted["after"] == new.segment_size_in_bytes
     status = read_status_file(tmp_path / "work")["partitions"][f"{topic}-0"]["compaction"]
     assert status["segments_replaced"] == len(replaced) and status["end_offset"] == new.end_offset
+    shown = rlm("status", "--config", str(cfg)).stdout  # exit status: the daemon is not running
+    assert f"compacted {topic}-0: [0, {new.end_offset + 1}) from {len(replaced)} segments" in shown, shown
 
     verify(cfg, topic)
     rebuilt = rebuilt_segments(cfg, tip, tmp_path)
