@@ -1,11 +1,11 @@
 """A scan's bytes: ranged GETs issued ahead of the decoder, in parallel, into reused buffers.
 
 Why: a scan decodes chunk *n* while chunks *n+1*, *n+2*... are on the wire, so the decode and the
-transfers overlap and the scan runs at the slower of the two instead of their sum. How far ahead
-follows the bytes per second the store delivers (:mod:`fetcher.read_ahead_depth`): the depth grows
-while the decoder waits for chunks and each growth still adds throughput, within the read-ahead
-budget (``read.read_ahead_bytes``): a store far away gets more GETs in parallel, a store that is
-its own bound no GETs that only queue in it and take CPU from the decoder. Chunks are received with
+transfers overlap and the scan runs at the slower of the two instead of their sum. How far ahead is
+the bandwidth-delay product of the decoder and the store (:mod:`fetcher.read_ahead_depth`): enough
+chunks to cover the shortest GET time at the decoder's rate, within the read-ahead budget
+(``read.read_ahead_bytes``): a store far away gets more GETs in parallel, a store that is its own
+bound no GETs that only queue in it and take CPU from the decoder. Chunks are received with
 ``readinto`` straight into preallocated buffers (:mod:`fetcher.chunk_buffers`) when the plugin can
 (``read_log_segment_range_into``) and handed to the decoder as read-only views of those buffers:
 the bytes are copied once, from the socket, and a buffer is reused only once nobody sees it. A
@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from fetcher.chunk_buffers import ChunkBufferPool
 from fetcher.get_pool import GetJob, Priority
-from fetcher.read_ahead_depth import ThroughputDepth
+from fetcher.read_ahead_depth import ReadAheadDepth
 from rlm.types import RemoteLogSegmentMetadata
 
 
@@ -69,7 +69,8 @@ class _Slot:
     buf: bytearray | None
     job: GetJob = field(init=False)  # submitted once the slot exists (its GET fills the slot)
     data: memoryview | None = None  # the received bytes (read-only), once done
-    waited_for: bool = False  # the decoder has had it (counted once by the depth)
+    get_s: float = 0.0  # the GET's time from its start to its last byte (a full chunk's only)
+    got_at: float = 0.0  # when the decoder had it
     view: memoryview | None = field(default=None, repr=False)  # our own view of buf
 
 
@@ -86,7 +87,7 @@ class SequentialRead:
         self._todo = self._sequence(extents)
         self._pending: tuple[int, int, RemoteLogSegmentMetadata] | None = None
         self._window: deque[_Slot] = deque()
-        self.depth_control = ThroughputDepth(self.pool.max_buffers) if self.read_ahead else None
+        self.depth_control = ReadAheadDepth(self.pool.max_buffers) if self.read_ahead else None
         self._into = getattr(reader.rsm, "read_log_segment_range_into", None)
         self._closed = False
         self.gets = 0
@@ -123,8 +124,11 @@ class SequentialRead:
         at = (self._extent_no.get(str(md.remote_log_segment_id.id), -1), position // self.chunk)
         while self._window and self._window[0].order < at:
             slot = self._window.popleft()
-            if slot.waited_for and self.depth_control is not None and slot.data is not None:
-                self.depth_control.consumed(len(slot.data))
+            if self.depth_control is not None:
+                if slot.get_s:
+                    self.depth_control.got(slot.get_s)
+                if slot.got_at:
+                    self.depth_control.used(time.monotonic() - slot.got_at)
             self._free(slot)
         self._fill()
 
@@ -142,7 +146,7 @@ class SequentialRead:
     @property
     def depth(self) -> int:
         """Chunks to keep in the window (the one being decoded included): 1 without read-ahead,
-        else what :class:`~fetcher.read_ahead_depth.ThroughputDepth` measured pays."""
+        else the product :class:`~fetcher.read_ahead_depth.ReadAheadDepth` measured."""
         return 1 if self.depth_control is None else self.depth_control.depth
 
     @property
@@ -183,6 +187,7 @@ class SequentialRead:
 
     def _receive(self, slot: _Slot) -> None:
         """On a GET worker: the chunk's bytes into the slot's buffer (or a ``bytes``)."""
+        t0 = time.monotonic()
         start = slot.index * self.chunk
         stop = min(start + self.chunk, slot.md.segment_size_in_bytes)
         if slot.buf is not None:
@@ -191,18 +196,15 @@ class SequentialRead:
             slot.data = slot.view.toreadonly()[:stop - start]
         else:
             slot.data = memoryview(self.reader.get_range(slot.md, start, stop))
+        if stop - start == self.chunk:  # a short tail chunk would understate a GET's time
+            slot.get_s = time.monotonic() - t0
 
     def _wait(self, slot: _Slot) -> memoryview:
-        fut = slot.job.future
-        if not fut.done():
-            if not slot.job.started:
-                self.reader.promote_get(slot.job)
-            t0 = time.monotonic()
-            fut.result()
-            if self.depth_control is not None:
-                self.depth_control.waited(time.monotonic() - t0)
-        fut.result()  # its error, if the GET failed
-        slot.waited_for = True
+        if not slot.job.started:
+            self.reader.promote_get(slot.job)
+        slot.job.future.result()
+        if not slot.got_at:
+            slot.got_at = time.monotonic()
         assert slot.data is not None
         return slot.data
 
