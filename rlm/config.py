@@ -473,8 +473,10 @@ class ReadConfig(_Strict):
     kafka_max_unauthenticated_connections: int = Field(
         128, ge=1,
         description="Kafka-protocol endpoint: connections not logged in yet (counted within "
-        "kafka_max_connections, so the rest stay for logged-in clients); when full, the oldest one not "
-        "logged in is closed for a new one, so a flood of idle sockets cannot keep a client out.",
+        "kafka_max_connections, so the rest stay for logged-in clients); when full, a new one takes the "
+        "place of the oldest of the address holding the most if its own address would still hold "
+        "fewer, else it is refused before TLS, so a flood of idle sockets can neither keep a client "
+        "on another address out nor churn.",
     )
     kafka_connection_creation_rate_per_ip: float = Field(
         50.0, ge=0,
