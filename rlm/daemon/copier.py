@@ -14,8 +14,6 @@ the remote end is copied from the remote end on, never whole (a tiered range is 
 
 from __future__ import annotations
 
-import time
-from dataclasses import replace
 from pathlib import Path
 
 import structlog
@@ -23,7 +21,6 @@ import structlog
 from rlm.config import ResolvedTopicConfig
 from rlm.daemon.compacted import (
     RewriteGuard,
-    SegmentRewrittenError,
     TailSegment,
     cleaner_checkpoint,
     is_compact_only,
@@ -32,34 +29,21 @@ from rlm.daemon.compacted import (
     write_tail_segment,
 )
 from rlm.daemon.context import EpochHistory, TaskContext, now_ms
-from rlm.daemon.crash import crash_point
 from rlm.daemon.local_log import LocalLogView, LocalSegment
 from rlm.daemon.producer_snapshot import producer_snapshot_for
-from rlm.daemon.remote_ops import delete_remote_segment
-from rlm.errors import LogFormatError, RlmError
+from rlm.daemon.remote_ops import CustomMetadataTooLargeError as CustomMetadataTooLargeError  # re-exported
+from rlm.daemon.remote_ops import LeadershipLostError as LeadershipLostError  # (the copy protocol's)
+from rlm.daemon.remote_ops import publish_segment
+from rlm.errors import LogFormatError
 from rlm.lineage import checkpoint_bytes, epochs_for_range, find_highest_remote_offset
 from rlm.types import (
     LogSegmentData,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
-    RemoteLogSegmentMetadataUpdate,
-    RemoteLogSegmentState,
     TopicIdPartition,
 )
-from rsm_plugins import descriptor
 
 log = structlog.get_logger(__name__)
-
-
-class CustomMetadataTooLargeError(RlmError):
-    """The storage plugin returned more custom metadata than allowed; copying stops for the partition."""
-
-
-class LeadershipLostError(RlmError):
-    """Leadership of the partition moved while a segment was being copied; the copy was undone
-    (the new leader's sidecar copies the range on its own lineage) and this node stops tiering it."""
-
-    retriable = True
 
 
 def uncopied_offsets(candidates: list[LocalSegment], from_offset: int) -> int:
@@ -253,61 +237,10 @@ class SegmentCopier:
             producer_snapshot_index=snapshot,
             leader_epoch_index=checkpoint_bytes(epochs, seg.next_offset),
         )
-        with ctx.in_flight_lock:
-            ctx.in_flight[seg_id] = time.monotonic()
         try:
-            ctx.meta(ctx.rlmm.add_remote_log_segment_metadata(md))
-            crash_point("after_copy_started")
-            try:
-                custom = ctx.rsm.copy_log_segment_data(md, data)
-            except Exception as e:
-                bind.warning("segment_copy_failed", error=str(e), kind=type(e).__name__)
-                self._undo(md, "copy_failed")
-                raise
-            crash_point("after_rsm_copy")
-            if guard is not None:
-                try:
-                    guard.check()
-                except SegmentRewrittenError:
-                    bind.info("segment_copy_undone_rewritten_by_cleaner")
-                    self._undo(md, "rewritten_by_cleaner")
-                    raise
-            if custom is not None and len(custom) > ctx.config.custom_metadata_max_bytes:
-                self._undo(md, "custom_metadata_too_large")
-                ctx.copy_disabled.add(tp)
-                raise CustomMetadataTooLargeError(
-                    f"{tp}: storage plugin returned {len(custom)} bytes of custom metadata, limit "
-                    f"{ctx.config.custom_metadata_max_bytes}; copying stopped for this partition"
-                )
-            described = replace(md, custom_metadata=custom)
-            try:
-                ctx.rsm.write_segment_descriptor(described, descriptor.encode(described))
-            except Exception as e:
-                bind.warning("segment_descriptor_failed", error=str(e), kind=type(e).__name__)
-                self._undo(md, "descriptor_failed")
-                raise
-            if ctx.still_leads is not None and not ctx.still_leads(tp):
-                bind.warning("segment_copy_undone_leadership_moved")
-                self._undo(md, "leadership_moved")
-                raise LeadershipLostError(
-                    f"{tp}: leadership moved away from node {ctx.node_id} while offsets "
-                    f"{base}..{seg.end_offset} were being copied; the copy was undone"
-                )
-            ctx.meta(
-                ctx.rlmm.update_remote_log_segment_metadata(
-                    RemoteLogSegmentMetadataUpdate(
-                        seg_id, now_ms(), RemoteLogSegmentState.COPY_SEGMENT_FINISHED, ctx.node_id, custom
-                    )
-                )
-            )
-            crash_point("after_copy_finished")
+            publish_segment(ctx, md, data, check_upload=guard.check if guard is not None else None)
         finally:
-            with ctx.in_flight_lock:
-                ctx.in_flight.pop(seg_id, None)
             _cleanup_staged(snapshot, view)
-        labels = (tp.topic, str(tp.partition))
-        ctx.metrics.bytes_copied.labels(*labels).inc(size)
-        ctx.metrics.segments_copied.labels(*labels).inc()
         st = ctx.status.partition(tp.topic, tp.partition)
         st.last_copy_ms = now_ms()
         bind.info(
@@ -317,17 +250,6 @@ class SegmentCopier:
             epochs=[list(e) for e in md.segment_leader_epochs],
         )
         return True
-
-    def _undo(self, md: RemoteLogSegmentMetadata, reason: str) -> None:
-        try:
-            delete_remote_segment(self.ctx, md, reason)
-        except Exception as e:  # best effort: expiry retries DELETE_SEGMENT_STARTED / stale STARTED later
-            log.warning(
-                "segment_copy_cleanup_failed",
-                segment_id=md.remote_log_segment_id.id.text,
-                error=str(e),
-                kind=type(e).__name__,
-            )
 
 
 def _cleanup_staged(snapshot: Path, view: LocalLogView) -> None:

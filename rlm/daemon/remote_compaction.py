@@ -20,7 +20,7 @@ Per run of a led partition (after the copy task, before expiry; :mod:`rlm.daemon
    the LSO), and :func:`rlm.compaction.compact` writes one segment (``min.compaction.lag.ms``
    may stop it early: only the segments it used are replaced).
 4. **Replace**: the new segment goes through the copy protocol
-   (:func:`rlm.daemon.remote_compaction_copy.publish_segment`), then each input through the delete
+   (:func:`rlm.daemon.remote_ops.publish_segment`, the copier's), then each input through the delete
    protocol (:func:`rlm.daemon.remote_ops.delete_remote_segment`).
 
 Named crash points (``RLM_TEST_CRASH_AT``) besides the copy and delete
@@ -46,9 +46,8 @@ from rlm.daemon.compacted import is_compacted
 from rlm.daemon.context import EpochHistory, TaskContext, now_ms
 from rlm.daemon.crash import crash_point
 from rlm.daemon.local_log import LocalLogView
-from rlm.daemon.remote_compaction_copy import publish_segment
 from rlm.daemon.remote_compaction_inputs import NewerKeysBuilder, local_aborted, stage_inputs
-from rlm.daemon.remote_ops import delete_remote_segment
+from rlm.daemon.remote_ops import delete_remote_segment, publish_segment
 from rlm.daemon.workdir import atomic_write, partition_state_file, writing
 from rlm.errors import RlmError
 from rlm.lineage import Link, chain, checkpoint_bytes, epochs_for_range, finished_only, judge_segments
@@ -223,7 +222,7 @@ class RemoteCompactor:
             producer_snapshot_index=snapshot,
             leader_epoch_index=checkpoint_bytes(lineage, end + 1),
         )
-        publish_segment(self.ctx, md, data, "compaction")
+        publish_segment(self.ctx, md, data)
         return md
 
     def _account(self, tp: TopicIdPartition, used: Sequence[RemoteLogSegmentMetadata],
