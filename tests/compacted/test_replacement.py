@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +26,19 @@ from rlm.lineage import chain, judge_segments, lineage_from_segments
 from rlm.log.partition import PartitionDir
 from rlm.types import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 from tests.compacted.helpers import (
+    KEYS,
     Row,
     Written,
     final_of,
     high_watermark,
+    key,
     read_from,
     set_topic_config,
+    update_keys,
     write_workload,
 )
 from tests.compacted.test_compact_topic import CLEANING, NO_CLEANING, _raw_config
-from tests.daemon.helpers import create_topic
+from tests.daemon.helpers import create_topic, wait_for
 from tests.faults.proc_helpers import (
     all_segments,
     child_env,
@@ -176,3 +180,40 @@ def test_remote_compaction_replaces_the_tiered_segments(
     again = all_segments(cfg, tip, tmp_path / "r2")
     assert [m.remote_log_segment_id for m in again] == [m.remote_log_segment_id for m in segs], \
         "nothing more is due: the compacted history is clean"
+
+
+def test_a_second_compaction_merges_the_new_segments_and_drops_expired_tombstones(
+    kafka: Any, unique_topic: str, tmp_path: Path
+) -> None:
+    """Compacted once, then more segments tiered: the next run compacts the compacted segment with
+    them (the dirty part is the new segments, past the remote cleaner checkpoint), and the
+    tombstones the first compaction kept are gone once ``delete.retention.ms`` passed."""
+    topic = unique_topic
+    cfg, written, tip = setup_topic(kafka, topic, tmp_path)
+    tier_once(cfg)  # tiered with the cleaner held back, then compacted
+    set_topic_config(kafka.bootstrap, topic, **CLEANING)
+    assert tier_once(cfg)["compactions"] == 1
+    first = finished_of(all_segments(cfg, tip, tmp_path / "r0"))
+    compacted_ms = read_status_file(tmp_path / "work")["partitions"][f"{topic}-0"]["compaction"]["last_ms"]
+    deleted = {key(k) for k in range(10, 50)}  # tombstoned, never written again
+    remote_end = first[-1].end_offset + 1
+    kept_tombstones = [r for r in fetch(cfg, topic, 0, remote_end, "read_committed") if r[1] in deleted]
+    assert kept_tombstones and all(v is None for _, _, v in kept_tombstones), "tombstones kept at first"
+
+    hw = high_watermark(kafka.bootstrap, topic)
+    for r in range(5):  # more than a segment of updates to other keys: new rolled segments
+        update_keys(kafka.bootstrap, topic, range(150, KEYS), f"late{r}", written)
+    pdir = kafka.log_dir / f"{topic}-0"
+    wait_for("a new rolled segment", lambda: PartitionDir(pdir).segments[-1].base_offset > hw)
+    # the kept tombstones' delete horizon (the first compaction's clock + delete.retention.ms) passed
+    wait_for("delete horizon passed", lambda: time.time() * 1000 > compacted_ms + 1000)
+    counted = tier_once(cfg)
+    second = finished_of(all_segments(cfg, tip, tmp_path / "r1"))
+    assert counted["compactions"] == 1
+    assert second[0].start_offset == 0 and second[0].end_offset > first[-1].end_offset
+    assert second[0].remote_log_segment_id not in {m.remote_log_segment_id for m in first}
+    assert_one_chain(second, 0, second[-1].end_offset)
+    remote = check_reads(cfg, kafka, topic, written, second[-1].end_offset + 1)
+    assert not [r for r in remote if r[1] in deleted], "expired tombstones removed"
+    status = read_status_file(tmp_path / "work")["partitions"][f"{topic}-0"]["compaction"]
+    assert status["dirty_offset"] == second[0].end_offset + 1
