@@ -15,9 +15,10 @@ content: a digest of every record), tiers them with ``rlm run --once`` to ``--st
   (local). After each case (untimed) its records — the scan's table, the floor's files decoded
   with ``rlm.log.read_arrow`` — are digested and must equal the broker's, or the benchmark fails.
 
-Each scan case runs in a worker process of its own (``--worker``), started once and asked for
-one scan per round, so that a ``--variant NAME:CODE_ROOT`` (another checkout, e.g. a
-``git worktree`` of the commit before a change) is measured in the same run, under the same load,
+Each scan case (with read-ahead, without, each variant) runs in a worker process of its own
+(``--worker``), started once and asked for one scan per round (so that no case runs on the heap
+another case left), and a ``--variant NAME:CODE_ROOT`` (another checkout, e.g. a ``git worktree``
+of the commit before a change) is measured in the same run, under the same load,
 against the same objects. A scan's fetcher is made (and its plugin's client created) before the
 clock starts, as the floor's boto3 client is: both time the reading of the history, indexes
 included for the scan. ``--pin`` runs the serving side (SeaweedFS, the broker: every thread of
@@ -333,14 +334,17 @@ def main() -> int:
         for v in args.variant:
             vname, _, code = v.partition(":")
             workers[vname] = ScanWorker(vname, conf_path, str(Path(code).resolve()), tmp)
+        # every scan case in a process of its own: no case runs on the heap another case left
+        plain = ScanWorker("no-read-ahead", conf_path, None, tmp)
+        processes = [*workers.values(), plain]
         spies = []
         if args.py_spy is not None:
             args.py_spy.mkdir(parents=True, exist_ok=True)
-            for vname, w in workers.items():
+            for w in processes:
                 spies.append(subprocess.Popen(
                     [str(Path(sys.executable).parent / "py-spy"), "record", "--nonblocking", "-r", "50",
                      "--threads", *([] if args.py_spy_cpu else ["--idle"]), "-f", "raw", "-o",
-                     str(args.py_spy / f"scan-{vname or 'new'}.txt"),
+                     str(args.py_spy / f"scan-{w.name}.txt"),
                      "-p", str(w.proc.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
 
         client = weed.boto3_client() if weed is not None else None
@@ -371,8 +375,8 @@ def main() -> int:
         floor_name = "boto3 download_file" if client is not None else "shutil.copyfile"
         cases: dict[str, Any] = {
             "scan, read-ahead": lambda: workers[""].scan(seg_bytes, args.repeat),
-            "scan, no read-ahead": lambda: workers[""].scan(seg_bytes, args.repeat, read_ahead_chunks=0,
-                                                            read_ahead_bytes=0),
+            "scan, no read-ahead": lambda: plain.scan(seg_bytes, args.repeat, read_ahead_chunks=0,
+                                                      read_ahead_bytes=0),
             floor_name: floor}
         for vname in workers:
             if vname:
@@ -383,7 +387,7 @@ def main() -> int:
             for spy in spies:
                 spy.send_signal(2)
                 spy.wait(timeout=60)
-            for w in workers.values():
+            for w in processes:
                 w.close()
         rec.section("scan", rows)
         counted = [r for r in rows if not r["warmup"]]
