@@ -179,6 +179,7 @@ def verify(args: argparse.Namespace) -> int:
              "objects": r.objects, "recent_objects": r.recent,
              "problems": [asdict(p) for p in r.problems],
              "off_lineage": [asdict(p) for p in r.off_lineage], "shared": r.shared,
+             "replaced": [asdict(p) for p in r.replaced],
              "tiers": _tiers_json(tiers[tp])} for tp, r in reports],
             "not_tiered": [asdict(p) for p in untiered], "problems": len(problems), "repairs": repairs}
         json.dump(out, sys.stdout, indent=1)
@@ -202,7 +203,7 @@ def _print_text(source: object, plugin: str, reports: list[tuple[TopicIdPartitio
         print(f"{name_of(tp)}: {r.segments} segments, {objects}: {state}")
         for p in r.problems:
             print(f"  {p.kind}: {p.message}")
-        for p in r.off_lineage:
+        for p in r.off_lineage + r.replaced:
             print(f"  note {p.kind}: {p.message}")
         if cov is not None:
             local_end = "?" if cov.local_end is None else cov.local_end

@@ -54,6 +54,9 @@ class PartitionReport:
     off_lineage: list[Problem] = field(default_factory=list)
     """FINISHED segments off the leader-epoch lineage and read by no chain: listed, not failed
     (the leader's sidecar quarantines them and deletes them after ``off_lineage_grace_ms``)."""
+    replaced: list[Problem] = field(default_factory=list)
+    """FINISHED segments a remote compaction's segment replaces (a crash between its copy and their
+    deletes): listed, not failed; readers read the compacted one, the leader's job deletes them."""
     shared: dict[str, list[str]] = field(default_factory=dict)
     """Segment id -> the other partitions (topic ids) that reference its objects: objects this
     store's metadata no longer names but an adopter (or the source) still reads are not orphans,
@@ -245,7 +248,14 @@ def check_partition(rsm: RemoteStorageManager, tp: TopicIdPartition,
                 part, kind, f"{_seg(md)}: {md.state.name} for {age_s} s, past the grace period of "
                 f"{grace_ms // 1000} s (the daemon's cleanup deletes its files and metadata)",
                 md.remote_log_segment_id.id.text, (md.start_offset, md.end_offset)))
-    for md in judge_segments(segs, lineage_from_segments(segs)).off_lineage:
+    verdict = judge_segments(segs, lineage_from_segments(segs))
+    for md, by in verdict.replaced:
+        report.replaced.append(Problem(
+            part, "replaced", f"{_seg(md)}: replaced by the compacted segment "
+            f"{by.remote_log_segment_id.id.text} [{by.start_offset}, {by.end_offset}] and read by no reader "
+            "(the leader's remote compaction job deletes it)", md.remote_log_segment_id.id.text,
+            (md.start_offset, md.end_offset)))
+    for md in verdict.off_lineage:
         report.off_lineage.append(Problem(
             part, "off_lineage", f"{_seg(md)}, epochs {[list(e) for e in md.segment_leader_epochs]}: "
             "not on the leader-epoch lineage and read by no reader (quarantined by the leader's sidecar, "

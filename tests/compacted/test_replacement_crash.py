@@ -29,7 +29,7 @@ from tests.compacted.test_replacement import (
     rebuilt_segments,
     setup_topic,
 )
-from tests.faults.proc_helpers import all_segments, events, run_once, stored_segment_ids
+from tests.faults.proc_helpers import all_segments, events, run_once, stored_segment_ids, verify
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -51,6 +51,15 @@ def test_kill_at_each_replacement_step_converges(
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
     assert not list(events(crashed.stderr, "remote_compaction_replaced")), "killed before the end"
     check_reads(cfg, kafka, topic, written, last + 1)  # once per offset, whatever is FINISHED
+    old_ids = {m.remote_log_segment_id for m in before}
+    fin = finished_of(all_segments(cfg, tip, tmp_path / "rc"))
+    new_end = max((m.end_offset for m in fin if m.remote_log_segment_id not in old_ids), default=-1)
+    inputs_left = {m.remote_log_segment_id.id.text for m in fin
+                   if m.remote_log_segment_id in old_ids and m.end_offset <= new_end}
+    noted = verify(cfg, topic)["partitions"][0]["replaced"]  # listed by verify, not a problem
+    assert {p["segment_id"] for p in noted} == inputs_left
+    if step in ("after_copy_finished", "compaction_after_new_finished"):
+        assert len(inputs_left) >= 2, "the new segment and all its inputs FINISHED"
     assert_one_chain(rebuilt_segments(cfg, tip, tmp_path), 0, last)
 
     restarted = run_once(cfg)
@@ -59,7 +68,6 @@ def test_kill_at_each_replacement_step_converges(
     assert all(m.state is S.COPY_SEGMENT_FINISHED for m in segs), [(m.state, m.start_offset) for m in segs]
     assert_one_chain(segs, 0, last)
     new = segs[0]
-    old_ids = {m.remote_log_segment_id for m in before}
     assert new.remote_log_segment_id not in old_ids and new.start_offset == 0
     assert len([m for m in before if m.end_offset <= new.end_offset]) >= 2, "the inputs were replaced"
     assert {m.remote_log_segment_id for m in segs[1:]} <= old_ids, "one compacted segment, the rest untouched"
