@@ -126,6 +126,7 @@ _MIN_REQUEST = 8  # api key, version, correlation id
 _TLS_SLICE = 256 * 1024  # bytes of a response handed to the TLS transport at once (16 TLS records)
 _SASL_KEYS = (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY)
 _ACCEPT_RETRY_S = 1.0  # after a failed accept (EMFILE), as asyncio's own server waits
+_ACCEPT_BATCH = 64  # connections accepted at once when more are queued
 _REFUSED_HOLD_S = 1.0  # how long a refused connection is held, unread, before it is closed
 _REFUSAL_LOG_S = 10.0  # refusals of one reason are logged at most once per this, with their count
 
@@ -158,15 +159,16 @@ class _Slot:
     """A connection's place in the listener's slots from accept on, before its stream exists (the
     TLS handshake): closing it then cancels the set-up; afterwards it closes the connection."""
 
-    def __init__(self, task: asyncio.Task[Any], peer: str) -> None:
-        self.task = task
+    def __init__(self, peer: str) -> None:
         self.peer = peer
+        self.task: asyncio.Task[None] | None = None  # set once admitted
+        self.started = False  # its task has taken over the socket
         self.conn: Connection | None = None
 
     def close_now(self, reason: str) -> None:
         if self.conn is not None:
             self.conn.close_now(reason)
-        else:
+        elif self.task is not None:
             log.info("kafka_connection_closed", peer=self.peer, reason=reason)
             self.task.cancel()
 
@@ -200,7 +202,7 @@ class KafkaEndpoint:
         #: what happened on accept: "accepted", "tls_handshakes" (started), "tls_failed",
         #: "refused:<reason>" (tests and operators read them; no TLS work is done for a refusal)
         self.stats: collections.Counter[str] = collections.Counter()
-        self._held = 0  # connections over the creation rate, held before they are closed
+        self._held: dict[socket.socket, asyncio.TimerHandle] = {}  # refused, closed when their time is up
         self._refusals_logged: dict[str, tuple[float, int]] = {}  # reason -> (last logged, count at)
         self.port = settings.port
         self._frontier: BrokerFetchFrontier | None = None
@@ -242,6 +244,10 @@ class KafkaEndpoint:
         await asyncio.gather(*self._acceptors, return_exceptions=True)
         for ls in self._listeners:
             ls.close()
+        for sock, timer in self._held.items():
+            timer.cancel()
+            sock.close()
+        self._held.clear()
         for pending in list(self._pending):
             pending.cancel()
         await asyncio.gather(*self._pending, return_exceptions=True)
@@ -271,25 +277,63 @@ class KafkaEndpoint:
                 log.warning("kafka_accept_failed", error=str(e))
                 await asyncio.sleep(_ACCEPT_RETRY_S)
                 continue
-            task = asyncio.create_task(self._serve(sock, addr))
-            self._pending.add(task)
-            task.add_done_callback(self._pending.discard)
+            self._admit(sock, addr)
+            for _ in range(_ACCEPT_BATCH):  # what else is queued, without a trip through the loop
+                try:
+                    sock, addr = listener.accept()
+                except (BlockingIOError, InterruptedError):
+                    break
+                except OSError as e:
+                    log.warning("kafka_accept_failed", error=str(e))
+                    break
+                sock.setblocking(False)
+                self._admit(sock, addr)
 
-    async def _serve(self, sock: socket.socket, addr: Any) -> None:
-        """One accepted socket: admitted (creation rate, then slots) before a byte of it is read or
-        any TLS work is done; then the TLS handshake, then the connection."""
+    def _admit(self, sock: socket.socket, addr: Any) -> None:
+        """Admit an accepted socket (creation rate, then slots) before a byte of it is read or any
+        TLS work is done, and start its task; a refused one gets no task (a storm of them costs
+        an accept, a timer and a close each)."""
         address = str(addr[0]) if isinstance(addr, tuple) and addr else str(addr)
         peer = str(addr)
-        task = asyncio.current_task()
-        assert task is not None
-        slot = _Slot(task, peer)
+        slot = _Slot(peer)
         wait_s = self.creation.take(address)
         refused = "connection_creation_rate" if wait_s else self.slots.admit(slot, address)
         if refused is not None:
             self._refused(refused, peer)
-            await self._close_refused(sock, min(wait_s, _REFUSED_HOLD_S) if wait_s else _REFUSED_HOLD_S)
+            self._hold(sock, min(wait_s, _REFUSED_HOLD_S) if wait_s else _REFUSED_HOLD_S)
             return
         self.stats["accepted"] += 1
+        task = slot.task = asyncio.create_task(self._serve(sock, address, peer, slot))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+        task.add_done_callback(functools.partial(self._never_started, slot, sock))
+
+    def _never_started(self, slot: _Slot, sock: socket.socket, _task: object) -> None:
+        """A task cancelled before its first step (its slot given to a newer connection in the
+        same accept batch, or stop()) never ran its ``finally``: its socket and slot go here."""
+        if not slot.started:
+            sock.close()
+            self.slots.release(slot)
+
+    def _hold(self, sock: socket.socket, hold_s: float) -> None:
+        """Close a refused socket after ``hold_s`` (unread; at most ``max_connections`` held at
+        once, beyond that at once), as Kafka delays closing a throttled connection: its client
+        learns of the refusal only then, so a storm of reconnects does not come straight back
+        (one over its creation rate is held until the rate would allow it, at most a second)."""
+        if len(self._held) >= self.settings.max_connections:
+            sock.close()
+            return
+        self._held[sock] = asyncio.get_running_loop().call_later(hold_s, self._close_held, sock)
+
+    def _close_held(self, sock: socket.socket) -> None:
+        self._held.pop(sock, None)
+        sock.close()
+
+    async def _serve(self, sock: socket.socket, address: str, peer: str, slot: _Slot) -> None:
+        """An admitted socket: its TLS handshake, then the connection."""
+        task = slot.task
+        assert task is not None
+        slot.started = True
         try:
             stream = await self._open(sock, peer)
             if stream is None:
@@ -305,21 +349,6 @@ class KafkaEndpoint:
         finally:
             self._conns.pop(task, None)
             self.slots.release(slot)
-
-    async def _close_refused(self, sock: socket.socket, hold_s: float) -> None:
-        """Close a refused socket after ``hold_s`` (unread; at most ``max_connections`` held at
-        once, beyond that at once), as Kafka delays closing a throttled connection: its client
-        learns of the refusal only then, so a storm of reconnects does not come straight back
-        (one over its creation rate is held until the rate would allow it, at most a second)."""
-        try:
-            if self._held < self.settings.max_connections:
-                self._held += 1
-                try:
-                    await asyncio.sleep(hold_s)
-                finally:
-                    self._held -= 1
-        finally:
-            sock.close()
 
     async def _open(
         self, sock: socket.socket, peer: str
