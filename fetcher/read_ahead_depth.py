@@ -3,11 +3,8 @@
 The decoder consumes chunks at its own rate; a GET delivers a chunk some time after it is issued.
 To keep the decoder from waiting, the chunks in flight must cover one GET's time at the decoder's
 rate: ``ceil(GET time / decode time per chunk)`` chunks on the wire, plus the one being decoded.
-Fewer, and the decoder waits; more, and the extra GETs only queue in the store, hold buffers, and on
-the cores the scan shares with the store or with its own GET threads take CPU from the decoder
-(measured on the pinned benchmark: with the whole budget in flight the decoder never waited, and
-its thread used about twice the CPU for the same bytes, its cache and core shared with four
-receiving threads).
+Fewer, and the decoder waits; more, and the extra GETs only queue in the store and hold buffers,
+and on the cores the scan shares with the store they take CPU from the decoder.
 
 Which GET time: not the average. By Little's law the bytes in flight are the delivered rate times a
 GET's time, so on a store that is its own bound (SeaweedFS on the scan's cores, a throttled
