@@ -188,6 +188,24 @@ def test_a_scan_of_a_gibibyte_holds_at_most_its_read_ahead_budget() -> None:
     rd.close()
 
 
+def test_a_scan_feeds_its_depth_with_full_chunk_gets_and_decode_times() -> None:
+    """The depth a scan keeps comes from its own measurements once it has them (not the budget):
+    every full chunk's GET time and the decoder's time per chunk; a short tail chunk's GET is not
+    one of them (it would understate a GET's time)."""
+    rd = reader(PatternStore())
+    extents = [Extent(segment("s", 8 * CHUNK + 100), 0, 8 * CHUNK + 100)]
+    stream = rd.sequential(extents, budget_bytes=4 * CHUNK)
+    try:
+        walk(stream, extents)
+        ctl = stream.depth_control
+        assert ctl is not None and ctl.shortest_get_s is not None
+        assert len(ctl._gets) == 8  # the 8 full chunks, not the 100-byte tail
+        assert 1 <= stream.depth <= 4
+    finally:
+        stream.close()
+    rd.close()
+
+
 def test_the_read_ahead_depth_starts_at_the_budget_and_is_one_without_read_ahead() -> None:
     """The whole budget at first (a scan starts as fast as a plain download does); then what the
     store and the decoder measure (tests/fetcher/test_read_ahead_depth.py)."""
