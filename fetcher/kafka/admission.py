@@ -6,12 +6,13 @@ anybody's to take. :class:`ConnectionSlots` counts connections per client addres
 inside the listener's total, so the rest of the slots stay for logged-in clients. When that cap
 is full the slots are shared out by address: a new connection takes the place of the oldest one
 not logged in of the address holding the most of them (which is closed), provided its own
-address would then still hold fewer; otherwise it is refused. So a flood of idle or half-open
-sockets cannot keep a client on another address from logging in, and the flood cannot churn
-either: once its addresses hold equal shares its new connections are refused, on accept, before
-any TLS work (a reconnect storm above the cap made every reconnect pay a full TLS handshake and
-push out another of the flood's, which the flood opened again). Only when every address holds a
-single slot (as many addresses as slots) does the oldest one overall give way.
+address would then still hold fewer; otherwise the oldest connection not logged in gives way if
+it has waited ``min_wait_s`` (half the login deadline on the listener: time enough to log in);
+otherwise the new one is refused. So a flood of idle or half-open sockets cannot keep a client
+from logging in (a host opening a few connections at once among flood addresses holding as many
+included), and the flood cannot churn faster than its slots' minimum wait: its reconnects are
+refused on accept, before any TLS work (a reconnect storm above the cap made every reconnect pay
+a full TLS handshake and push out another of the flood's, which the flood opened again).
 
 :class:`CreationRate` limits how fast one address may open connections (Kafka's KIP-612
 connection creation rate quota per IP): a token bucket per address, so an address over its rate
@@ -46,13 +47,16 @@ class Closable(Protocol):
 class ConnectionSlots:
     """Connection counts of one listener: in all, per address, and not logged in (event loop only)."""
 
-    def __init__(self, max_connections: int, max_per_address: int, max_unauthenticated: int) -> None:
+    def __init__(self, max_connections: int, max_per_address: int, max_unauthenticated: int,
+                 min_wait_s: float = 0.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.max_connections = max_connections
+        self.min_wait_s = min_wait_s
+        self._clock = clock
         self.max_per_address = max_per_address
         self.max_unauthenticated = max(1, min(max_unauthenticated, max_connections))
         self._address: dict[Closable, str] = {}
         self._per_address: dict[str, int] = {}
-        self._waiting: OrderedDict[Closable, None] = OrderedDict()  # not logged in, oldest first
+        self._waiting: OrderedDict[Closable, float] = OrderedDict()  # not logged in, oldest first: since
         self._waiting_at: dict[str, int] = {}  # connections not logged in, per address
 
     def __len__(self) -> int:
@@ -77,21 +81,19 @@ class ConnectionSlots:
             return "max_connections"
         self._address[conn] = address
         self._per_address[address] = self._per_address.get(address, 0) + 1
-        self._waiting[conn] = None
+        self._waiting[conn] = self._clock()
         self._waiting_at[address] = self._waiting_at.get(address, 0) + 1
         return None
 
     def _victim(self, address: str) -> Closable | None:
         """The connection not logged in that gives way to a new one from ``address``, or None when
         the new one is refused: the oldest of the address holding the most, if ``address`` would
-        still hold fewer after taking it; the oldest overall when every address holds one."""
+        still hold fewer after taking it; else the oldest overall if it has waited long enough."""
         heaviest = max(self._waiting_at.values())
-        if heaviest <= 1:
-            return next(iter(self._waiting))
-        if self._waiting_at.get(address, 0) + 1 >= heaviest:
-            return None
-        return next(c for c in self._waiting if self._address[c] != address
-                    and self._waiting_at[self._address[c]] == heaviest)
+        if self._waiting_at.get(address, 0) + 1 < heaviest:
+            return next(c for c in self._waiting if self._waiting_at[self._address[c]] == heaviest)
+        oldest, since = next(iter(self._waiting.items()))
+        return oldest if self._clock() - since >= self.min_wait_s else None
 
     def logged_in(self, conn: Closable) -> None:
         """The connection has logged in: it no longer counts against the cap of those that have not."""

@@ -195,6 +195,7 @@ class KafkaEndpoint:
             settings.max_connections,
             settings.max_connections_per_ip,
             settings.max_unauthenticated_connections,
+            min_wait_s=settings.login_timeout_ms / 2000,  # half the login deadline
         )
         # connections not logged in may hold half of it: the other half stays for logged-in clients
         self.budget = ByteBudget(settings.queued_max_request_bytes, prelogin_share=0.5)

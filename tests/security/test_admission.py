@@ -29,10 +29,23 @@ def _fill(slots: ConnectionSlots, address: str, n: int) -> list[_Conn]:
     return conns
 
 
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _slots(max_unauthenticated: int, clock: _Clock, min_wait_s: float = 5.0) -> ConnectionSlots:
+    return ConnectionSlots(100, 0, max_unauthenticated, min_wait_s=min_wait_s, clock=clock)
+
+
 def test_a_full_share_refuses_the_heaviest_address_and_admits_another() -> None:
     """The flood's own address is refused (nobody is closed: no churn); a client from another
     address takes the place of the flood's oldest connection."""
-    slots = ConnectionSlots(max_connections=10, max_per_address=0, max_unauthenticated=4)
+    clock = _Clock()
+    slots = _slots(4, clock)
     flood = _fill(slots, "10.0.0.1", 4)
     assert slots.admit(_Conn("again"), "10.0.0.1") == "unauthenticated_connections_full"
     assert all(c.closed is None for c in flood)
@@ -46,7 +59,8 @@ def test_a_full_share_refuses_the_heaviest_address_and_admits_another() -> None:
 def test_a_flood_spread_over_addresses_stops_churning_once_shares_are_equal() -> None:
     """Many addresses with equal shares: a new connection from any of them is refused (it would
     only push out another of the flood's, which would come back); a new address still gets in."""
-    slots = ConnectionSlots(max_connections=100, max_per_address=0, max_unauthenticated=8)
+    clock = _Clock()
+    slots = _slots(8, clock)
     for a in range(4):
         _fill(slots, f"10.0.1.{a}", 2)
     for a in range(4):
@@ -54,12 +68,20 @@ def test_a_flood_spread_over_addresses_stops_churning_once_shares_are_equal() ->
     assert slots.admit(_Conn("client"), "10.0.2.1") is None
 
 
-def test_one_slot_per_address_falls_back_to_the_oldest() -> None:
-    """With as many addresses as slots, each holding one, the oldest overall gives way."""
-    slots = ConnectionSlots(max_connections=100, max_per_address=0, max_unauthenticated=3)
+def test_the_oldest_gives_way_once_it_has_waited_long_enough() -> None:
+    """As many addresses as slots, one each (no heavier address to take from), or a client whose
+    host opens several connections at once: the oldest connection not logged in gives way once it
+    has waited the minimum (it had time to log in), not before; so churn is bounded by it."""
+    clock = _Clock()
+    slots = _slots(3, clock)
     first, *_ = [_fill(slots, f"10.0.3.{a}", 1)[0] for a in range(3)]
+    assert slots.admit(_Conn("new"), "10.0.3.9") == "unauthenticated_connections_full"
+    clock.now += 5
     assert slots.admit(_Conn("new"), "10.0.3.9") is None
     assert first.closed == "unauthenticated_connections_full"
+    # right after, the others (as old as first) give way too, one per new connection
+    assert slots.admit(_Conn("new2"), "10.0.3.9") is None
+    assert slots.unauthenticated == 3
 
 
 def test_logged_in_connections_leave_the_share() -> None:
@@ -73,14 +95,6 @@ def test_logged_in_connections_leave_the_share() -> None:
     slots.release(a)
     slots.release(a)  # idempotent
     assert len(slots) == 3
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_creation_rate_is_per_address() -> None:
