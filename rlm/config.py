@@ -475,8 +475,8 @@ class ReadConfig(_Strict):
         description="Kafka-protocol endpoint: connections not logged in yet (counted within "
         "kafka_max_connections, so the rest stay for logged-in clients); when full, a new one takes the "
         "place of the oldest of the address holding the most if its own address would still hold "
-        "fewer, else it is refused before TLS, so a flood of idle sockets can neither keep a client "
-        "on another address out nor churn.",
+        "fewer, else of the oldest one if it has waited half kafka_login_timeout_ms, else it is "
+        "refused before TLS, so a flood of idle sockets can neither keep a client out nor churn.",
     )
     kafka_connection_creation_rate_per_ip: float = Field(
         50.0, ge=0,
