@@ -63,7 +63,7 @@ if TYPE_CHECKING:  # log-dir reading (numpy) loads when a partition is checked, 
 
 def _coverage(log_dirs: list[Path], tp: TopicIdPartition, report: PartitionReport,
               segs: list[RemoteLogSegmentMetadata], rsm: RemoteStorageManager | None = None,
-              ) -> Coverage | None:
+              remote_compacted_below: int = 0) -> Coverage | None:
     """Remote and local ranges of ``tp`` when a log dir holds it; a gap between them is a
     ``local_gap`` problem (:mod:`.verify_local`). With ``rsm`` (``--deep``) the local log is
     checked against the bucket too: restored segments' bytes, log start, epochs."""
@@ -79,7 +79,8 @@ def _coverage(log_dirs: list[Path], tp: TopicIdPartition, report: PartitionRepor
                                        f"remote storage nor in the local log {cov.local_dir}",
                                        offsets=(lo, hi)))
     if cov is not None and rsm is not None:
-        for f in check_restored(rsm, plan, Path(cov.local_dir), rsm.read_log_start_offset(tp)):
+        for f in check_restored(rsm, plan, Path(cov.local_dir), rsm.read_log_start_offset(tp),
+                                remote_compacted_below=remote_compacted_below):
             report.problems.append(Problem(report.partition, f.kind, f.message, offsets=f.offsets))
     return cov
 
@@ -129,6 +130,7 @@ def _tiers_json(cov: Coverage | None) -> dict[str, Any] | None:
 
 
 def verify(args: argparse.Namespace) -> int:
+    from rlm.daemon.remote_compaction import CleanerCheckpoints
     from rlm.logging_setup import configure_logging
     from rlm.plugin_setup import load_rlmm, load_rsm
 
@@ -155,8 +157,9 @@ def verify(args: argparse.Namespace) -> int:
                                             grace_ms=grace, metadata_read_ms=metadata_read_ms,
                                             deep=args.deep, compacted=is_compacted_partition(config, tp)))
                        for tp in tps]
+            compacted_below = CleanerCheckpoints(config.work_dir)  # the daemon's remote compaction
             tiers = {tp: _coverage(config.log_dirs, tp, r, list(rlmm.list_remote_log_segments(tp)),
-                                   rsm if args.deep else None) for tp, r in reports}
+                                   rsm if args.deep else None, compacted_below.get(tp)) for tp, r in reports}
             untiered = untiered_problems(config, {tp.topic_partition for tp in rlmm.known_partitions()
                                                   if any(finished_only(rlmm.list_remote_log_segments(tp)))},
                                          args.topic)

@@ -77,9 +77,12 @@ def _remote_records(rsm: RemoteStorageManager, segments: Sequence[RemoteLogSegme
 
 
 def compaction_mismatch(rsm: RemoteStorageManager, segments: Sequence[RemoteLogSegmentMetadata],
-                        local_log: Path, lo: int, hi: int) -> str | None:
+                        local_log: Path, lo: int, hi: int, *, remote_may_lack: bool = False) -> str | None:
     """``None`` when each record of ``local_log`` at offsets ``lo..hi`` is the remote copy's record
-    at that offset (the remote copy holds a superset: compaction, not damage); else what differs."""
+    at that offset (the remote copy holds a superset: compaction, not damage); else what differs.
+    ``remote_may_lack``: the remote copy was compacted by the sidecar's remote compaction
+    (docs/remote-compaction-job.md), which removes records the broker may still hold: then only
+    records both hold must be the same."""
     with tempfile.TemporaryDirectory(prefix="rlm-verify-") as tmp:
         remote = _remote_records(rsm, segments, lo, hi, Path(tmp))
         have: Comparable | None = None
@@ -87,9 +90,13 @@ def compaction_mismatch(rsm: RemoteStorageManager, segments: Sequence[RemoteLogS
             while have is None or have[0] < want[0]:
                 have = next(remote, None)
                 if have is None:
+                    if remote_may_lack:
+                        return None
                     return f"offset {want[0]} is in the local segment but not in the remote copy"
             if have != want:
                 if have[0] != want[0]:
+                    if remote_may_lack:
+                        continue
                     return f"offset {want[0]} is in the local segment but not in the remote copy"
                 return f"the record at offset {want[0]} differs from the remote copy's"
     return None

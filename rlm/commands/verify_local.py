@@ -116,7 +116,7 @@ def _same_bytes(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata, path: P
 
 
 def check_restored(rsm: RemoteStorageManager, plan: PartitionPlan, pdir: Path,
-                   published_log_start: int | None) -> list[LocalFinding]:
+                   published_log_start: int | None, *, remote_compacted_below: int = 0) -> list[LocalFinding]:
     """The local partition directory ``pdir`` against the bucket (see the module docstring)."""
     out: list[LocalFinding] = []
     local = PartitionDir(pdir)
@@ -131,10 +131,14 @@ def check_restored(rsm: RemoteStorageManager, plan: PartitionPlan, pdir: Path,
             continue  # not a copy of a remote segment (newer, or the active one)
         try:
             why = _same_bytes(rsm, md, seg.log_path)
-            if why is not None and cleaned:  # the broker's cleaner rewrites tiered segments
+            # the broker's cleaner rewrites tiered segments; the sidecar's remote compaction
+            # (below its checkpoint, ``remote_compacted_below``) rewrites the remote copy
+            remote_compacted = seg.base_offset < remote_compacted_below
+            if why is not None and (cleaned or remote_compacted):
                 remote = [s.metadata for s in plan.segments]
                 hi = min(nxt.base_offset, remote_end) - 1
-                why = compaction_mismatch(rsm, remote, seg.log_path, seg.base_offset, hi)
+                why = compaction_mismatch(rsm, remote, seg.log_path, seg.base_offset, hi,
+                                          remote_may_lack=remote_compacted)
         except (OSError, RlmError) as e:
             why = f"cannot be compared: {e}"
         if why is not None:

@@ -39,8 +39,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
+from pydantic import ValidationError
 
 from rlm.compaction import CompactionInput, CompactionResult, CompactionSettings, compact, is_due
+from rlm.compaction.settings import KAFKA_NAMES
 from rlm.config import ResolvedTopicConfig
 from rlm.daemon.compacted import is_compacted
 from rlm.daemon.context import EpochHistory, TaskContext, now_ms
@@ -67,6 +69,22 @@ MAX_INPUT_BYTES = 1024 * 1024 * 1024
 
 class CompactionOutputMismatch(RlmError):
     """The engine's output does not end where its inputs end: nothing is published."""
+
+
+class InvalidCompactionSettings(RlmError):
+    """A topic's compaction configs (``min.cleanable.dirty.ratio``, ...) are not valid values."""
+
+
+def settings_for(topic: str, cfg: ResolvedTopicConfig) -> CompactionSettings:
+    """The topic's compaction settings from its broker configs; a bad value is a typed error naming it."""
+    configs = dict(cfg.compaction_configs)
+    try:
+        return CompactionSettings.from_kafka(configs)
+    except ValidationError as e:
+        kafka_name = {field: name for name, field in KAFKA_NAMES.items()}
+        bad = ", ".join(f"{kafka_name.get(str(err['loc'][0]), err['loc'][0])}={err.get('input')!r}: "
+                        f"{err['msg']}" for err in e.errors())
+        raise InvalidCompactionSettings(f"topic {topic}: invalid compaction config ({bad})") from None
 
 
 @dataclass(frozen=True)
@@ -109,8 +127,8 @@ class CleanerCheckpoints:
     ``cleaner-offset-checkpoint``), in the work dir. Only how much work is due depends on it:
     lost (a new leader, a wiped work dir) it starts at 0 and the whole history counts as dirty."""
 
-    def __init__(self, ctx: TaskContext) -> None:
-        self.dir = ctx.work_dir / "remote-compaction"
+    def __init__(self, work_dir: Path) -> None:
+        self.dir = work_dir / "remote-compaction"
 
     def get(self, tp: TopicIdPartition) -> int:
         try:
@@ -130,7 +148,7 @@ class RemoteCompactor:
     def __init__(self, ctx: TaskContext, history: EpochHistory) -> None:
         self.ctx = ctx
         self.history = history
-        self.checkpoints = CleanerCheckpoints(ctx)
+        self.checkpoints = CleanerCheckpoints(ctx.work_dir)
 
     def run(self, tp: TopicIdPartition, view: LocalLogView, lso: int, cfg: ResolvedTopicConfig) -> int:
         """Finish half-done replacements, then compact a due range; returns segments replaced."""
@@ -149,12 +167,21 @@ class RemoteCompactor:
             delete_remote_segment(ctx, old, "replaced")
         if not is_compacted(cfg.cleanup_policy) or ctx.stop.is_set() or tp in ctx.copy_disabled:
             return 0
-        settings = CompactionSettings.from_kafka(dict(cfg.compaction_configs))
-        links = chain(verdict.kept, verdict.lineage)[0]
-        plan = plan_range(links, self.checkpoints.get(tp), settings, now_ms())
-        if plan is None:
+        try:
+            settings = settings_for(tp.topic, cfg)
+            links = chain(verdict.kept, verdict.lineage)[0]
+            plan = plan_range(links, self.checkpoints.get(tp), settings, now_ms())
+            if plan is None:
+                return 0
+            return self._replace(tp, view, lso, plan, settings, lineage)
+        except RlmError as e:
+            # a compaction that cannot run (bad topic config, an unreadable input, storage down)
+            # must not stop copying and retention of the partition: reported, retried next pass
+            ctx.metrics.error(e, "compaction")
+            (log.warning if e.retriable else log.error)(
+                "remote_compaction_failed", topic=tp.topic, partition=tp.partition, error=str(e),
+                kind=type(e).__name__, retriable=e.retriable)
             return 0
-        return self._replace(tp, view, lso, plan, settings, lineage)
 
     def _replace(self, tp: TopicIdPartition, view: LocalLogView, lso: int, plan: Plan,
                  settings: CompactionSettings, lineage: list[tuple[int, int]]) -> int:

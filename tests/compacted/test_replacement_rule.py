@@ -10,8 +10,13 @@ consecutive links from the start, two at least, when the dirty ratio says so.
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 from rlm.compaction import CompactionSettings
-from rlm.daemon.remote_compaction import plan_range
+from rlm.config import ResolvedTopicConfig
+from rlm.daemon.remote_compaction import InvalidCompactionSettings, plan_range, settings_for
 from rlm.lineage import chain, judge_segments, lineage_from_segments
 from rlm.types import (
     KafkaUuid,
@@ -97,3 +102,18 @@ def test_plan_range_takes_whole_consecutive_links_when_due() -> None:
     assert capped is not None and capped.inputs == (a, b) and capped.later == (c,)
     gap = chain([a, c], lineage_from_segments([a, c]))[0]
     assert plan_range(gap, 0, due, now=0) is None
+
+
+def test_bad_compaction_config_is_a_typed_error_naming_it() -> None:
+    base: dict[str, Any] = {"remote_storage_enable": True, "retention_ms": -1, "retention_bytes": -1,
+                            "local_retention_ms": -1, "local_retention_bytes": -1,
+                            "cleanup_policy": "compact,delete"}
+    good = ResolvedTopicConfig(**base, compaction_configs=(("min.cleanable.dirty.ratio", "0.2"),))
+    assert settings_for("t", good).min_cleanable_dirty_ratio == 0.2
+    assert settings_for("t", ResolvedTopicConfig(**base)) == CompactionSettings()  # Kafka's defaults
+    bad = ResolvedTopicConfig(**base, compaction_configs=(("min.cleanable.dirty.ratio", "lots"),
+                                                           ("max.compaction.lag.ms", "0")))
+    with pytest.raises(InvalidCompactionSettings) as err:
+        settings_for("orders", bad)
+    assert "topic orders" in str(err.value) and "min.cleanable.dirty.ratio='lots'" in str(err.value)
+    assert "max.compaction.lag.ms" in str(err.value)
