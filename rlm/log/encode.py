@@ -102,7 +102,7 @@ def _normalise(
     )
 
 
-def _assemble(
+def assemble_batch(
     *,
     base_offset: int,
     partition_leader_epoch: int,
@@ -116,6 +116,12 @@ def _assemble(
     count: int,
     payload: bytes,
 ) -> bytes:
+    """A v2 batch around an already encoded (and compressed) records ``payload``, CRC computed.
+
+    Also for callers that re-frame records they did not build here: remote compaction keeps a batch's
+    base and last offset, producer fields and attributes (plus the delete-horizon bit) and writes
+    only the retained records, as ``MemoryRecords.filterTo`` does.
+    """
     batch = bytearray(RECORD_BATCH_OVERHEAD + len(payload))
     _HEADER.pack_into(
         batch,
@@ -137,41 +143,6 @@ def _assemble(
     batch[RECORD_BATCH_OVERHEAD:] = payload
     struct.pack_into(">I", batch, 17, google_crc32c.value(bytes(batch[21:])))
     return bytes(batch)
-
-
-def assemble_batch(
-    *,
-    base_offset: int,
-    partition_leader_epoch: int,
-    attributes: int,
-    last_offset_delta: int,
-    base_timestamp: int,
-    max_timestamp: int,
-    producer_id: int,
-    producer_epoch: int,
-    base_sequence: int,
-    count: int,
-    payload: bytes,
-) -> bytes:
-    """A v2 batch around an already encoded (and compressed) records ``payload``, CRC computed.
-
-    For callers that re-frame records they did not build here: remote compaction keeps a batch's
-    base and last offset, producer fields and attributes (plus the delete-horizon bit) and writes
-    only the retained records, as ``MemoryRecords.filterTo`` does.
-    """
-    return _assemble(
-        base_offset=base_offset,
-        partition_leader_epoch=partition_leader_epoch,
-        attributes=attributes,
-        last_offset_delta=last_offset_delta,
-        base_timestamp=base_timestamp,
-        max_timestamp=max_timestamp,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        base_sequence=base_sequence,
-        count=count,
-        payload=payload,
-    )
 
 
 def encode_batch(
@@ -222,7 +193,7 @@ def encode_batch(
     else:
         raise ValueError("magic 2 batches are CREATE_TIME or LOG_APPEND_TIME")
     payload = codecs.compress(compression, bytes(raw)) if compression != Compression.NONE else bytes(raw)
-    return _assemble(
+    return assemble_batch(
         base_offset=base_offset,
         partition_leader_epoch=partition_leader_epoch,
         attributes=attributes,
@@ -254,7 +225,7 @@ def encode_control_batch(
     key = struct.pack(">hh", 0, int(control_type))
     value = struct.pack(">hi", 0, coordinator_epoch)
     _encode_record(raw, 0, 0, key, value, [])
-    return _assemble(
+    return assemble_batch(
         base_offset=offset,
         partition_leader_epoch=partition_leader_epoch,
         attributes=ATTR_TRANSACTIONAL | ATTR_CONTROL,
@@ -285,7 +256,7 @@ def encode_empty_batch(
     """The 61-byte empty header compaction leaves (``DefaultRecordBatch.writeEmptyHeader``)."""
     attributes = ATTR_TIMESTAMP_TYPE if timestamp_type == TimestampType.LOG_APPEND_TIME else 0
     attributes |= (ATTR_TRANSACTIONAL if is_transactional else 0) | (ATTR_CONTROL if is_control else 0)
-    return _assemble(
+    return assemble_batch(
         base_offset=base_offset,
         partition_leader_epoch=partition_leader_epoch,
         attributes=attributes,

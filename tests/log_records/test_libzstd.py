@@ -20,7 +20,7 @@ import zstandard
 
 from rlm.errors import CompressionError, CorruptRecordError, CrcMismatchError, DecompressedSizeError
 from rlm.log import Compression, _zstd, arrow, codecs, encode_batch, iter_arrow_batches, read_arrow
-from rlm.log.encode import _assemble
+from rlm.log.encode import assemble_batch
 from rlm.log.model import RECORD_BATCH_OVERHEAD
 from tests.log_records._data import mixed_log, sample_records
 
@@ -69,7 +69,7 @@ def rezstd(batch: bytes, compress: Callable[[bytes], bytes]) -> bytes:
         ">qiibIhiqq", batch, 0
     )
     pid, pepoch, seq, count = struct.unpack_from(">qhii", batch, 43)
-    return _assemble(
+    return assemble_batch(
         base_offset=base_offset,
         partition_leader_epoch=epoch,
         attributes=(attrs & ~0x07) | ZSTD,

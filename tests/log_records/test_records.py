@@ -231,12 +231,12 @@ def test_structural_errors_are_typed(mutate, reason: str) -> None:  # type: igno
 
 
 def test_unknown_control_type_and_newer_versions_are_kept() -> None:
-    from rlm.log.encode import _assemble, _encode_record
+    from rlm.log.encode import _encode_record, assemble_batch
 
     raw = bytearray()
     _encode_record(raw, 0, 0, struct.pack(">hh", 1, 42), b"\x00\x07anything", [])  # unknown type, key v1
     _encode_record(raw, 1, 0, struct.pack(">hhxx", 0, 1), struct.pack(">hi", 3, 9) + b"extra", [])
-    batch = _assemble(
+    batch = assemble_batch(
         base_offset=100,
         partition_leader_epoch=0,
         attributes=0x30,
