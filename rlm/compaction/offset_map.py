@@ -29,35 +29,40 @@ BYTES_PER_SLOT = 8 + 8 + 4  # digest halves + relative offset
 MAX_RELATIVE = 2**32 - 2
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _probe(h: Any, lw: Any, t_hi: Any, t_lo: Any) -> Any:  # pragma: no cover - jitted
+    """The slot holding digest (h, lw), or the empty slot where linear probing from ``h % slots``
+    ends (the load factor keeps one free)."""
+    slots: Any = t_hi.shape[0]
+    pos: Any = np.int64(h % np.uint64(slots))
+    while not ((t_hi[pos] == h and t_lo[pos] == lw)
+               or (t_hi[pos] == np.uint64(0) and t_lo[pos] == np.uint64(0))):
+        pos += 1
+        if pos == slots:
+            pos = 0
+    return pos
+
+
 @njit(cache=True, nogil=True)
 def _put_many(hi: Any, lo: Any, rel: Any, use: Any, t_hi: Any, t_lo: Any, t_off: Any,
               size: Any, max_size: Any) -> Any:  # pragma: no cover - jitted
     """Insert records in order; stop at the first new key that does not fit.
 
     Returns (records consumed, new size, largest relative offset put or -1)."""
-    slots: Any = t_hi.shape[0]
     latest: Any = np.int64(-1)
     for i in range(hi.shape[0]):
         if not use[i]:
             continue
         h = hi[i]
         lw = lo[i]
-        pos: Any = np.int64(h % np.uint64(slots))
-        while True:
-            if t_hi[pos] == h and t_lo[pos] == lw:
-                t_off[pos] = rel[i]
-                break
-            if t_hi[pos] == np.uint64(0) and t_lo[pos] == np.uint64(0):
-                if size >= max_size:
-                    return i, size, latest
-                t_hi[pos] = h
-                t_lo[pos] = lw
-                t_off[pos] = rel[i]
-                size += 1
-                break
-            pos += 1
-            if pos == slots:
-                pos = 0
+        pos = _probe(h, lw, t_hi, t_lo)
+        if t_hi[pos] != h or t_lo[pos] != lw:  # an empty slot: a new key
+            if size >= max_size:
+                return i, size, latest
+            t_hi[pos] = h
+            t_lo[pos] = lw
+            size += 1
+        t_off[pos] = rel[i]
         latest = np.int64(rel[i])
     return hi.shape[0], size, latest
 
@@ -65,23 +70,13 @@ def _put_many(hi: Any, lo: Any, rel: Any, use: Any, t_hi: Any, t_lo: Any, t_off:
 @njit(cache=True, nogil=True)
 def _get_many(hi: Any, lo: Any, has: Any, t_hi: Any, t_lo: Any, t_off: Any,
               out: Any) -> None:  # pragma: no cover - jitted
-    slots: Any = t_hi.shape[0]
     for i in range(hi.shape[0]):
         out[i] = -1
         if not has[i]:
             continue
-        h = hi[i]
-        lw = lo[i]
-        pos: Any = np.int64(h % np.uint64(slots))
-        while True:
-            if t_hi[pos] == h and t_lo[pos] == lw:
-                out[i] = t_off[pos]
-                break
-            if t_hi[pos] == np.uint64(0) and t_lo[pos] == np.uint64(0):
-                break
-            pos += 1
-            if pos == slots:
-                pos = 0
+        pos = _probe(hi[i], lo[i], t_hi, t_lo)
+        if t_hi[pos] == hi[i] and t_lo[pos] == lo[i]:
+            out[i] = t_off[pos]
 
 
 class OffsetMap:
