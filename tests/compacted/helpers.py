@@ -19,10 +19,10 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka import TopicPartition as CkTp
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
 from rlm.daemon.compacted import cleaner_checkpoint
 from rlm.types import TopicPartition
+from tests.daemon.helpers import set_topic_config as set_topic_config  # re-exported for the tests here
 from tests.daemon.helpers import transactional_producer, wait_for
 
 KEYS = 300
@@ -107,20 +107,6 @@ def update_keys(bootstrap: str, topic: str, keys: range, tag: str, w: Written) -
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
     _round(p, topic, keys, tag, w)
     assert p.flush(60) == 0
-
-
-def set_topic_config(bootstrap: str, topic: str, **conf: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    res = ConfigResource(
-        ConfigResource.Type.TOPIC,
-        topic,
-        incremental_configs=[
-            ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET)
-            for k, v in conf.items()
-        ],
-    )
-    for fut in admin.incremental_alter_configs([res]).values():
-        fut.result(30)
 
 
 def checkpoint(log_dir: Path, topic: str) -> int:

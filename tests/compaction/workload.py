@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from rlm.log.checkpoints import read_offset_checkpoint
 from rlm.log.txn_index import AbortedTxn, read_txn_index
 from rlm.types import TopicPartition
+from tests.daemon.helpers import set_topic_config
 from tests.services.kafka import KafkaCluster
 from tests.services.proc import wait_until
 
@@ -129,17 +130,11 @@ def copy_rolled(pdir: Path, dest: Path) -> tuple[list[Path], list[AbortedTxn], i
     return copies, aborted, active
 
 
-def set_topic_config(cluster: KafkaCluster, topic: str, **configs: str) -> None:
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
-        ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET)
-        for k, v in configs.items()])
-    admin.incremental_alter_configs([res])[res].result(60)
-
-
 def release_cleaner(cluster: KafkaCluster, topic: str) -> None:
     """Let the broker's cleaner clean the topic (dirty ratio 0.01, no compaction lag)."""
-    set_topic_config(cluster, topic, **{"min.cleanable.dirty.ratio": "0.01", "min.compaction.lag.ms": "0"})
+    set_topic_config(
+        cluster.bootstrap, topic, **{"min.cleanable.dirty.ratio": "0.01", "min.compaction.lag.ms": "0"}
+    )
 
 
 def cleaner_checkpoint(cluster: KafkaCluster, topic: str) -> int:

@@ -31,13 +31,19 @@ import pytest
 import yaml
 
 from rlm.config import load_config
-from tests.daemon.helpers import create_topic, produce_txn, topic_rlmm, transactional_producer, wait_for
+from tests.daemon.helpers import (
+    create_topic,
+    produce_txn,
+    set_topic_config,
+    topic_rlmm,
+    transactional_producer,
+    wait_for,
+)
 from tests.fetcher_e2e.conftest import (
     CODECS,
     Rec,
     _produce_random,
     _producer,
-    _set_topic_config,
     _watermarks,
     consume_all,
     lso_of,
@@ -219,7 +225,7 @@ def written(compat_kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory
     list_offsets = {ts: next(r[0] for r in inside if r[2] >= ts) for ts in stamps}
     broker_offsets = broker_list_offsets(bs, topic, stamps) if stamps else {}  # asked before deletion
     if remote_end > 0:  # the broker's own retention deletes what was tiered
-        _set_topic_config(bs, topic, **{"retention.bytes": "1"})
+        set_topic_config(bs, topic, **{"retention.bytes": "1"})
         wait_for(
             "local retention deleted the tiered range", lambda: _watermarks(bs, topic)[0] >= remote_end, 120
         )

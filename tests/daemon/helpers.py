@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from rlm.log.partition import PartitionDir
 from rlm.log.records import iter_batches
@@ -31,6 +31,20 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 1, rf: int = 1, *
         time.sleep(0.2)
     raise AssertionError(f"topic {topic} has no leaders")
 
+
+def set_topic_config(bootstrap: str, topic: str, **conf: str) -> None:
+    """Set topic configs incrementally (``retention_bytes="1"`` or ``**{"retention.bytes": "1"}``)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    res = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        topic,
+        incremental_configs=[
+            ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET)
+            for k, v in conf.items()
+        ],
+    )
+    for fut in admin.incremental_alter_configs([res]).values():
+        fut.result(60)
 
 def produce(bootstrap: str, topic: str, n: int, size: int = 200, partition: int = 0, **conf: Any) -> None:
     """``n`` records of ``size`` bytes from an idempotent producer (small batches, so indexes fill)."""

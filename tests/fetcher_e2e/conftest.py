@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+from confluent_kafka.admin import AdminClient
 
 from rlm.config import DaemonConfig, load_config
 from rlm.daemon.service import Daemon
@@ -33,6 +33,7 @@ from tests.daemon.helpers import (
     create_topic,
     produce_txn,
     s3_storage,
+    set_topic_config,
     topic_rlmm,
     transactional_producer,
     wait_for,
@@ -60,20 +61,6 @@ class Tiered:
     tmp: Path
     open_txn: Any = None
     extras: dict[str, Any] = field(default_factory=dict)
-
-
-def _set_topic_config(bs: str, topic: str, **conf: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bs})
-    res = ConfigResource(
-        ConfigResource.Type.TOPIC,
-        topic,
-        incremental_configs=[
-            ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET)
-            for k, v in conf.items()
-        ],
-    )
-    for fut in admin.incremental_alter_configs([res]).values():
-        fut.result(timeout=30)
 
 
 def _producer(bs: str, **conf: Any) -> Producer:
@@ -176,10 +163,10 @@ def _build(kafka: KafkaCluster, seaweedfs: SeaweedFS, tmp: Path) -> Tiered:
         aborted.produce(topic, key=f"a{i}".encode(), value=rnd.randbytes(300), partition=0)
     assert aborted.flush(30) == 0  # written, then aborted (abort alone would purge the queue)
     aborted.abort_transaction(30)
-    _set_topic_config(bs, topic, **{"message.timestamp.type": "LogAppendTime"})
+    set_topic_config(bs, topic, **{"message.timestamp.type": "LogAppendTime"})
     time.sleep(1.0)  # topic config changes reach the log asynchronously
     _produce_random(_producer(bs, **{"compression.type": "zstd"}), topic, 600, rnd, "lat")
-    _set_topic_config(bs, topic, **{"message.timestamp.type": "CreateTime"})
+    set_topic_config(bs, topic, **{"message.timestamp.type": "CreateTime"})
     time.sleep(1.0)
     # leader bounce: restarting the only replica gives the partition a new leader epoch
     kafka.stop_node(1)
@@ -265,7 +252,7 @@ def _build(kafka: KafkaCluster, seaweedfs: SeaweedFS, tmp: Path) -> Tiered:
     assert plan.log_start == 0 and remote_end <= lso
 
     # the broker's local retention deletes what was tiered (remote retention stays -1)
-    _set_topic_config(bs, topic, **{"retention.bytes": "1"})
+    set_topic_config(bs, topic, **{"retention.bytes": "1"})
     wait_for(
         "local retention deleted the tiered segments",
         lambda: _watermarks(bs, topic)[0] >= remote_end,

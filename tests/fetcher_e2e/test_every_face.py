@@ -45,9 +45,8 @@ from rlm.config import DaemonConfig, load_config
 from rlm.daemon.service import Daemon
 from rlm.errors import OffsetOutOfRangeError
 from rlm.log.partition import PartitionDir
-from tests.daemon.helpers import create_topic, transactional_producer, wait_for
+from tests.daemon.helpers import create_topic, set_topic_config, transactional_producer, wait_for
 from tests.fetcher_e2e.conftest import (
-    _set_topic_config,
     _watermarks,
     broker_offsets_for_times,
     lso_of,
@@ -196,7 +195,7 @@ def workload(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> I
     assert answers[t0 - 1] == log_start
 
     _run_daemon(daemon)  # learns the log start, publishes it, deletes the remote segment below it
-    _set_topic_config(bs, topic, **{"retention.bytes": "1"})  # local retention deletes what is tiered
+    set_topic_config(bs, topic, **{"retention.bytes": "1"})  # local retention deletes what is tiered
     wait_for("local retention deleted the tiered segments",
              lambda: _watermarks(bs, topic)[0] >= remote_end, timeout=90)
 

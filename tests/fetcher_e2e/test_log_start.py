@@ -34,8 +34,8 @@ from rlm.errors import OffsetOutOfRangeError, RemoteResourceNotFoundError, Remot
 from rlm.log.partition import PartitionDir
 from rlm.types import RemoteLogSegmentMetadata, RemoteLogSegmentState
 from rsm_plugins.log_start import OBJECT_NAME
-from tests.daemon.helpers import create_topic, produce, wait_for
-from tests.fetcher_e2e.conftest import _set_topic_config, _watermarks, broker_offsets_for_times
+from tests.daemon.helpers import create_topic, produce, set_topic_config, wait_for
+from tests.fetcher_e2e.conftest import _watermarks, broker_offsets_for_times
 from tests.services.kafka import KafkaCluster
 
 pytestmark = pytest.mark.slow
@@ -166,7 +166,7 @@ def deleted(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> It
         dir_reader = f.plan(topic, 0).log_start
     _run_daemon(daemon_cfg)  # learns, publishes, deletes below
     # the broker's own retention deletes every tiered segment: its log start is a segment base again
-    _set_topic_config(bs, topic, **{"retention.bytes": "1"})
+    set_topic_config(bs, topic, **{"retention.bytes": "1"})
     wait_for(
         "local retention deleted the tiered segments",
         lambda: _watermarks(bs, topic)[0] >= remote_end,

@@ -25,8 +25,8 @@ from rlm.commands.kafka_serve import start_kafka_listener
 from rlm.config import load_config
 from rlm.daemon.service import Daemon
 from rlm.log.partition import PartitionDir
-from tests.daemon.helpers import create_topic, produce, transactional_producer, wait_for
-from tests.fetcher_e2e.conftest import _set_topic_config, _watermarks, consume_all, lso_of
+from tests.daemon.helpers import create_topic, produce, set_topic_config, transactional_producer, wait_for
+from tests.fetcher_e2e.conftest import _watermarks, consume_all, lso_of
 from tests.services.kafka import KafkaCluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -172,7 +172,7 @@ def test_read_committed_equals_the_broker_at_the_frontier(kafka: KafkaCluster, t
     # merged mode without the log dir: the endpoint asks the broker how the frontier's transactions
     # ended. The broker's retention deletes the tiered segment first, so the consumer's reads below
     # the remote end can only be served from the remote tier.
-    _set_topic_config(bs, topic, **{"retention.bytes": "1"})
+    set_topic_config(bs, topic, **{"retention.bytes": "1"})
     wait_for("local retention deleted the tiered segment",
              lambda: _watermarks(bs, topic)[0] >= remote_end, timeout=90)
     with RemoteFetcher.from_config(_config(kafka, tmp_path, topic, log_dirs=False, work="r4")) as f:
