@@ -32,6 +32,7 @@ SMALL: dict[str, list[str]] = {
     "spark-s3": ["bench_spark.py", "--storage", "s3", "--records", "500000", "--rounds", "3"],
     "kafka-endpoint": ["bench_kafka_endpoint.py", "--size-mb", "32", "--rounds", "3"],
     "rsm": ["bench_rsm.py", "--size-mb", "64", "--ranged-reads", "20", "--rounds", "3"],  # ~26 s
+    "compaction": ["bench_compaction.py", "--keys", "20000", "--rounds", "3"],  # its default size, ~30 s
 }
 
 # Run by name only (``bench_all.py http-load``): at these sizes they would take ``make bench`` past
