@@ -63,6 +63,12 @@ class _Part:
     forward: bool = False
     remote_start: int | None = None
     aborted: tuple[AbortedTransaction, ...] | None = None
+    #: merged mode: the broker's log start seen when routing (None: not asked, or no answer)
+    local_start: int | None = None
+    #: a remote read (one record at least allowed) found no record at or after the offset
+    remote_exhausted: bool = False
+    #: merged mode: the consumer's offset when the fetch was moved up to the broker's log start
+    moved_from: int | None = None
 
 
 def _wanted(req: Any, catalog: Catalog, partition_cap: int) -> list[tuple[Any, list[_Part]]]:
@@ -184,6 +190,7 @@ def _read(ctx: EndpointContext, parts: list[_Part], max_bytes: int, isolation: I
             if total and r.size > max(1, p.max_bytes):
                 continue  # an oversized first batch after another partition's data: Kafka gives none
             total += _apply(p, r)
+            p.remote_exhausted = r.empty
         return total
     left = max_bytes
     for p in todo:
@@ -195,6 +202,7 @@ def _read(ctx: EndpointContext, parts: list[_Part], max_bytes: int, isolation: I
             _fail(p, e)
             continue
         n = _apply(p, r)
+        p.remote_exhausted = r.empty and total == 0  # with min_one_message: nothing at or after
         total += n
         left -= n
     return total
@@ -266,6 +274,8 @@ async def handle_fetch(ctx: EndpointContext, req: Any, version: int, header: Any
     if ctx.forwarder is not None:
         await merged.route(ctx, flat)
     got = await ctx.call(lambda: _read(ctx, flat, max_bytes, isolation))
+    if ctx.forwarder is not None:
+        merged.past_remote_history(flat)  # a gap ending the remote history: the broker goes on
     tail = [p for p in flat if p.forward]
     served = [p for p in flat if p.error not in _REFUSED]
     if tail:

@@ -5,6 +5,13 @@ or at/after the remote end (the live tail); below the local log start only the r
 the records. The log start reported for forwarded partitions is the remote one (the whole log
 starts there); high watermark and LSO are the broker's.
 
+A gap ending the remote history (the broker's cleaner removed the last records of the last tiered
+segment, and the broker's log now starts at or above the consumer's offset) is read through: when
+the remote read finds no record at or after the offset, which is below the broker's log start,
+the partition is fetched from the broker at its log start, as the broker itself would serve the
+next record (KAFKA-15388). The consumer takes batches above its fetch offset and moves on;
+without this it would get empty answers until the next segment is tiered.
+
 A broker problem is never turned into a reset: when the broker cannot be asked (routing) or
 does not answer (forwarding), an offset the remote tier does not hold gets NOT_LEADER_OR_FOLLOWER,
 which clients retry after a metadata refresh. OFFSET_OUT_OF_RANGE would make them apply
@@ -51,7 +58,27 @@ async def route(ctx: EndpointContext, parts: list[Any]) -> None:
             if p.offset >= plan.log_end:  # only the broker has it: retry, never reset
                 p.error = ErrorCode.not_leader_or_follower
             continue  # the remote tier has it: serve it
+        p.local_start = local_start
         p.forward = p.offset >= local_start or p.offset >= plan.log_end
+
+
+def past_remote_history(parts: list[Any]) -> None:
+    """Forward, at the broker's log start, the partitions whose remote read found nothing at or
+    after their offset while that offset is below the broker's log start: the offset lies in a gap
+    ending the remote history, and only the broker holds what comes next. ``moved_from`` keeps
+    the consumer's offset (the broker's answer then holds only batches above it)."""
+    for p in parts:
+        if (
+            p.forward
+            or p.error is not ErrorCode.none
+            or not p.remote_exhausted
+            or p.local_start is None
+            or p.offset >= p.local_start
+        ):
+            continue
+        log.info("kafka_merged_gap_at_remote_end", topic=p.topic, partition=p.partition, offset=p.offset,
+                 local_start=p.local_start)
+        p.moved_from, p.offset, p.forward = p.offset, p.local_start, True
 
 
 async def forward(
@@ -78,6 +105,12 @@ async def forward(
             p.error = ErrorCode.not_leader_or_follower  # retriable: the client refreshes and retries
             return
         remote_start = getattr(p, "remote_start", None)
+        if f.error is ErrorCode.offset_out_of_range and p.moved_from is not None:
+            # the broker's log start moved on since routing: the remote (empty) answer stands and
+            # the next fetch routes again with the broker's new log start
+            fwd.forget_local_start(p.topic, p.partition)
+            p.offset = p.moved_from
+            return
         if (
             f.error is ErrorCode.offset_out_of_range
             and remote_start is not None
