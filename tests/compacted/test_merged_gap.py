@@ -67,7 +67,7 @@ def test_merged_endpoint_reads_on_from_a_gap_ending_the_remote_history(
     kafka: Any, unique_topic: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bs, topic = kafka.bootstrap, unique_topic
-    create_topic(bs, topic, **{"cleanup.policy": "compact,delete", **COMMON, **NO_CLEANING})
+    create_topic(bs, topic, 1, 1, **{"cleanup.policy": "compact,delete", **COMMON, **NO_CLEANING})
     written = Written()
     for r in range(5):  # ~2.4 MB of distinct keys: two rolled 1 MB segments and the active one
         _write(bs, topic, range(r * KEYS, (r + 1) * KEYS), f"r{r}", written)
