@@ -58,6 +58,8 @@ from .verify_checks import PartitionReport, Problem, check_partition, name_of
 from .verify_untiered import untiered_problems
 
 if TYPE_CHECKING:  # log-dir reading (numpy) loads when a partition is checked, not for `rlm --help`
+    from rlm.daemon.remote_compaction import CleanerCheckpoints
+
     from .verify_local import Coverage
 
 
@@ -83,6 +85,16 @@ def _coverage(log_dirs: list[Path], tp: TopicIdPartition, report: PartitionRepor
                                 remote_compacted_below=remote_compacted_below):
             report.problems.append(Problem(report.partition, f.kind, f.message, offsets=f.offsets))
     return cov
+
+
+def _remote_compacted_below(checkpoints: CleanerCheckpoints, tp: TopicIdPartition,
+                            report: PartitionReport) -> int:
+    """Where the remote copy may lack records the broker still holds: below the daemon's remote
+    cleaner checkpoint, and below the end of any segment a compacted one replaces (a replacement
+    whose inputs are still FINISHED: the daemon was stopped between publishing the compacted
+    segment and recording its checkpoint)."""
+    replaced_end = max((p.offsets[1] + 1 for p in report.replaced if p.offsets is not None), default=0)
+    return max(checkpoints.get(tp), replaced_end)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -157,9 +169,10 @@ def verify(args: argparse.Namespace) -> int:
                                             grace_ms=grace, metadata_read_ms=metadata_read_ms,
                                             deep=args.deep, compacted=is_compacted_partition(config, tp)))
                        for tp in tps]
-            compacted_below = CleanerCheckpoints(config.work_dir)  # the daemon's remote compaction
+            checkpoints = CleanerCheckpoints(config.work_dir)  # the daemon's remote compaction
             tiers = {tp: _coverage(config.log_dirs, tp, r, list(rlmm.list_remote_log_segments(tp)),
-                                   rsm if args.deep else None, compacted_below.get(tp)) for tp, r in reports}
+                                   rsm if args.deep else None, _remote_compacted_below(checkpoints, tp, r))
+                     for tp, r in reports}
             untiered = untiered_problems(config, {tp.topic_partition for tp in rlmm.known_partitions()
                                                   if any(finished_only(rlmm.list_remote_log_segments(tp)))},
                                          args.topic)
