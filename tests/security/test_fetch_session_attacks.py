@@ -43,7 +43,9 @@ class _Client:
         cls: Any = load_request_schema(1, 12)
         mod = __import__(cls.__module__, fromlist=["FetchTopic"])
         body = cls(
-            max_wait=datetime.timedelta(milliseconds=50),
+            # long enough for a cold remote read on a loaded machine (min_bytes=1 answers as soon
+            # as records are there; an answer expected empty waits this long)
+            max_wait=datetime.timedelta(milliseconds=2000),
             min_bytes=1,
             session_id=session_id,
             session_epoch=epoch,
