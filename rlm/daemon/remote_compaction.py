@@ -125,7 +125,8 @@ def plan_range(links: Sequence[Link], dirty_offset: int, settings: CompactionSet
 class CleanerCheckpoints:
     """Per partition, the offset below which the remote history was compacted (Kafka's
     ``cleaner-offset-checkpoint``), in the work dir. Only how much work is due depends on it:
-    lost (a new leader, a wiped work dir) it starts at 0 and the whole history counts as dirty."""
+    lost or unreadable (a new leader, a wiped or broken work dir: ``rlm verify`` must work without
+    it) it starts at 0 and the whole history counts as dirty."""
 
     def __init__(self, work_dir: Path) -> None:
         self.dir = work_dir / "remote-compaction"
@@ -133,7 +134,7 @@ class CleanerCheckpoints:
     def get(self, tp: TopicIdPartition) -> int:
         try:
             return int(json.loads(partition_state_file(self.dir, tp).read_text())["dirty_offset"])
-        except (FileNotFoundError, ValueError, TypeError, KeyError):
+        except (OSError, ValueError, TypeError, KeyError):  # missing or unreadable (a broken work dir)
             return 0
 
     def set(self, tp: TopicIdPartition, offset: int) -> None:
