@@ -15,6 +15,7 @@ import yaml
 from rlm.cli import main as cli_main
 from rlm.config import DaemonConfig, load_config
 from rlm.daemon.service import Daemon
+from rlm.errors import PreflightError
 from rlm.log.partition import PartitionDir
 from rlm.log.records import ControlRecord, iter_records
 from rlm.plugin_setup import load_rlmm
@@ -107,7 +108,15 @@ class FaultRun:
             "health_check_interval_ms": 1000,
             "http": {"enabled": False},
         }
-        self.daemon = Daemon(load_config(None, **self.sidecar)).start()
+        # the start's preflight writes a probe object through TIGHT_S3's short read timeout, before any
+        # fault: a loaded CI machine's SeaweedFS can miss it once (test_blackhole failed so)
+        for attempt in range(3):
+            try:
+                self.daemon = Daemon(load_config(None, **self.sidecar)).start()
+                break
+            except PreflightError:
+                if attempt == 2:
+                    raise
         self.stopped = False
 
     # ---- during the run ---------------------------------------------------------------------
