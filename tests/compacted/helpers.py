@@ -17,18 +17,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CkTp
 
 from rlm.daemon.compacted import cleaner_checkpoint
 from rlm.types import TopicPartition
+from tests.daemon.helpers import CONSUME_GIVE_UP_S, consume_partition, transactional_producer, wait_for
 from tests.daemon.helpers import set_topic_config as set_topic_config  # re-exported for the tests here
-from tests.daemon.helpers import transactional_producer, wait_for
 
 KEYS = 300
 PAD = b"v" * 1500  # ~1.5 KB records: a round of KEYS updates is ~0.45 MB, 1 MB segments roll
 Row = tuple[int, bytes | None, bytes | None]
-_GIVE_UP_S = 120  # only so a broken reader fails instead of hanging
+_GIVE_UP_S = CONSUME_GIVE_UP_S
 
 
 def key(k: int) -> bytes:
@@ -122,32 +122,7 @@ def wait_cleaned_past(log_dir: Path, topic: str, offset: int) -> int:
 
 def read_from(bootstrap: str, topic: str, offset: int, isolation: str, until: int) -> list[Row]:
     """Every record a consumer at ``offset`` gets until the end of the partition passed ``until``."""
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"t-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            "isolation.level": isolation,
-            "enable.partition.eof": True,
-        }
-    )
-    got: list[Row] = []
-    try:
-        c.assign([CkTp(topic, 0, offset)])
-        give_up = time.monotonic() + _GIVE_UP_S
-        while time.monotonic() < give_up:
-            m = c.poll(1.0)
-            if m is None:
-                continue
-            if m.error():
-                assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
-                if m.offset() >= until:
-                    return got
-                continue
-            got.append((m.offset(), m.key(), m.value()))
-        raise AssertionError(f"{topic}: no end of partition at {until} within {_GIVE_UP_S} s")
-    finally:
-        c.close()
+    return consume_partition(bootstrap, topic, offset, isolation, until=until)
 
 
 def first_offset_from(bootstrap: str, topic: str, offset: int) -> int:

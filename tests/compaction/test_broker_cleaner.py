@@ -17,12 +17,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer
-from confluent_kafka import TopicPartition as CkTopicPartition
 
 from rlm.compaction import CompactionInput, CompactionSettings, compact, last_batches_of_producers
 from rlm.log import Compression, decode_records, iter_batches, read_arrow, read_time_index
 from tests.compaction import workload as wl
+from tests.daemon.helpers import consume_partition
 from tests.services.kafka import KafkaCluster, dump_log_segments, dump_problems
 from tests.services.proc import wait_until
 
@@ -65,25 +64,7 @@ def final_values(items: set[Row] | list[Row]) -> dict[bytes, bytes | None]:
 
 def committed_from(cluster: KafkaCluster, topic: str, start: int) -> list[Row]:
     """What a read_committed consumer reads from ``start`` to the end (the broker's view)."""
-    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"{topic}-{start}",
-                  "isolation.level": "read_committed", "enable.auto.commit": False,
-                  "enable.partition.eof": True})
-    try:
-        c.assign([CkTopicPartition(topic, 0, start)])
-        out: list[Row] = []
-        while True:
-            msg = c.poll(30)
-            assert msg is not None, "the consumer stopped receiving before the end of the partition"
-            err = msg.error()
-            if err is not None:
-                if err.code() == -191:  # _PARTITION_EOF
-                    return out
-                raise AssertionError(err)
-            offset = msg.offset()
-            assert offset is not None
-            out.append((offset, msg.key(), msg.value()))
-    finally:
-        c.close()
+    return consume_partition(cluster.bootstrap, topic, start, "read_committed")
 
 
 def model_view(model: dict[bytes, bytes | None]) -> dict[bytes, bytes]:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from rlm.log.partition import PartitionDir
@@ -17,6 +19,8 @@ from rlm.types import IndexType, RemoteLogSegmentMetadata, RemoteLogSegmentState
 from tests.services.s3 import ACCESS_KEY, REGION, SECRET_KEY, S3Endpoint
 
 SEGMENT_BYTES = 1048576
+CONSUME_GIVE_UP_S = 120  # only so a broken server fails instead of hanging
+ConsumedRow = tuple[int, bytes | None, bytes | None]
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int = 1, rf: int = 1, **config: str) -> None:
@@ -177,3 +181,37 @@ def check_segment_against_local(
         assert not md.txn_index_empty
     epochs_text = read_all(rsm.fetch_index(md, IndexType.LEADER_EPOCH)).decode()
     assert epochs_text.startswith("0\n")
+
+
+def consume_partition(bootstrap: str, topic: str, offset: int = 0, isolation: str = "read_uncommitted", *,
+                      until: int | None = None, keys: set[bytes] | None = None) -> list[ConsumedRow]:
+    """(offset, key, value) of what a confluent-kafka consumer assigned partition 0 at ``offset``
+    reads: until an end of partition at or past ``until`` (the first end of partition when neither
+    ``until`` nor ``keys`` is given), or until every key of ``keys`` was seen. The one consumer
+    loop of the tests that compare a server's answer with the broker's."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4().hex[:8]}",
+                  "enable.auto.commit": False, "isolation.level": isolation, "enable.partition.eof": True})
+    got: list[ConsumedRow] = []
+    seen: set[bytes] = set()
+    try:
+        c.assign([CkTopicPartition(topic, 0, offset)])
+        give_up = time.monotonic() + CONSUME_GIVE_UP_S
+        while time.monotonic() < give_up:
+            m = c.poll(1.0)
+            if m is None:
+                continue
+            err, at = m.error(), m.offset()
+            assert at is not None, m
+            if err is not None:
+                assert err.code() == KafkaError._PARTITION_EOF, err
+                if (until is None and keys is None) or (until is not None and at >= until):
+                    return got
+                continue
+            got.append((at, m.key(), m.value()))
+            seen.add(m.key() or b"")
+            if keys is not None and keys <= seen:
+                return got
+        raise AssertionError(f"{topic}: the read from {offset} did not end within {CONSUME_GIVE_UP_S} s "
+                             f"({len(got)} records)")
+    finally:
+        c.close()

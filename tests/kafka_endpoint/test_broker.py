@@ -5,7 +5,6 @@ the deleted history through the endpoint, and in merged mode the whole log throu
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -13,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from fetcher import RemoteFetcher
@@ -21,11 +20,10 @@ from fetcher.kafka import EndpointThread, ListenerSettings
 from rlm.config import DaemonConfig, load_config
 from rlm.daemon.service import Daemon
 from rlm.log.partition import PartitionDir
-from tests.daemon.helpers import create_topic, produce, produce_txn, topic_rlmm, wait_for
+from tests.daemon.helpers import consume_partition, create_topic, produce, produce_txn, topic_rlmm, wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 Rows = list[tuple[int, bytes | None, bytes | None]]
-_GIVE_UP_S = 120  # only so a broken endpoint fails instead of hanging
 
 
 def _config(kafka: Any, topic: str, tmp: Path, work: str) -> DaemonConfig:
@@ -48,36 +46,7 @@ def _read(
     bootstrap: str, topic: str, isolation: str, until: int | None = None, keys: set[bytes] | None = None
 ) -> Rows:
     """From offset 0 until offset ``until`` (exclusive) was passed, or every key in ``keys`` seen."""
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"t-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            "isolation.level": isolation,
-            "enable.partition.eof": True,
-        }
-    )
-    got: Rows = []
-    seen: set[bytes] = set()
-    try:
-        c.assign([TopicPartition(topic, 0, 0)])
-        give_up = time.monotonic() + _GIVE_UP_S
-        while time.monotonic() < give_up:
-            m = c.poll(1.0)
-            if m is None:
-                continue
-            if m.error():
-                assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
-                if until is not None and m.offset() >= until:
-                    break
-                continue
-            got.append((m.offset(), m.key(), m.value()))
-            seen.add(m.key() or b"")
-            if keys is not None and keys <= seen:
-                break
-    finally:
-        c.close()
-    return got
+    return consume_partition(bootstrap, topic, 0, isolation, until=until, keys=keys)
 
 
 @dataclass
