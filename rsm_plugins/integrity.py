@@ -10,7 +10,8 @@ the budget it is given:
 bytes  meaning
 ====== =========================================================================
 1      magic ``0xA5`` (custom metadata from other plugins is recognised and ignored; an adopted
-       segment's redirect, :mod:`rsm_plugins.redirect`, is unwrapped first)
+       segment's redirect, :mod:`rsm_plugins.redirect`, and a compacted segment's mark,
+       :mod:`rsm_plugins.compaction_mark`, are unwrapped first)
 1      format version (1)
 1      layout code (1 = Kafka ``LocalTieredStorage`` layout, 2 = ``s3`` key layout)
 1      bitmap of the files present, bit i = i-th :class:`SegmentFileType`
@@ -34,7 +35,7 @@ from typing import Any
 import google_crc32c
 
 from rlm.errors import RemoteStorageError, RemoteStorageIntegrityError
-from rsm_plugins import redirect
+from rsm_plugins import compaction_mark
 from rsm_plugins.layout import SegmentFileType
 
 MAGIC = 0xA5
@@ -217,9 +218,10 @@ def decode(blob: bytes | None) -> SegmentManifest | None:
 
     Returns ``None`` for no custom metadata or for custom metadata of another plugin (other
     magic byte); raises :class:`RemoteStorageIntegrityError` if it is ours but malformed. The
-    manifest of an adopted segment is the one inside its redirect (:mod:`rsm_plugins.redirect`).
+    manifest of an adopted segment is the one inside its redirect (:mod:`rsm_plugins.redirect`),
+    of a compacted segment the one inside its mark (:mod:`rsm_plugins.compaction_mark`).
     """
-    blob = redirect.inner_custom_metadata(blob)
+    blob = compaction_mark.inner_custom_metadata(blob)  # under a redirect and/or a compaction mark
     if not blob or blob[0] != MAGIC:
         return None
     try:

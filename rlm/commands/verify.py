@@ -53,13 +53,12 @@ from rlm.exit_codes import ExitCode
 from rlm.lineage import finished_only
 from rlm.types import KafkaUuid, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 from rsm_plugins.api import RemoteStorageManager, StoredObject
+from rsm_plugins.compaction_mark import clean_end_of
 
 from .verify_checks import PartitionReport, Problem, check_partition, name_of
 from .verify_untiered import untiered_problems
 
 if TYPE_CHECKING:  # log-dir reading (numpy) loads when a partition is checked, not for `rlm --help`
-    from rlm.daemon.remote_compaction import CleanerCheckpoints
-
     from .verify_local import Coverage
 
 
@@ -87,14 +86,14 @@ def _coverage(log_dirs: list[Path], tp: TopicIdPartition, report: PartitionRepor
     return cov
 
 
-def _remote_compacted_below(checkpoints: CleanerCheckpoints, tp: TopicIdPartition,
-                            report: PartitionReport) -> int:
-    """Where the remote copy may lack records the broker still holds: below the daemon's remote
-    cleaner checkpoint, and below the end of any segment a compacted one replaces (a replacement
-    whose inputs are still FINISHED: the daemon was stopped between publishing the compacted
-    segment and recording its checkpoint)."""
+def _remote_compacted_below(segs: list[RemoteLogSegmentMetadata], report: PartitionReport) -> int:
+    """Where the remote copy may lack records the broker still holds: below the remote cleaner
+    checkpoint — the largest clean end marked on a FINISHED compacted segment
+    (:mod:`rsm_plugins.compaction_mark`: in the metadata, so verify needs no daemon's work dir) —
+    and below the end of any segment a compacted one replaces (a replacement whose inputs are still
+    FINISHED, e.g. an unmarked output: the mark did not fit the custom metadata budget)."""
     replaced_end = max((p.offsets[1] + 1 for p in report.replaced if p.offsets is not None), default=0)
-    return max(checkpoints.get(tp), replaced_end)
+    return max(clean_end_of(finished_only(segs)), replaced_end)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -142,7 +141,6 @@ def _tiers_json(cov: Coverage | None) -> dict[str, Any] | None:
 
 
 def verify(args: argparse.Namespace) -> int:
-    from rlm.daemon.remote_compaction import CleanerCheckpoints
     from rlm.logging_setup import configure_logging
     from rlm.plugin_setup import load_rlmm, load_rsm
 
@@ -169,9 +167,9 @@ def verify(args: argparse.Namespace) -> int:
                                             grace_ms=grace, metadata_read_ms=metadata_read_ms,
                                             deep=args.deep, compacted=is_compacted_partition(config, tp)))
                        for tp in tps]
-            checkpoints = CleanerCheckpoints(config.work_dir)  # the daemon's remote compaction
-            tiers = {tp: _coverage(config.log_dirs, tp, r, list(rlmm.list_remote_log_segments(tp)),
-                                   rsm if args.deep else None, _remote_compacted_below(checkpoints, tp, r))
+            segments = {tp: list(rlmm.list_remote_log_segments(tp)) for tp, _ in reports}
+            tiers = {tp: _coverage(config.log_dirs, tp, r, segments[tp], rsm if args.deep else None,
+                                   _remote_compacted_below(segments[tp], r))
                      for tp, r in reports}
             untiered = untiered_problems(config, {tp.topic_partition for tp in rlmm.known_partitions()
                                                   if any(finished_only(rlmm.list_remote_log_segments(tp)))},

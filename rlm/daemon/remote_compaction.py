@@ -10,7 +10,8 @@ Per run of a led partition (after the copy task, before expiry; :mod:`rlm.daemon
    by expiry like any abandoned copy; an old one left DELETE_SEGMENT_STARTED is retried by expiry.
 2. **Decide** (``compact`` / ``compact,delete`` topics): the range is the read chain from its
    start, consecutive segments served whole, up to :data:`MAX_INPUT_BYTES`. Its bytes below the
-   remote cleaner checkpoint (the end of the last replacement, kept in the work dir) are clean,
+   remote cleaner checkpoint (the largest clean end marked on the chain's compacted segments,
+   :mod:`rsm_plugins.compaction_mark`: in the metadata, so any leader resumes from it) are clean,
    the rest dirty; :func:`rlm.compaction.is_due` decides with the topic's
    ``min.cleanable.dirty.ratio`` / ``max.compaction.lag.ms`` (the broker's topic config, as the
    daemon reads the other topic settings). Two segments at least: the output's range is then
@@ -33,7 +34,6 @@ See ``docs/remote-compaction-job.md``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,12 +45,20 @@ from rlm.compaction import CompactionInput, CompactionResult, CompactionSettings
 from rlm.compaction.settings import KAFKA_NAMES
 from rlm.config import ResolvedTopicConfig
 from rlm.daemon.compacted import is_compacted
+from rlm.daemon.compaction_budget import CompactionBudget
+from rlm.daemon.compaction_progress import CompactionProgress, RunningCompaction
 from rlm.daemon.context import EpochHistory, TaskContext, now_ms
 from rlm.daemon.crash import crash_point
 from rlm.daemon.local_log import LocalLogView
-from rlm.daemon.remote_compaction_inputs import NewerKeysBuilder, local_aborted, stage_inputs
+from rlm.daemon.remote_compaction_inputs import (
+    NEWER_KEYS_MEMORY,
+    NewerKeysBuilder,
+    local_aborted,
+    stage_inputs,
+)
+from rlm.daemon.remote_compaction_mark import marked
 from rlm.daemon.remote_ops import delete_remote_segment, publish_segment
-from rlm.daemon.workdir import atomic_write, partition_state_file, writing
+from rlm.daemon.workdir import writing
 from rlm.errors import RlmError
 from rlm.lineage import Link, chain, checkpoint_bytes, epochs_for_range, finished_only, judge_segments
 from rlm.types import (
@@ -60,6 +68,7 @@ from rlm.types import (
     RemoteLogSegmentState,
     TopicIdPartition,
 )
+from rsm_plugins.compaction_mark import clean_end_of
 
 log = structlog.get_logger(__name__)
 
@@ -122,34 +131,14 @@ def plan_range(links: Sequence[Link], dirty_offset: int, settings: CompactionSet
     return Plan(tuple(inputs), later, dirty_offset, dirty_bytes, size)
 
 
-class CleanerCheckpoints:
-    """Per partition, the offset below which the remote history was compacted (Kafka's
-    ``cleaner-offset-checkpoint``), in the work dir. Only how much work is due depends on it:
-    lost or unreadable (a new leader, a wiped or broken work dir: ``rlm verify`` must work without
-    it) it starts at 0 and the whole history counts as dirty."""
-
-    def __init__(self, work_dir: Path) -> None:
-        self.dir = work_dir / "remote-compaction"
-
-    def get(self, tp: TopicIdPartition) -> int:
-        try:
-            return int(json.loads(partition_state_file(self.dir, tp).read_text())["dirty_offset"])
-        except (OSError, ValueError, TypeError, KeyError):  # missing or unreadable (a broken work dir)
-            return 0
-
-    def set(self, tp: TopicIdPartition, offset: int) -> None:
-        with writing(self.dir):
-            self.dir.mkdir(parents=True, exist_ok=True)
-        atomic_write(partition_state_file(self.dir, tp), json.dumps({"dirty_offset": offset}).encode())
-
-
 class RemoteCompactor:
     """Runs the job above for one partition per :meth:`run`."""
 
     def __init__(self, ctx: TaskContext, history: EpochHistory) -> None:
         self.ctx = ctx
         self.history = history
-        self.checkpoints = CleanerCheckpoints(ctx.work_dir)
+        self.budget = CompactionBudget(ctx.config.remote_compaction_memory_bytes, ctx.config.thread_pool_size)
+        self.progress = CompactionProgress(ctx.status, ctx.metrics, self.budget)
 
     def run(self, tp: TopicIdPartition, view: LocalLogView, lso: int, cfg: ResolvedTopicConfig) -> int:
         """Finish half-done replacements, then compact a due range; returns segments replaced."""
@@ -171,10 +160,19 @@ class RemoteCompactor:
         try:
             settings = settings_for(tp.topic, cfg)
             links = chain(verdict.kept, verdict.lineage)[0]
-            plan = plan_range(links, self.checkpoints.get(tp), settings, now_ms())
+            plan = plan_range(links, clean_end_of(md for md, _, _ in links), settings, now_ms())
             if plan is None:
                 return 0
-            return self._replace(tp, view, lso, plan, settings, lineage)
+            # the key maps' memory comes from the daemon-wide budget (a smaller map: more passes)
+            with self.budget.reserve(settings.offset_map_memory_bytes, NEWER_KEYS_MEMORY) as grant:
+                if grant is None:
+                    log.info("remote_compaction_waits", topic=tp.topic, partition=tp.partition,
+                             reason="remote_compaction_memory_bytes is taken by running compactions")
+                    return 0
+                with self.progress.running(tp, plan.inputs, grant.offset_map_bytes,
+                                           grant.newer_keys_bytes) as running:
+                    sized = settings.model_copy(update={"offset_map_memory_bytes": grant.offset_map_bytes})
+                    return self._replace(tp, view, lso, plan, sized, lineage, running, grant.newer_keys_bytes)
         except RlmError as e:
             # a compaction that cannot run (bad topic config, an unreadable input, storage down)
             # must not stop copying and retention of the partition: reported, retried next pass
@@ -185,20 +183,21 @@ class RemoteCompactor:
             return 0
 
     def _replace(self, tp: TopicIdPartition, view: LocalLogView, lso: int, plan: Plan,
-                 settings: CompactionSettings, lineage: list[tuple[int, int]]) -> int:
+                 settings: CompactionSettings, lineage: list[tuple[int, int]], running: RunningCompaction,
+                 newer_keys_bytes: int) -> int:
         ctx = self.ctx
         staging = ctx.staging_dir(tp) / "compaction"
         staged = stage_inputs(ctx.rsm, plan.inputs, plan.later, staging)
         staged.aborted.update(local_aborted(view, plan.inputs[0].start_offset, lso))
         try:
-            newer = NewerKeysBuilder(tp, plan.inputs[-1].end_offset, lso)
+            newer = NewerKeysBuilder(tp, plan.inputs[-1].end_offset, lso, newer_keys_bytes)
             newer.add_remote(ctx.rsm, plan.later)
             newer.add_local(view)
             with writing(staging):
                 result = compact(
                     CompactionInput(staged.logs, sorted(staged.aborted, key=lambda a: a.first_offset),
                                     newer_keys=newer.keys, dirty_offset=plan.dirty_offset),
-                    staging / "out", settings,
+                    staging / "out", settings, progress=running.engine,
                 )
             used = plan.inputs[: result.segments_used]
             if len(used) < 2 or result.files is None:
@@ -211,9 +210,10 @@ class RemoteCompactor:
                     f"{tp}: compacted [{result.base_offset}, {result.end_offset}) but the inputs cover "
                     f"[{used[0].start_offset}, {used[-1].end_offset + 1})")
             crash_point("compaction_after_compact")
+            running.phase("publish")
             new = self._publish(tp, used, result, staged.producer_snapshot, lineage)
             crash_point("compaction_after_new_finished")
-            self.checkpoints.set(tp, new.end_offset + 1)
+            running.phase("delete")
             for i, old in enumerate(used):
                 delete_remote_segment(ctx, old, "replaced")
                 if i == 0:
@@ -250,7 +250,8 @@ class RemoteCompactor:
             producer_snapshot_index=snapshot,
             leader_epoch_index=checkpoint_bytes(lineage, end + 1),
         )
-        publish_segment(self.ctx, md, data)
+        budget = self.ctx.config.custom_metadata_max_bytes  # the mark is the checkpoint (module docstring)
+        publish_segment(self.ctx, md, data, mark=lambda custom: marked(custom, end + 1, budget))
         return md
 
     def _account(self, tp: TopicIdPartition, used: Sequence[RemoteLogSegmentMetadata],

@@ -51,6 +51,7 @@ def publish_segment(
     data: LogSegmentData,
     *,
     check_upload: Callable[[], None] | None = None,
+    mark: Callable[[bytes | None], bytes | None] | None = None,
 ) -> bytes | None:
     """Copy ``data`` as the new segment ``md`` through the copy protocol; returns the plugin's
     custom metadata.
@@ -60,6 +61,9 @@ def publish_segment(
     re-raised: nothing is FINISHED unless every object is stored and this node still leads. The
     segment is in flight meanwhile, so expiry never takes it for an abandoned copy; a crash leaves
     it COPY_SEGMENT_STARTED, which expiry undoes.
+
+    ``mark`` turns the plugin's custom metadata into the one recorded (descriptor and
+    COPY_SEGMENT_FINISHED alike): the remote compaction job's mark, :mod:`rsm_plugins.compaction_mark`.
     """
     seg_id = md.remote_log_segment_id
     tp = seg_id.topic_id_partition
@@ -84,6 +88,8 @@ def publish_segment(
             undo("copy_failed")
             raise
         crash_point("after_rsm_copy")
+        if mark is not None:
+            custom = mark(custom)
         if check_upload is not None:
             try:
                 check_upload()
