@@ -928,6 +928,15 @@ class DaemonConfig(BaseSettings):
         description="Largest custom metadata a plugin may return; bigger → the copy is undone and the "
         "partition's copying stops.",
     )
+    remote_compaction_memory_bytes: int = Field(
+        256 * 1024 * 1024,
+        ge=64 * 1024,
+        description="Memory cap of remote compaction's key maps (each job's offset map and newer-keys "
+        "set), shared by every partition compacting at once on the task threads: a job gets what it "
+        "wants (128 MiB + 64 MiB) if that leaves cap / (4 * thread_pool_size) for each other thread, "
+        "else what is left above those (a smaller offset map, more passes); the reservations never "
+        "exceed it. See docs/remote-compaction-job.md.",
+    )
     partition_remover_interval_ms: int = Field(
         3600000,
         gt=0,

@@ -179,6 +179,12 @@ def render_table(st: DaemonStatus, now: int | None = None) -> str:
             out.append(f"compacted {key}: {span(c['start_offset'], c['end_offset'] + 1)} from "
                        f"{c['segments_replaced']} segments, {c['bytes_before']} -> {c['bytes_after']} bytes, "
                        f"{c['records_removed']} records removed")
+        if p.compaction_running:  # a remote compaction running now (rlm/daemon/compaction_progress.py)
+            r = p.compaction_running
+            out.append(f"compacting {key}: {span(r['start_offset'], r['end_offset'] + 1)} from "
+                       f"{r['segments']} segments ({r['input_bytes']} bytes), {r['phase']}, "
+                       f"{r['records_done']}/{r['records_total']} records mapped, {r['passes']} passes done, "
+                       f"started {_ago(r['started_ms'], now)}")
     unprotected = unprotected_of(st)
     out += [f"ERROR {key}: {why}" for key, why in unprotected.items()]
     if unprotected:

@@ -84,6 +84,35 @@ class DaemonMetrics:
         self.compaction_records_removed = Counter(
             "rlm_remote_compaction_records_removed", "Records remote compactions removed", labels, registry=r
         )
+        # a remote compaction while it runs (rlm/daemon/compaction_progress.py); removed when it ends
+        self.compaction_running_records = Gauge(
+            "rlm_remote_compaction_running_records",
+            "Records of the running compaction's input the offset map has covered so far", labels, registry=r,
+        )
+        self.compaction_running_input_records = Gauge(
+            "rlm_remote_compaction_running_input_records",
+            "Records in the running compaction's input (0 until its segments are read)", labels, registry=r,
+        )
+        self.compaction_running_input_bytes = Gauge(
+            "rlm_remote_compaction_running_input_bytes", "Bytes of the running compaction's input segments",
+            labels, registry=r,
+        )
+        self.compaction_running_passes = Gauge(
+            "rlm_remote_compaction_running_passes", "Offset-map passes the running compaction has finished",
+            labels, registry=r,
+        )
+        self.compaction_running_started = Gauge(
+            "rlm_remote_compaction_running_started_seconds",
+            "Unix time the running compaction started", labels, registry=r,
+        )
+        # the daemon-wide memory cap of compaction (rlm/daemon/compaction_budget.py)
+        self.compaction_memory_reserved = Gauge(
+            "rlm_remote_compaction_memory_reserved_bytes",
+            "Key-map memory reserved by running remote compactions (never above the cap)", registry=r,
+        )
+        self.compaction_memory_cap = Gauge(
+            "rlm_remote_compaction_memory_cap_bytes", "remote_compaction_memory_bytes", registry=r,
+        )
         self.local_size = Gauge("rlm_local_log_size_bytes", "Bytes of local segments", labels, registry=r)
         self.local_segments = Gauge("rlm_local_log_segments", "Local segments", labels, registry=r)
         self.gap_segments = Counter(
@@ -166,6 +195,11 @@ class DaemonMetrics:
             self.local_size,
             self.local_segments,
             self.copy_lag_near_retention,
+            self.compaction_running_records,
+            self.compaction_running_input_records,
+            self.compaction_running_input_bytes,
+            self.compaction_running_passes,
+            self.compaction_running_started,
         ):
             with contextlib.suppress(KeyError):
                 g.remove(*labels)

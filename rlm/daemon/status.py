@@ -60,6 +60,8 @@ class PartitionStatus:
     note: str | None = None
     # the last remote compaction (rlm/daemon/remote_compaction.py): offsets, segments, bytes, records
     compaction: dict[str, int] | None = None
+    # the remote compaction running now, if any (rlm/daemon/compaction_progress.py): phase, range, progress
+    compaction_running: dict[str, Any] | None = None
 
     @property
     def key(self) -> str:
@@ -201,6 +203,7 @@ def carried_over(work_dir: Path) -> dict[str, PartitionStatus]:
         return {}
     for p in previous.values():
         p.note = CARRIED_NOTE
+        p.compaction_running = None  # a compaction of the previous run is not running in this one
     return previous
 
 
