@@ -197,8 +197,8 @@ class RemoteCompactor:
                 result = compact(
                     CompactionInput(staged.logs, sorted(staged.aborted, key=lambda a: a.first_offset),
                                     newer_keys=newer.keys, dirty_offset=plan.dirty_offset),
-                    staging / "out", settings, progress=running.engine,
-                )
+                    staging / "out", settings, now_ms=now_ms(), progress=running.engine,
+                )  # the daemon's clock, as plan_range's: min.compaction.lag.ms and delete horizons agree
             used = plan.inputs[: result.segments_used]
             if len(used) < 2 or result.files is None:
                 log.info("remote_compaction_waits", topic=tp.topic, partition=tp.partition,
