@@ -135,9 +135,12 @@ class Outputs:
         self.headers_cap = bytes_cap // 2 + 2
         self.out_i64 = pool_empty((2, rows_cap), np.int64)
         self.out_i32 = pool_empty((6, rows_cap + 1), np.int32)
-        self.key_data, self.val_data, self.hk_data, self.hv_data = (
-            pool_empty(bytes_cap, np.uint8, sparse=True) for _ in range(4)
-        )
+        # Largest writer first: a recycled pool hands out the most-written idle mapping first,
+        # so the value data (most of the bytes) gets the warmest one (see _recycle.RecyclePool._take).
+        self.val_data = pool_empty(bytes_cap, np.uint8, sparse=True)
+        self.hv_data = pool_empty(bytes_cap, np.uint8, sparse=True)
+        self.key_data = pool_empty(bytes_cap, np.uint8, sparse=True)
+        self.hk_data = pool_empty(bytes_cap, np.uint8, sparse=True)
         self.hk_offsets = pool_empty(self.headers_cap, np.int32, sparse=True)
         self.hv_offsets = pool_empty(self.headers_cap, np.int32, sparse=True)
         self.hv_valid = pool_empty(self.headers_cap, np.uint8, sparse=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -133,3 +134,39 @@ def test_a_lease_dying_while_its_thread_holds_the_pool_lock_does_not_deadlock() 
     worker.join(30)
     assert not worker.is_alive(), "giving a mapping back waited for a lock its own thread held"
     assert outcome == [2 << 20, 1]  # kept as idle (one 2 MiB mapping), then handed out again
+
+
+def _address(arr: object) -> int:
+    root = arr
+    while isinstance(getattr(root, "base", None), np.ndarray):
+        root = root.base  # type: ignore[attr-defined]
+    return int(root.base.lease.address)  # type: ignore[attr-defined]
+
+
+def test_of_equal_idle_mappings_the_most_written_is_lent_first() -> None:
+    """A decode's value buffer must get the warm mapping a former value buffer filled, not the
+    one a small column barely touched (else most of it is faulted in and zeroed again)."""
+    pool = _recycle.RecyclePool(64 << 20)
+    little, much = pool.array(8 << 20, sparse=True), pool.array(8 << 20, sparse=True)
+    little[: 1 << 20] = 1
+    much[:] = 2
+    _recycle.note_used(little, 1 << 20)
+    _recycle.note_used(much, 8 << 20)
+    warm = _address(much)
+    del little, much
+    gc.collect()
+    again = pool.array(8 << 20, sparse=True)
+    assert _address(again) == warm
+    del again
+    pool.clear()
+
+
+def test_the_default_budget_follows_the_memory_of_the_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An eighth of the memory limit, never below 256 MiB nor above 2 GiB (a whole-file read of a
+    256 MB zstd segment builds ~1 GB of columns: with less kept, most of it is fresh memory again
+    at every read)."""
+    for limit, want in ((None, 256 << 20), (1 << 30, 256 << 20), (8 << 30, 1 << 30), (64 << 30, 2 << 30)):
+        monkeypatch.setattr(_recycle, "_memory_limit", lambda limit=limit: limit)
+        assert _recycle.default_budget() == want
+    monkeypatch.setenv("RLM_DECODE_CACHE_MB", "0")
+    assert _recycle._budget_from_env() == 0
