@@ -5,8 +5,8 @@ is described in one of two ways:
 
 * **descriptor** (segments copied by this version on): the ``.rlm_descriptor`` object written
   before COPY_SEGMENT_FINISHED (:mod:`rsm_plugins.descriptor`) gives the metadata exactly as the
-  daemon recorded it, the writer's broker id, event time and the plugin's custom metadata
-  (checksums, location) included;
+  daemon recorded it, the writer's broker id, event time and the recorded custom metadata
+  (checksums, location, a compacted segment's mark: :mod:`rsm_plugins.compaction_mark`) included;
 * **files** (older segments): rebuilt from the segment's own objects — topic, topic id and
   partition from the directory or prefix; segment id and start offset from the file name; the
   last offset and the largest timestamp from the ``.log`` (every batch header is read, as Kafka's
@@ -16,7 +16,8 @@ is described in one of two ways:
   equal what the copy recorded; the size from the ``.log`` object; ``txn_index_empty`` from the
   presence of a non-empty ``.txnindex``. Unknown there: the writer's broker id (``-1``), the event
   time (the ``.log`` object's modification time stands in) and custom metadata (none: reads work,
-  but without the per-file checksum check).
+  but without the per-file checksum check, and a compacted segment loses its compaction mark —
+  its files do not say it was compacted: docs/remote-compaction-job.md).
 
 A segment without its ``.log`` is not a segment: the ``.log`` is uploaded last (the commit marker)
 and deleted first, so its absence means a copy that never finished or a delete under way — with
