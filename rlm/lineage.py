@@ -187,7 +187,8 @@ def chain(
 
     Only FINISHED segments count; each serves its offsets that agree with ``lineage``. Among
     segments covering the next offset, the one reaching furthest is taken (fewest reads); among
-    equals one wholly on the lineage (so a diverged copy is left unread and can be dropped), then
+    equals one wholly on the lineage (so a diverged copy is left unread and can be dropped), then,
+    between copies of the very same range, the one finished later (:func:`finished_later`), then
     the lowest segment id, so every process picks the same copy.
     """
     candidates: list[Link] = []
@@ -200,6 +201,11 @@ def chain(
     def reach(c: Link) -> tuple[int, bool]:
         return c[2], c[2] >= c[0].end_offset
 
+    def wins(c: Link, best: Link) -> bool:
+        if reach(c) != reach(best):
+            return reach(c) > reach(best)
+        return finished_later(c[0], best[0])  # the same range: the later copy (else the first of equals)
+
     links: list[Link] = []
     gaps: list[tuple[int, int]] = []
     i = 0
@@ -208,7 +214,7 @@ def chain(
         best: Link | None = None
         while i < len(candidates) and candidates[i][1] <= cursor:
             c = candidates[i]
-            if c[2] >= cursor and (best is None or reach(c) > reach(best)):  # the first of equals wins
+            if c[2] >= cursor and (best is None or wins(c, best)):
                 best = c
             i += 1
         if best is None:
@@ -236,6 +242,19 @@ class LineageVerdict:
     replaced: tuple[tuple[RemoteLogSegmentMetadata, RemoteLogSegmentMetadata], ...] = ()
 
 
+def finished_later(new: RemoteLogSegmentMetadata, old: RemoteLogSegmentMetadata) -> bool:
+    """``new`` and ``old`` cover the same range and ``new`` finished later (a larger
+    ``event_timestamp_ms``: its COPY_SEGMENT_FINISHED event's time, the object's time after
+    ``rlm metadata rebuild``). Between copies of one range readers read the later one, as Kafka's
+    ``RemoteLogMetadataCache`` maps a start offset to the segment finished last; that is how a
+    remote compaction of a *single* segment (same range, fewer records) wins over its input. The
+    job publishes such an output only when its clock is past the input's finish time by a margin
+    (:data:`rlm.daemon.remote_compaction_lone.LONE_MARGIN_MS`), so the order holds across nodes and
+    the second-granular object times of a rebuild."""
+    return ((new.start_offset, new.end_offset) == (old.start_offset, old.end_offset)
+            and new.event_timestamp_ms > old.event_timestamp_ms)
+
+
 def replaced_by(md: RemoteLogSegmentMetadata, links: Sequence[Link]) -> RemoteLogSegmentMetadata | None:
     """The segment that replaces ``md`` in the read chain ``links``, or None.
 
@@ -245,16 +264,20 @@ def replaced_by(md: RemoteLogSegmentMetadata, links: Sequence[Link]) -> RemoteLo
     ``last >= end``) and that segment's range is strictly larger. A remote compaction's output is
     such a segment: it keeps the first input's base offset and the last input's end offset and
     always merges two or more inputs, so :func:`chain` (the furthest reach wins) reads it and
-    never its inputs, whatever state a crash left them in, and every offset is read once. An
-    exact duplicate (the same range) is not a replacement: it stays kept and unread, as before.
-    Kafka's ``RemoteLogMetadataCache`` agrees where it can tell: the compacted segment starts at
-    the first input's start offset and finished later, so it takes that offset's slot.
+    never its inputs, whatever state a crash left them in, and every offset is read once. A
+    compaction of a single segment keeps its range: its output replaces it when it
+    :func:`finished_later` and its size differs (records were removed or re-framed). An exact
+    duplicate (the same range and size: the copier's, twice) is not a replacement: it stays kept
+    and unread, as before. Kafka's ``RemoteLogMetadataCache`` agrees where it can tell: the
+    compacted segment starts at the first input's start offset and finished later, so it takes
+    that offset's slot.
     """
     for other, first, last in links:
         if other.remote_log_segment_id == md.remote_log_segment_id:
             continue
         if first <= md.start_offset and last >= md.end_offset and (
             other.start_offset < md.start_offset or other.end_offset > md.end_offset
+            or (finished_later(other, md) and other.segment_size_in_bytes != md.segment_size_in_bytes)
         ):
             return other
     return None

@@ -14,8 +14,10 @@ Per run of a led partition (after the copy task, before expiry; :mod:`rlm.daemon
    :mod:`rsm_plugins.compaction_mark`: in the metadata, so any leader resumes from it) are clean,
    the rest dirty; :func:`rlm.compaction.is_due` decides with the topic's
    ``min.cleanable.dirty.ratio`` / ``max.compaction.lag.ms`` (the broker's topic config, as the
-   daemon reads the other topic settings). Two segments at least: the output's range is then
-   strictly larger than every input's, which is what makes it win in every reader.
+   daemon reads the other topic settings). Two segments or more make an output whose range is
+   strictly larger than every input's, which is what makes it win in every reader; a lone
+   segment's output keeps its range and wins by finishing later
+   (:mod:`rlm.daemon.remote_compaction_lone`).
 3. **Compact**: the inputs are fetched through the RemoteStorageManager, the newer keys are read
    from the later remote segments and the broker's local log above the range (read only, below
    the LSO), and :func:`rlm.compaction.compact` writes one segment (``min.compaction.lag.ms``
@@ -56,6 +58,7 @@ from rlm.daemon.remote_compaction_inputs import (
     local_aborted,
     stage_inputs,
 )
+from rlm.daemon.remote_compaction_lone import LoneSegments, lone_ready
 from rlm.daemon.remote_compaction_mark import marked
 from rlm.daemon.remote_ops import delete_remote_segment, publish_segment
 from rlm.daemon.workdir import writing
@@ -109,7 +112,8 @@ class Plan:
 
 def plan_range(links: Sequence[Link], dirty_offset: int, settings: CompactionSettings, now: int,
                max_bytes: int = MAX_INPUT_BYTES) -> Plan | None:
-    """The range to compact now, or None (nothing due, or fewer than two segments)."""
+    """The range to compact now, or None (nothing due, or a single segment that finished too
+    recently to be replaced by a copy of its range: :mod:`rlm.daemon.remote_compaction_lone`)."""
     inputs: list[RemoteLogSegmentMetadata] = []
     size = 0
     for md, first, last in links:
@@ -119,7 +123,7 @@ def plan_range(links: Sequence[Link], dirty_offset: int, settings: CompactionSet
             break
         inputs.append(md)
         size += md.segment_size_in_bytes
-    if len(inputs) < 2:
+    if not inputs or (len(inputs) == 1 and not lone_ready(inputs[0], now)):
         return None
     dirty = [md for md in inputs if md.end_offset >= dirty_offset]
     dirty_bytes = sum(md.segment_size_in_bytes for md in dirty)
@@ -139,6 +143,7 @@ class RemoteCompactor:
         self.history = history
         self.budget = CompactionBudget(ctx.config.remote_compaction_memory_bytes, ctx.config.thread_pool_size)
         self.progress = CompactionProgress(ctx.status, ctx.metrics, self.budget)
+        self.lone = LoneSegments()
 
     def run(self, tp: TopicIdPartition, view: LocalLogView, lso: int, cfg: ResolvedTopicConfig) -> int:
         """Finish half-done replacements, then compact a due range; returns segments replaced."""
@@ -161,7 +166,7 @@ class RemoteCompactor:
             settings = settings_for(tp.topic, cfg)
             links = chain(verdict.kept, verdict.lineage)[0]
             plan = plan_range(links, clean_end_of(md for md, _, _ in links), settings, now_ms())
-            if plan is None:
+            if plan is None or self.lone.skip(tp, plan.inputs):
                 return 0
             # the key maps' memory comes from the daemon-wide budget (a smaller map: more passes)
             with self.budget.reserve(settings.offset_map_memory_bytes, NEWER_KEYS_MEMORY) as grant:
@@ -200,11 +205,13 @@ class RemoteCompactor:
                     staging / "out", settings, now_ms=now_ms(), progress=running.engine,
                 )  # the daemon's clock, as plan_range's: min.compaction.lag.ms and delete horizons agree
             used = plan.inputs[: result.segments_used]
-            if len(used) < 2 or result.files is None:
+            if not used or result.files is None:
                 log.info("remote_compaction_waits", topic=tp.topic, partition=tp.partition,
                          segments_cleanable=result.segments_used,
-                         reason="min.compaction.lag.ms holds back all but fewer than two segments")
+                         reason="min.compaction.lag.ms holds back every segment")
                 return 0
+            if len(used) == 1 and not self.lone.publishes(tp, used[0], result, now_ms()):
+                return 0  # a copy of the same range must finish later and differ in size
             if result.base_offset != used[0].start_offset or result.end_offset != used[-1].end_offset + 1:
                 raise CompactionOutputMismatch(
                     f"{tp}: compacted [{result.base_offset}, {result.end_offset}) but the inputs cover "

@@ -95,7 +95,7 @@ def test_plan_range_takes_whole_consecutive_links_when_due() -> None:
     # max.compaction.lag.ms makes old dirty data due whatever the ratio
     lagging = CompactionSettings(min_cleanable_dirty_ratio=0.9, max_compaction_lag_ms=10)
     assert plan_range(links, 200, lagging, now=1000) is not None
-    # a single segment is never a range (its output would not be larger than it)
+    # a single segment that finished a moment ago is not a range yet (tests/compacted/test_lone_segment.py)
     assert plan_range(links[:1], 0, due, now=0) is None
     # a byte cap stops the range; a gap stops it too
     capped = plan_range(links, 0, due, now=0, max_bytes=2000)
