@@ -28,6 +28,7 @@ _ZSTD_TYPE = ctypes.CFUNCTYPE(
     ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t
 )
 _CRC_TYPE = ctypes.CFUNCTYPE(ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t)
+_LZ4_TYPE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int)
 _PURE_FUNCTIONS: dict[tuple[int, Any], Any] = {}
 
 
@@ -48,6 +49,13 @@ def pure_zstd_call(fn: Any, dctx: Any, dst: Any, capacity: Any, src: Any, n: Any
     return np.int64(r - (1 << 64) if r >= 1 << 63 else r)
 
 
+def pure_lz4_call(fn: Any, src: Any, dst: Any, n: Any, capacity: Any) -> Any:
+    """``int LZ4_decompress_safe(src, dst, n, capacity)`` at address ``fn`` (bytes written, or < 0)."""
+    import numpy as np
+
+    return np.int64(_function(fn, _LZ4_TYPE)(int(src), int(dst), int(n), int(capacity)))
+
+
 def pure_crc_call(fn: Any, addr: Any, n: Any) -> Any:
     """``uint32 crc32c_value(const uint8_t *, size_t)`` at address ``fn``."""
     import numpy as np
@@ -59,6 +67,7 @@ jit_copy: Any = pure_copy
 jit_view: Any = pure_view
 jit_zstd_call: Any = pure_zstd_call
 jit_crc_call: Any = pure_crc_call
+jit_lz4_call: Any = pure_lz4_call
 
 if os.environ.get("RLM_DISABLE_JIT") != "1":
     from numba import njit, types
@@ -145,7 +154,29 @@ if os.environ.get("RLM_DISABLE_JIT") != "1":
 
         return sig, codegen
 
+    @intrinsic
+    def _jit_lz4_call(typingctx: Any, fn: Any, src: Any, dst: Any, n: Any, capacity: Any) -> Any:
+        """``LZ4_decompress_safe(src, dst, n, capacity)`` called at address ``fn`` (all int64;
+        ``n`` and ``capacity`` passed as C ``int``); the ``int`` result sign-extended to int64."""
+        sig = types.int64(types.int64, types.int64, types.int64, types.int64, types.int64)
+
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            from llvmlite import ir
+
+            i32, ptr = ir.IntType(32), ir.IntType(8).as_pointer()
+            fn_v, src_v, dst_v, n_v, cap_v = args
+            call_args = [
+                builder.inttoptr(src_v, ptr),
+                builder.inttoptr(dst_v, ptr),
+                builder.trunc(n_v, i32),
+                builder.trunc(cap_v, i32),
+            ]
+            return builder.sext(_indirect_call(builder, fn_v, i32, call_args), ir.IntType(64))
+
+        return sig, codegen
+
     jit_copy = _jit_copy
+    jit_lz4_call = _jit_lz4_call
     jit_view = _jit_view
     jit_zstd_call = _jit_zstd_call
     jit_crc_call = _jit_crc_call

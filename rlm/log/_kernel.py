@@ -66,6 +66,8 @@ F_FULL, F_GROW, F_PYTHON = 100, 101, 102
 RECORDS_AT = 61  # v2 batch header size: records (or the compressed payload) start here
 ZSTD_BLOCK_MAX = 128 * 1024  # a zstd block never regenerates more (RFC 8878 Block_Maximum_Size)
 ZSTD_WINDOW_MAX = 1 << 27  # the streaming decoder's default window limit (ZSTD_WINDOWLOG_LIMIT_DEFAULT)
+LZ4_MAGIC = 0x184D2204
+LZ4_UNCOMPRESSED = 0x80000000  # block size word: the block is stored as is
 ERRORS = {
     E_VARINT: "malformed varint (too long or past the end of the record)",
     E_RECORD_SIZE: "invalid record size",
@@ -80,11 +82,13 @@ ERRORS = {
 if PURE:
     from rlm.log._intrinsics import pure_copy as _copy
     from rlm.log._intrinsics import pure_crc_call as _crc_call
+    from rlm.log._intrinsics import pure_lz4_call as _lz4_call
     from rlm.log._intrinsics import pure_view as _view
     from rlm.log._intrinsics import pure_zstd_call as _zstd_call
 else:
     from rlm.log._intrinsics import jit_copy as _copy
     from rlm.log._intrinsics import jit_crc_call as _crc_call
+    from rlm.log._intrinsics import jit_lz4_call as _lz4_call
     from rlm.log._intrinsics import jit_view as _view
     from rlm.log._intrinsics import jit_zstd_call as _zstd_call
 
@@ -120,16 +124,17 @@ def _be16(buf: Any, p: Any) -> Any:
 
 @_jit
 def scan_entries(
-    buf: Any, pos: Any, end: Any, meta: Any, max_rows: Any, max_bytes: Any, max_zbytes: Any, zstd_fused: Any
+    buf: Any, pos: Any, end: Any, meta: Any, max_rows: Any, max_bytes: Any, max_zbytes: Any, fused: Any
 ) -> Any:
     """Walk entry headers from ``pos`` like ``FileLogInputStream.nextBatch``; fill ``meta`` rows.
 
     Stops before an entry that would take the group past ``max_rows`` records, ``max_bytes``
     entry bytes or ``max_zbytes`` compressed entry bytes (a group has at least one entry) with
     ``ST_MORE``, at the end or a partial tail with ``ST_DONE``, or on a malformed header with an
-    error status. Returns ``(entries, next position, status, detail)``. With ``zstd_fused`` set,
-    v2 zstd entries do not count as compressed bytes: :func:`decode_batches` decompresses them
-    one at a time into its scratch buffer, so they need no small groups.
+    error status. Returns ``(entries, next position, status, detail)``. v2 entries of a codec
+    whose bit is set in ``fused`` (``1 << codec``) do not count as compressed bytes:
+    :func:`decode_batches` decompresses them one at a time into its scratch buffer, so they need
+    no small groups.
     """
     n = 0
     rows = np.int64(0)
@@ -157,7 +162,7 @@ def scan_entries(
             if count < 0:
                 return n, pos, ST_BAD_COUNT, count
             codec = _u8(buf, pos + 22) & 7
-            zsize = size + 12 if codec != 0 and not (zstd_fused and codec == 4) else 0
+            zsize = size + 12 if codec != 0 and not ((fused >> codec) & 1) else 0
         else:
             zsize = size + 12 if _u8(buf, pos + 17) & 7 else 0
         if n > 0 and (
@@ -537,6 +542,107 @@ def _zstd_bound(buf: Any, pos: Any, end: Any) -> Any:
     return bound if pos == end else -1
 
 
+_XXH_P1, _XXH_P2, _XXH_P3, _XXH_P4, _XXH_P5 = 2654435761, 2246822519, 3266489917, 668265263, 374761393
+
+
+@_jit_inline
+def _mul32(a: Any, b: Any) -> Any:
+    """``a * b mod 2**32`` for 32-bit ``a``, ``b``, in two halves so that no int64 product overflows."""
+    return (a * (b & 0xFFFF) + (((a * (b >> 16)) & 0xFFFF) << 16)) & 0xFFFFFFFF
+
+
+@_jit_inline
+def _rotl32(x: Any, r: Any) -> Any:
+    return ((x << r) | (x >> (32 - r))) & 0xFFFFFFFF
+
+
+@_jit
+def _xxh32_short(buf: Any, pos: Any, n: Any) -> Any:
+    """XXH32 (seed 0) of the ``n < 16`` bytes at ``pos``: an LZ4 frame descriptor's checksum input."""
+    h = (_XXH_P5 + n) & 0xFFFFFFFF
+    p = pos
+    end = pos + n
+    while p + 4 <= end:
+        h = (h + _mul32(_le32(buf, p), _XXH_P3)) & 0xFFFFFFFF
+        h = _mul32(_rotl32(h, 17), _XXH_P4)
+        p += 4
+    while p < end:
+        h = (h + _mul32(_u8(buf, p), _XXH_P5)) & 0xFFFFFFFF
+        h = _mul32(_rotl32(h, 11), _XXH_P1)
+        p += 1
+    h ^= h >> 15
+    h = _mul32(h, _XXH_P2)
+    h ^= h >> 13
+    h = _mul32(h, _XXH_P3)
+    h ^= h >> 16
+    return h
+
+
+@_jit
+def _lz4_bound(buf: Any, pos: Any, end: Any) -> Any:
+    """``(bound, first block, max block)`` of Kafka's LZ4 frame in ``buf[pos:end]``, bound -1 if
+    the compiled loop must leave it to the Python path (:func:`rlm.log.codecs._lz4_decompress`).
+
+    Accepted: what that path accepts, except block checksums (it verifies them with xxhash):
+    version 01, independent blocks, no reserved bits, header checksum of a magic-2 batch, block
+    sizes within the declared maximum, an end mark. Bytes after the end mark are ignored there
+    too. The bound counts stored blocks at their size and compressed ones at the maximum, so
+    every block can be decoded into the room left in a scratch buffer of that size.
+    """
+    if end - pos < 7 or _le32(buf, pos) != LZ4_MAGIC:
+        return -1, 0, 0
+    flg = _u8(buf, pos + 4)
+    bd = _u8(buf, pos + 5)
+    if (flg >> 6) != 1 or (flg & 0x03) or (bd & 0x8F) or not (flg & 0x20) or (flg & 0x10):
+        return -1, 0, 0
+    q = pos + 6 + (8 if flg & 0x08 else 0)
+    if q >= end or _u8(buf, q) != (_xxh32_short(buf, pos + 4, q - pos - 4) >> 8) & 0xFF:
+        return -1, 0, 0
+    q += 1
+    block_id = (bd >> 4) & 7
+    if block_id < 4:
+        return -1, 0, 0
+    max_block = np.int64(1) << (8 + 2 * block_id)  # 4: 64 KiB, 5: 256 KiB, 6: 1 MiB, 7: 4 MiB
+    first = q
+    bound = np.int64(0)
+    while True:
+        if q + 4 > end:
+            return -1, 0, 0
+        word = _le32(buf, q)
+        q += 4
+        if word == 0:
+            return bound, first, max_block
+        size = word & 0x7FFFFFFF
+        if size > max_block or q + size > end:
+            return -1, 0, 0
+        bound += size if word & LZ4_UNCOMPRESSED else max_block
+        q += size
+
+
+@_jit
+def _lz4_decode(
+    buf: Any, base_address: Any, q: Any, max_block: Any, lz4_fn: Any, scratch: Any, scratch_address: Any
+) -> Any:
+    """Decode the blocks from ``q`` (checked by :func:`_lz4_bound`) into ``scratch``; the
+    decompressed length, or -1 if liblz4 rejects a block."""
+    total = np.int64(0)
+    while True:
+        word = _le32(buf, q)
+        q += 4
+        if word == 0:
+            return total
+        size = word & 0x7FFFFFFF
+        if word & LZ4_UNCOMPRESSED:
+            _copy(scratch, total, buf, q, size)
+            n = size
+        else:
+            n = _lz4_call(lz4_fn, base_address + q, scratch_address + total, size, max_block)
+            if n < 0:
+                return -1
+        total += n
+        q += size
+
+
 @_jit
 def check_crcs(meta: Any, base_address: Any, crc_fn: Any) -> Any:
     """Index of the first v2 entry of ``meta`` whose CRC-32C does not match, or -1.
@@ -561,6 +667,7 @@ def decode_batches(
     start: Any,
     zstd_fn: Any,
     dctx: Any,
+    lz4_fn: Any,
     crc_fn: Any,
     scratch_address: Any,
     scratch_size: Any,
@@ -584,7 +691,9 @@ def decode_batches(
     verified first, which also brings its bytes into the cache for what follows (``E_CRC``).
     Uncompressed batches are read in place in ``buf`` (whose data is at ``base_address``); zstd
     batches are decompressed by libzstd (``ZSTD_decompressDCtx`` at address ``zstd_fn``, context
-    ``dctx``; 0 = no library) into the scratch buffer and decoded from it while still in cache.
+    ``dctx``; 0 = no library) into the scratch buffer and decoded from it while still in cache;
+    LZ4 batches likewise, Kafka's frame walked here and each block decompressed by
+    ``LZ4_decompress_safe`` at address ``lz4_fn`` (0 = no library; see :mod:`rlm.log._lz4`).
     Output buffers are appended to as in :func:`decode_v2`.
 
     Stops at batch ``i`` and returns ``(status, i, detail)`` when Python must act:
@@ -617,6 +726,17 @@ def decode_batches(
             length = _zstd_call(
                 zstd_fn, dctx, scratch_address, bound, base_address + pos + RECORDS_AT, size - RECORDS_AT
             )
+            if length < 0:
+                return F_PYTHON, i, 0
+            addr = scratch_address
+        elif codec == 3 and lz4_fn != 0:
+            bound, first, max_block = _lz4_bound(buf, pos + RECORDS_AT, pos + size)
+            if bound < 0 or bound > max_decompressed:
+                return F_PYTHON, i, 0
+            if bound > scratch_size:
+                return F_GROW, i, bound
+            scratch = _view(scratch_address, scratch_size)
+            length = _lz4_decode(buf, base_address, first, max_block, lz4_fn, scratch, scratch_address)
             if length < 0:
                 return F_PYTHON, i, 0
             addr = scratch_address

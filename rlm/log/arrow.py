@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from rlm.errors import CorruptRecordError, CrcMismatchError
-from rlm.log import _kernel, _zstd, codecs
+from rlm.log import _kernel, _lz4, _zstd, codecs
 from rlm.log._arrow_build import KAFKA_SCHEMA, Outputs, records_batch
 from rlm.log._crc import CRC32C_VALUE, bytes_address, crc32c
 from rlm.log.legacy import legacy_records
@@ -91,6 +91,11 @@ class _Decoder:
         self.pool = _zstd.pool()
         self.zstd_fn = self.pool.lib.decompress_dctx if self.pool is not None else 0
         self.dctx = 0
+        self.lz4_fn = _lz4.decompress_address()  # liblz4, stateless: nothing to lend
+        # codecs the compiled loop decompresses itself (bit ``1 << codec``)
+        self.fused = (1 << Compression.ZSTD if self.zstd_fn else 0) | (
+            1 << Compression.LZ4 if self.lz4_fn else 0
+        )
         self.scratch: Arr = np.zeros(0, np.uint8)
         self.crc_fn = _CRC_ADDRESS if verify_crc else 0  # CRC-32C checked inside the compiled loop
 
@@ -123,7 +128,7 @@ class _Decoder:
                 np.int64(max_rows),
                 np.int64(_GROUP_BYTES),
                 np.int64(_GROUP_ZBYTES),
-                self.zstd_fn != 0,
+                np.int64(self.fused),
             )
             pos = int(pos)
             if n:
@@ -222,9 +227,9 @@ class _Decoder:
         return records_batch(self.topic, self.partition, records)
 
     def _fusable(self, row: Arr) -> bool:
-        """Whether the compiled loop decodes this batch itself (uncompressed, or zstd with libzstd)."""
+        """Whether the compiled loop decodes this batch itself (uncompressed; zstd, lz4 with a library)."""
         codec = int(row[_kernel.ATTR]) & 0x07
-        return codec == Compression.NONE or (codec == Compression.ZSTD and self.zstd_fn != 0)
+        return codec == Compression.NONE or bool((self.fused >> codec) & 1)
 
     def _batches(self, run: Arr) -> Iterator[pa.RecordBatch]:
         """Decode a run of wanted v2 batches, mostly in compiled calls (see ``decode_batches``)."""
@@ -241,6 +246,7 @@ class _Decoder:
                 np.int64(i),
                 np.int64(self.zstd_fn),
                 np.int64(self.dctx),
+                np.int64(self.lz4_fn),
                 np.int64(self.crc_fn),
                 np.int64(self.scratch.ctypes.data),
                 np.int64(len(self.scratch)),
