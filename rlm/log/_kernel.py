@@ -643,6 +643,158 @@ def _lz4_decode(
         q += size
 
 
+_XERIAL = (0x82, 0x53, 0x4E, 0x41, 0x50, 0x50, 0x59, 0x00)  # b"\x82SNAPPY\x00"
+SNAPPY_MAX_RATIO = 32  # rlm.log.codecs._SNAPPY_MAX_RATIO: a raw block cannot expand more
+
+
+@_jit_inline
+def _xerial_at(buf: Any, q: Any, end: Any) -> Any:
+    """Whether a xerial stream header (its 8-byte magic) starts at ``q``."""
+    if q + 8 > end:
+        return False
+    for k in range(8):  # noqa: SIM110 (a loop numba compiles; no generator)
+        if _u8(buf, q + k) != _XERIAL[k]:
+            return False
+    return True
+
+
+@_jit_inline
+def _snappy_length(buf: Any, q: Any, end: Any) -> Any:
+    """A raw snappy block's preamble (its decoded length, a varint < 2**32): ``(length, next)``,
+    length -1 if malformed."""
+    n = np.int64(0)
+    for k in range(5):
+        if q >= end:
+            return -1, q
+        b = _u8(buf, q)
+        q += 1
+        n |= (b & 0x7F) << (7 * k)
+        if b < 0x80:
+            return (n, q) if n < 4294967296 else (-1, q)
+    return -1, q
+
+
+@_jit
+def _snappy_bound(buf: Any, pos: Any, end: Any) -> Any:
+    """What the snappy payload ``buf[pos:end]`` decodes to (xerial framing, concatenated streams,
+    or one raw block as librdkafka writes it), from block preambles alone; -1 where the Python
+    path (:func:`rlm.log.codecs._xerial_decompress`) would raise, so that it does."""
+    if end - pos < 16 or not _xerial_at(buf, pos, end):
+        n, _q = _snappy_length(buf, pos, end)
+        return n if n <= SNAPPY_MAX_RATIO * (end - pos) + 64 else -1
+    total = np.int64(0)
+    q = pos + 16
+    while q < end:
+        if _xerial_at(buf, q, end):
+            q += 16
+            continue
+        if q + 4 > end:
+            return -1
+        length = _be32(buf, q)
+        q += 4
+        if length < 0 or q + length > end:
+            return -1
+        n, _p = _snappy_length(buf, q, q + length)
+        if n < 0 or n > SNAPPY_MAX_RATIO * length + 64:
+            return -1
+        total += n
+        q += length
+    return total
+
+
+@_jit
+def _snappy_block(buf: Any, p: Any, end: Any, out: Any, o: Any) -> Any:
+    """Decode the raw snappy block ``buf[p:end]`` into ``out`` at ``o``; the bytes written, or -1
+    if it is malformed (an element past either end, an offset outside this block's output, or
+    output short of the declared length), as the format defines and every decoder checks."""
+    declared, p = _snappy_length(buf, p, end)
+    if declared < 0:
+        return -1
+    start = o
+    stop = o + declared
+    # Short literals and copies move 16 bytes at once where both buffers have room past them
+    # (the overrun lands where later output goes, or in unused scratch): constant-size copies
+    # compile to a few moves, a variable-length one to a call.
+    in_cap = buf.shape[0]
+    out_cap = out.shape[0]
+    while p < end:
+        tag = _u8(buf, p)
+        p += 1
+        kind = tag & 3
+        if kind == 0:  # literal: length - 1 in the tag, or in the 1-4 bytes after it
+            n = tag >> 2
+            if n >= 60:
+                extra = n - 59
+                if p + extra > end:
+                    return -1
+                n = np.int64(0)
+                for k in range(extra):
+                    n |= _u8(buf, p + k) << (8 * k)
+                p += extra
+            n += 1
+            if p + n > end or o + n > stop:
+                return -1
+            if n <= 16 and p + 16 <= in_cap and o + 16 <= out_cap:
+                _copy(out, o, buf, p, 16)  # fixed size: inlined moves; bytes past n are rewritten later
+            else:
+                _copy(out, o, buf, p, n)
+            p += n
+            o += n
+            continue
+        if kind == 1:  # copy, 11-bit offset, length 4-11
+            if p >= end:
+                return -1
+            n = ((tag >> 2) & 7) + 4
+            offset = ((tag >> 5) << 8) | _u8(buf, p)
+            p += 1
+        elif kind == 2:  # copy, 16-bit offset
+            if p + 2 > end:
+                return -1
+            n = (tag >> 2) + 1
+            offset = _u8(buf, p) | (_u8(buf, p + 1) << 8)
+            p += 2
+        else:  # copy, 32-bit offset
+            if p + 4 > end:
+                return -1
+            n = (tag >> 2) + 1
+            offset = _le32(buf, p)
+            p += 4
+        if offset == 0 or offset > o - start or o + n > stop:
+            return -1
+        if n <= 16 and offset >= 8 and o + 16 <= out_cap:  # two fixed 8-byte moves (see above)
+            _copy(out, o, out, o - offset, 8)
+            _copy(out, o + 8, out, o - offset + 8, 8)  # reads at most up to o + 8: written
+        elif offset >= n:
+            _copy(out, o, out, o - offset, n)
+        else:  # overlapping: a run repeating the last ``offset`` bytes, byte by byte
+            for k in range(n):
+                out[o + k] = out[o - offset + k]
+        o += n
+    return declared if o == stop else -1
+
+
+@_jit
+def _snappy_decode(buf: Any, pos: Any, end: Any, out: Any) -> Any:
+    """Decode the snappy payload ``buf[pos:end]`` (checked by :func:`_snappy_bound`) into ``out``;
+    the total length, or -1 if a block is malformed."""
+    if end - pos < 16 or not _xerial_at(buf, pos, end):
+        return _snappy_block(buf, pos, end, out, 0)
+    total = np.int64(0)
+    q = pos + 16
+    while q < end:
+        if _xerial_at(buf, q, end):
+            q += 16
+            continue
+        length = _be32(buf, q)
+        q += 4
+        n = _snappy_block(buf, q, q + length, out, total)
+        if n < 0:
+            return -1
+        total += n
+        q += length
+    return total
+
+
 @_jit
 def check_crcs(meta: Any, base_address: Any, crc_fn: Any) -> Any:
     """Index of the first v2 entry of ``meta`` whose CRC-32C does not match, or -1.
@@ -668,6 +820,7 @@ def decode_batches(
     zstd_fn: Any,
     dctx: Any,
     lz4_fn: Any,
+    snappy: Any,
     crc_fn: Any,
     scratch_address: Any,
     scratch_size: Any,
@@ -693,7 +846,8 @@ def decode_batches(
     batches are decompressed by libzstd (``ZSTD_decompressDCtx`` at address ``zstd_fn``, context
     ``dctx``; 0 = no library) into the scratch buffer and decoded from it while still in cache;
     LZ4 batches likewise, Kafka's frame walked here and each block decompressed by
-    ``LZ4_decompress_safe`` at address ``lz4_fn`` (0 = no library; see :mod:`rlm.log._lz4`).
+    ``LZ4_decompress_safe`` at address ``lz4_fn`` (0 = no library; see :mod:`rlm.log._lz4`);
+    with ``snappy`` set, snappy batches (xerial or raw) by the compiled decoder here.
     Output buffers are appended to as in :func:`decode_v2`.
 
     Stops at batch ``i`` and returns ``(status, i, detail)`` when Python must act:
@@ -737,6 +891,16 @@ def decode_batches(
                 return F_GROW, i, bound
             scratch = _view(scratch_address, scratch_size)
             length = _lz4_decode(buf, base_address, first, max_block, lz4_fn, scratch, scratch_address)
+            if length < 0:
+                return F_PYTHON, i, 0
+            addr = scratch_address
+        elif codec == 2 and snappy:
+            bound = _snappy_bound(buf, pos + RECORDS_AT, pos + size)
+            if bound < 0 or bound > max_decompressed:
+                return F_PYTHON, i, 0
+            if bound > scratch_size:
+                return F_GROW, i, bound
+            length = _snappy_decode(buf, pos + RECORDS_AT, pos + size, _view(scratch_address, scratch_size))
             if length < 0:
                 return F_PYTHON, i, 0
             addr = scratch_address

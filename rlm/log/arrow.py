@@ -93,8 +93,12 @@ class _Decoder:
         self.dctx = 0
         self.lz4_fn = _lz4.decompress_address()  # liblz4, stateless: nothing to lend
         # codecs the compiled loop decompresses itself (bit ``1 << codec``)
-        self.fused = (1 << Compression.ZSTD if self.zstd_fn else 0) | (
-            1 << Compression.LZ4 if self.lz4_fn else 0
+        # snappy needs no library, but un-jitted its byte loop would be far slower than cramjam
+        self.snappy = not kern.PURE
+        self.fused = (
+            (1 << Compression.ZSTD if self.zstd_fn else 0)
+            | (1 << Compression.LZ4 if self.lz4_fn else 0)
+            | (1 << Compression.SNAPPY if self.snappy else 0)
         )
         self.scratch: Arr = np.zeros(0, np.uint8)
         self.crc_fn = _CRC_ADDRESS if verify_crc else 0  # CRC-32C checked inside the compiled loop
@@ -247,6 +251,7 @@ class _Decoder:
                 np.int64(self.zstd_fn),
                 np.int64(self.dctx),
                 np.int64(self.lz4_fn),
+                np.int64(self.snappy),
                 np.int64(self.crc_fn),
                 np.int64(self.scratch.ctypes.data),
                 np.int64(len(self.scratch)),
