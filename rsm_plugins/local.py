@@ -7,7 +7,10 @@ directories; Kafka's ``dir`` key (data under ``<dir>/kafka-tiered-storage``) is 
 
 Each file is written to a temporary name in the same directory, fsynced and renamed, so it
 appears complete or not at all; the ``.log`` file is renamed last, so a reader that sees it sees
-the whole segment. A failed copy removes whatever it wrote.
+the whole segment. The small files (indexes, snapshot, leader-epoch checkpoint) are written by
+helper threads while the ``.log`` is copied: their fsyncs, one journal commit each, used to come
+one after another before the ``.log`` copy began (~12 % of a 100 MB segment's copy on a loaded
+machine, see docs/performance.md). A failed copy removes whatever it wrote.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ KAFKA_ROOT_DIR_NAME = "kafka-tiered-storage"
 _CHUNK = 4 << 20
 _COPY_CHUNK = 8 << 20  # per copy_file_range call
 _READBACK_CHUNK = 1 << 20  # stays in cache between the read and the checksum
+_AUX_THREADS = 4  # small files of one segment written at once, beside its .log copy
 
 
 class LocalConfig(PluginConfig):
@@ -109,15 +113,35 @@ class LocalRemoteStorageManager(RemoteStorageManager[LocalConfig]):
         self, metadata: RemoteLogSegmentMetadata, segment_data: LogSegmentData
     ) -> bytes | None:
         cfg = self.config
-        files = layout.source_files(segment_data)
-        part_dir = self.path_of(metadata, SegmentFileType.SEGMENT).parent
+        *aux, segment = layout.source_files(segment_data)  # the .log last: the commit marker
+        final_log = self.path_of(metadata, SegmentFileType.SEGMENT)
+        part_dir = final_log.parent
         sums: dict[SegmentFileType, FileChecksum] = {}
         try:
             part_dir.mkdir(parents=True, exist_ok=True)
             if segment_data.transaction_index is None:  # a stale one from an earlier copy of this id
                 self.path_of(metadata, SegmentFileType.TRANSACTION_INDEX).unlink(missing_ok=True)
-            for src in files:
-                sums[src.file_type] = self._write_atomic(src, self.path_of(metadata, src.file_type))
+            # the small files in helper threads while this one copies the .log; leaving the block
+            # waits for them all, so nothing of this copy is still being written when it is
+            # committed (the .log renamed) or, on failure, removed
+            with ThreadPoolExecutor(max(1, min(len(aux), _AUX_THREADS)), "local-aux") as pool:
+                futures = {
+                    src.file_type: pool.submit(self._write_atomic, src, self.path_of(metadata, src.file_type))
+                    for src in aux
+                }
+                tmp_log = _tmp_name(final_log)
+                try:
+                    sums[SegmentFileType.SEGMENT] = self._write_tmp(segment, tmp_log)
+                except BaseException:
+                    tmp_log.unlink(missing_ok=True)
+                    raise
+            try:
+                for ft, fut in futures.items():
+                    sums[ft] = fut.result()
+                os.replace(tmp_log, final_log)  # only once every other file is in place
+            except BaseException:
+                tmp_log.unlink(missing_ok=True)
+                raise
             if cfg.fsync:
                 _fsync_dir(part_dir)
         except Exception as e:
@@ -144,29 +168,35 @@ class LocalRemoteStorageManager(RemoteStorageManager[LocalConfig]):
         )
 
     def _write_atomic(self, src: SourceFile, final: Path) -> FileChecksum:
-        tmp = final.with_name(f"{final.name}.{uuid.uuid4().hex[:12]}.tmp")
-        crc = integrity.Crc32c()
+        """``src`` written (fsynced when configured) to a temporary name and renamed to ``final``."""
+        tmp = _tmp_name(final)
         try:
-            with open(tmp, "w+b") as out:
-                if src.data is not None:
-                    out.write(src.data)
-                    crc.update(src.data)
-                else:
-                    assert src.path is not None
-                    with self.open_source(src.path) as inp:
-                        fd = _regular_file_fd(inp)
-                        copied = fd is not None and _kernel_copy(fd, out.fileno(), crc, self.config.fsync)
-                        if not copied:
-                            while chunk := inp.read(_CHUNK):
-                                out.write(chunk)
-                                crc.update(chunk)
-                if self.config.fsync:
-                    out.flush()
-                    os.fsync(out.fileno())
+            checksum = self._write_tmp(src, tmp)
             os.replace(tmp, final)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
+        return checksum
+
+    def _write_tmp(self, src: SourceFile, tmp: Path) -> FileChecksum:
+        """``src`` written to ``tmp`` (fsynced when configured); the CRC-32C of the bytes written."""
+        crc = integrity.Crc32c()
+        with open(tmp, "w+b") as out:
+            if src.data is not None:
+                out.write(src.data)
+                crc.update(src.data)
+            else:
+                assert src.path is not None
+                with self.open_source(src.path) as inp:
+                    fd = _regular_file_fd(inp)
+                    copied = fd is not None and _kernel_copy(fd, out.fileno(), crc, self.config.fsync)
+                    if not copied:
+                        while chunk := inp.read(_CHUNK):
+                            out.write(chunk)
+                            crc.update(chunk)
+            if self.config.fsync:
+                out.flush()
+                os.fsync(out.fileno())
         return crc.result()
 
     # ---- fetch ------------------------------------------------------------------------------
@@ -366,6 +396,11 @@ class LocalRemoteStorageManager(RemoteStorageManager[LocalConfig]):
             else:
                 with contextlib.suppress(OSError):
                     path.unlink(missing_ok=True)
+
+
+def _tmp_name(final: Path) -> Path:
+    """A temporary name beside ``final`` that no other write uses (listings give it no file type)."""
+    return final.with_name(f"{final.name}.{uuid.uuid4().hex[:12]}.tmp")
 
 
 def _regular_file_fd(stream: BinaryIO) -> int | None:
