@@ -144,15 +144,16 @@ def test_log_appears_only_after_every_other_file(
 
 
 def test_failed_small_file_beside_the_log_copy_leaves_nothing(
-    rsm: LocalRemoteStorageManager, segments: SegmentFactory
+    tmp_path: Path, segments: SegmentFactory
 ) -> None:
     """A small file fails while the .log is being copied beside it: the copy raises the typed
     error, and once it returns no file of the segment is left, finished or temporary (the clean-up
     waits for every writer of the copy first)."""
+    root = tmp_path / "remote"
     seg = segments.make(20_000_000)
-    faulty = FaultInjectingRSM(rsm)
+    faulty = FaultInjectingRSM(rsm_plugins.load("local", {"root": str(root)}))
     faulty.fail_source_read(SegmentFileType.TIME_INDEX, after_bytes=0)
     with pytest.raises(RemoteStorageError) as ei:
         faulty.copy_log_segment_data(seg.metadata, seg.data)
     assert ei.value.retriable
-    assert [p for p in rsm.root.rglob("*") if p.is_file()] == []
+    assert [p for p in root.rglob("*") if p.is_file()] == []
