@@ -6,9 +6,11 @@ tests/compacted/test_spark_gaps.py reads written files; here the history is the 
 an aborted transaction, deleted keys written again, an idempotent producer) on the session broker,
 the daemon tiers it (the broker's cleaner held back) and its remote compaction job then replaces
 the tiered segments with one compacted segment (gaps where superseded records were, aborted data
-and transaction markers gone). Spark reads the tiered range at both isolation levels, in one task
-per segment and in many small split tasks, and from an offset the compaction removed: the rows are
-exactly what ``rlm fetch`` (the read core) returns for the same range — offsets, keys, values.
+and transaction markers gone); then, with compaction held back, an aborted transaction and more
+updates are tiered as written after it. Spark reads the tiered range at both isolation levels, in
+one task per segment and in many small split tasks, and from an offset the compaction removed: the
+rows are exactly what ``rlm fetch`` (the read core) returns for the same range — offsets, keys,
+values — and read_committed has no aborted record while read_uncommitted has the later ones.
 Replayed in offset order with the broker's local part after it, Spark's read_committed rows end,
 for every key, with the value a reference topic (same workload, ``compact``, cleaned by the
 broker's cleaner alone) holds.
@@ -23,24 +25,29 @@ from typing import Any
 import pytest
 
 import fetcher.spark
+from rlm.log.partition import PartitionDir
 from tests.compacted.helpers import (
+    KEYS,
     Row,
+    Written,
+    _round,
     final_of,
     high_watermark,
     read_from,
     set_topic_config,
+    update_keys,
     wait_cleaned_past,
     write_workload,
 )
-from tests.compacted.test_compact_topic import CLEANING
+from tests.compacted.test_compact_topic import CLEANING, NO_CLEANING
 from tests.compacted.test_reference_after_compaction import _last_tombstone
 from tests.compacted.test_replacement import COMMON, fetch, finished_of, setup_topic, tier_once
-from tests.daemon.helpers import create_topic
+from tests.daemon.helpers import create_topic, transactional_producer, wait_for
 from tests.faults.proc_helpers import all_segments
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 ISOLATIONS = ("read_committed", "read_uncommitted")
-SPLIT_BYTES = str(64 * 1024)  # the compacted segment (~0.5 MB) read by several tasks
+SPLIT_BYTES = str(64 * 1024)  # every segment (hundreds of KB) read by several tasks
 
 
 def _opt_bytes(b: Any) -> bytes | None:
@@ -68,6 +75,15 @@ def rows_of(df: Any) -> list[Row]:
     return sorted((row.offset, _opt_bytes(row.key), _opt_bytes(row.value)) for row in rows)
 
 
+def aborted_transaction(bootstrap: str, topic: str, w: Written) -> None:
+    """Updates to keys 100..149 in a transaction the broker logs and then aborts."""
+    tx = transactional_producer(bootstrap, f"{topic}-late-tx")
+    tx.begin_transaction()
+    _round(tx, topic, range(100, 150), "late-aborted", w, aborted=True)
+    assert tx.flush(30) == 0  # acknowledged (offsets known) before the abort
+    tx.abort_transaction(30)
+
+
 def test_spark_reads_a_remotely_compacted_topic_as_rlm_fetch(
     kafka: Any, spark: Any, unique_topic: str, tmp_path: Path
 ) -> None:
@@ -85,6 +101,20 @@ def test_spark_reads_a_remotely_compacted_topic_as_rlm_fetch(
     segs = finished_of(all_segments(cfg, tip, tmp_path / "r1"))
     assert segs[0].start_offset == 0 and segs[0].end_offset >= _last_tombstone(written)
     assert segs[0].remote_log_segment_id not in {m.remote_log_segment_id for m in tiered}
+    # then, with compaction held back again, more tiered as written: an aborted transaction (the
+    # compaction removed the first one) and updates to other keys, the same into the reference
+    set_topic_config(bs, topic, **NO_CLEANING)
+    hw = high_watermark(bs, topic)
+    aborted_transaction(bs, topic, written)
+    for r in range(5):  # more than a segment
+        update_keys(bs, topic, range(150, KEYS), f"late{r}", written)
+        update_keys(bs, reference, range(150, KEYS), f"late{r}", written_ref)
+    pdir = kafka.log_dir / f"{topic}-0"
+    wait_for("a new rolled segment", lambda: PartitionDir(pdir).segments[-1].base_offset > hw)
+    assert tier_once(cfg)["compactions"] == 0
+    later = finished_of(all_segments(cfg, tip, tmp_path / "r2"))
+    assert later[: len(segs)] == segs and len(later) > len(segs), "tiered after the compacted segment"
+    segs = later
     remote_end = segs[-1].end_offset + 1
 
     fetcher.spark.register(spark)
@@ -101,6 +131,8 @@ def test_spark_reads_a_remotely_compacted_topic_as_rlm_fetch(
         if iso == "read_committed":
             assert not set(offsets) & written.aborted, "read_committed never shows aborted data"
             committed = want
+        else:
+            assert set(offsets) & written.aborted, "the later aborted transaction is in the history"
 
     # a range starting at an offset compaction removed: served from the next offset that exists
     kept = {o for o, _, _ in committed}
