@@ -21,7 +21,9 @@ segment tiered, byte for byte, or the benchmark fails (exit 2).
 
 Reported: the median of per-round rate ratios; raw MB/s of ``.log`` bytes and CPU seconds of this
 process per case and round in ``docs/data/bench-tier.json`` (the moto server's CPU is not
-included: it runs in its own process).
+included: it runs in its own process), and for the daemon's cases where the wall time went
+(``start_s``: config, preflight and its storage probe; ``copy_s``: the pass copying every segment;
+``stop_s``), so that a run's fixed costs are told apart from its per-segment ones.
 
     .venv/bin/python benchmarks/bench_tier.py --size-gb 1
 """
@@ -94,11 +96,16 @@ def segment_files(pdir: Path) -> list[Path]:
     return [p for p in out if p.exists()]
 
 
-def run_daemon(log_dir: Path, work: Path, storage: dict[str, Any]) -> None:
+def run_daemon(log_dir: Path, work: Path, storage: dict[str, Any]) -> dict[str, float]:
+    """``rlm run --once`` in this process; returns where its wall time went: ``start_s`` (config,
+    preflight with its storage probes, metadata store, threads), ``copy_s`` (the pass over the
+    partition: every segment through the copy protocol) and ``stop_s`` — the fixed costs of a run
+    against the per-segment ones (docs/performance.md, Tiering)."""
     from rlm.config import load_config
     from rlm.daemon.service import Daemon
     from rlm.logging_setup import configure_logging
 
+    t0 = time.perf_counter()
     configure_logging("console", "warning")
     cfg = load_config(
         None,
@@ -109,10 +116,13 @@ def run_daemon(log_dir: Path, work: Path, storage: dict[str, Any]) -> None:
         topic_defaults={"remote.storage.enable": True, "retention.ms": -1},
     )
     d = Daemon(cfg, once=True).start()
+    t1 = time.perf_counter()
     failed = d.run_once()
+    t2 = time.perf_counter()
     d.stop()
     if failed:
         raise SystemExit(f"daemon reported {failed} failed task(s)")
+    return {"start_s": t1 - t0, "copy_s": t2 - t1, "stop_s": time.perf_counter() - t2}
 
 
 def free_port() -> int:
@@ -199,14 +209,15 @@ def bench_layout(root: Path, size: int, seg: int, url: str | None, client: Any, 
             while f.read(16 * MB):
                 pass
 
-    def timed(fn: Callable[[], None], check: Callable[[], str], cleanup: Callable[[], None]) -> Result:
+    def timed(fn: Callable[[], dict[str, float] | None], check: Callable[[], str],
+              cleanup: Callable[[], None]) -> Result:
         os.sync()  # dirty pages of the previous case are not written back on this one's time
         c0, t0 = time.process_time(), time.perf_counter()
-        fn()
+        phases = fn() or {}
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         dig = check()
         cleanup()
-        return Result(wall, dig, log_bytes, 0, {"cpu_s": cpu, "mb_per_s": log_bytes / MB / wall})
+        return Result(wall, dig, log_bytes, 0, {"cpu_s": cpu, "mb_per_s": log_bytes / MB / wall, **phases})
 
     def plain(fsync: bool) -> Result:
         dst = root / "plain"
@@ -224,15 +235,22 @@ def bench_layout(root: Path, size: int, seg: int, url: str | None, client: Any, 
                      lambda: shutil.rmtree(dst, ignore_errors=True))
 
     def rm(*paths: Path) -> Callable[[], None]:
-        return lambda: [shutil.rmtree(p, ignore_errors=True) for p in paths] and None
+        def remove() -> None:
+            for p in paths:
+                shutil.rmtree(p, ignore_errors=True)
+
+        return remove
 
     local = {"plugin": "local", "config": {"root": str(root / "remote-local")}}
+    # each of ours runs right after the copy it is compared with, so both start after the same kind
+    # of clean-up (a local tree of the same size removed; the bucket emptied): rlm-local used to run
+    # first in a round, right after the previous round's S3 clean-up
     cases: dict[str, Callable[[], Result]] = {
+        "plain-copy": lambda: plain(False),
+        "plain-copy+fsync": lambda: plain(True),
         "rlm-local": lambda: timed(lambda: run_daemon(logs, root / "w-local", local),
                                    lambda: remote_digest(root / "w-local", local),
                                    rm(root / "w-local", root / "remote-local")),
-        "plain-copy": lambda: plain(False),
-        "plain-copy+fsync": lambda: plain(True),
     }
     if url is not None:
         bucket = f"bench-{seg // MB}"
@@ -255,9 +273,9 @@ def bench_layout(root: Path, size: int, seg: int, url: str | None, client: Any, 
                 h.update(client.get_object(Bucket=bucket, Key=f"plain/{p.name}")["Body"].read())
             return h.hexdigest()
 
+        cases["boto3-upload"] = lambda: timed(upload, uploaded, clean_s3)
         cases["rlm-s3"] = lambda: timed(lambda: run_daemon(logs, root / "w-s3", storage),
                                         lambda: remote_digest(root / "w-s3", storage), clean_s3)
-        cases["boto3-upload"] = lambda: timed(upload, uploaded, clean_s3)
     rows = run_rounds(cases, rounds, label=f"{seg // MB} MB segments", expect=want)
     shutil.rmtree(logs)
     print(f"  layout {seg // MB} MB segments: {log_bytes / GB:.2f} GB of rolled .log in {len(log_files)} "
