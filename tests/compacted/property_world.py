@@ -49,7 +49,7 @@ from rlm.log.checkpoints import (
     REPLICATION_OFFSET_CHECKPOINT,
     MetaProperties,
 )
-from rlm.log.lso import aborted_transactions
+from rlm.log.lso import aborted_transactions, last_stable_offset
 from rlm.log.model import BatchHeader, Record
 from rlm.log.partition import PartitionDir
 from rlm.log.records import iter_records
@@ -91,7 +91,7 @@ class LiveWriter(PartitionWriter):
 
 class Broker:
     """One partition's log dir as an unmodified broker keeps it: appends (high watermark = log
-    end, every transaction decided within one rule), rolls, its cleaner and its local retention."""
+    end), rolls, its cleaner and its local retention."""
 
     def __init__(self, log_dir: Path, scratch: Path, topic_configs: dict[str, str]) -> None:
         self.log_dir = log_dir
@@ -102,7 +102,6 @@ class Broker:
         self.pdir = log_dir / f"{TOPIC}-0"
         self.writer = LiveWriter(self.pdir, topic_id=self.topic_id, config=NEVER_ROLL, clock=wall_ms)
         write_log_dir_files(log_dir, [(self.tp, 0)], meta=MetaProperties(1, "property-cluster-0001", NODE))
-        self.cleaner_runs = 0
 
     @property
     def tip(self) -> TopicIdPartition:
@@ -127,39 +126,49 @@ class Broker:
     def roll(self) -> None:
         self.writer.roll()
 
+    @property
+    def last_stable_offset(self) -> int:
+        return last_stable_offset(PartitionDir(self.pdir))
+
     def _high_watermark(self) -> None:
         """Every append is replicated at once: the HW (and the recovery point) is the log end."""
         ends = {self.tp: self.log_end}
         merge_offset_checkpoint(self.log_dir / REPLICATION_OFFSET_CHECKPOINT, ends)
         merge_offset_checkpoint(self.log_dir / RECOVERY_POINT_CHECKPOINT, ends)
 
-    def closed_segments(self) -> list[Any]:
-        return PartitionDir(self.pdir).segments[:-1]
+    def cleanable_segments(self) -> list[Any]:
+        """The rolled segments wholly below the LSO (an open transaction stops the cleaner, as
+        Kafka's first unstable offset does)."""
+        pd = PartitionDir(self.pdir)
+        lso = last_stable_offset(pd)
+        segs = pd.segments
+        return [s for s, nxt in itertools.pairwise(segs) if nxt.base_offset <= lso]
 
     def clean(self) -> bool:
-        """The broker's cleaner over every rolled segment, merged into one group (same base offset
+        """The broker's cleaner over the cleanable segments, merged into one group (same base offset
         as the first; the cleaner merges small segments so): the engine with the topic's configs at
-        the broker's clock, the output swapped in, ``cleaner-offset-checkpoint`` moved to the end."""
-        closed = self.closed_segments()
+        the broker's clock and the aborted transactions Kafka's cleaner collects (up to the end of
+        the range), the output swapped in, ``cleaner-offset-checkpoint`` moved to the end."""
+        closed = self.cleanable_segments()
         if not closed:
             return False
         first = closed[0].base_offset
+        end = PartitionDir(self.pdir).segments[len(closed)].base_offset
         dirty = max(cleaner_checkpoint(self.pdir, self.tp) or 0, first)
-        aborted = aborted_transactions(PartitionDir(self.pdir), first, self.log_end)
+        aborted = aborted_transactions(PartitionDir(self.pdir), first, end)
         out = self.scratch / "cleaned"
         shutil.rmtree(out, ignore_errors=True)
         result = compact(CompactionInput([s.log_path for s in closed], aborted, dirty_offset=dirty), out,
                          CompactionSettings.from_kafka(self.topic_configs), now_ms=wall_ms())
         files = result.files
-        assert files is not None and result.segments_used == len(closed), result
+        assert files is not None and result.segments_used == len(closed) and result.end_offset == end, result
         for s in closed:
             for suffix in SEGMENT_SUFFIXES:
                 s.file(suffix).unlink(missing_ok=True)
         for f in (files.log, files.offset_index, files.time_index, files.txn_index):
             if f is not None:
                 os.replace(f, self.pdir / f.name)
-        merge_offset_checkpoint(self.log_dir / CLEANER_OFFSET_CHECKPOINT, {self.tp: result.end_offset})
-        self.cleaner_runs += 1
+        merge_offset_checkpoint(self.log_dir / CLEANER_OFFSET_CHECKPOINT, {self.tp: end})
         return True
 
     def delete_tiered(self, remote_end: int) -> int:
@@ -276,9 +285,9 @@ def _is_aborted(h: BatchHeader, aborted: Sequence[AbortedTxn]) -> bool:
 def read_from_zero(config: DaemonConfig, broker: Broker, isolation: str) -> tuple[list[Row], int]:
     """Every data record from offset 0 as a consumer of the sidecar and the broker gets it: the
     remote history through the read core as ``rlm fetch`` reads it (:func:`rlm.commands.fetch.fetches`),
-    then the broker's log from the remote end (read_committed without the aborted transactions
-    of its ``.txnindex`` files, as the broker's fetch answer lists them). Returns the rows and the
-    remote end."""
+    then the broker's log from the remote end (read_committed up to its LSO, without the aborted
+    transactions of its ``.txnindex`` files, as the broker's fetch answer lists them). Returns the
+    rows and the remote end."""
     rows: list[Row] = []
     args = argparse.Namespace(topic=TOPIC, partition=0, isolation=isolation, leader_epoch=None)
     with RemoteFetcher.from_config(config, load_all=False) as f:
@@ -289,10 +298,12 @@ def read_from_zero(config: DaemonConfig, broker: Broker, isolation: str) -> tupl
         for r in fetches(f, args, 0, end):
             rows += [(rec.offset, rec.key, rec.value) for _, rec in r.data_records(0) if rec.offset < end]
     pdir = PartitionDir(broker.pdir)
-    aborted = aborted_transactions(pdir, end, broker.log_end) if isolation == "read_committed" else []
+    committed = isolation == "read_committed"
+    upto = last_stable_offset(pdir) if committed else broker.log_end  # the broker's fetch answer
+    aborted = aborted_transactions(pdir, end, upto) if committed else []
     for seg in pdir.segments:
         for h, rec in iter_records(seg.log_path):
-            if isinstance(rec, Record) and rec.offset >= end and not _is_aborted(h, aborted):
+            if isinstance(rec, Record) and end <= rec.offset < upto and not _is_aborted(h, aborted):
                 rows.append((rec.offset, rec.key, rec.value))
     return rows, end
 

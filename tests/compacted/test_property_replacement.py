@@ -61,10 +61,10 @@ from tests.faults.proc_helpers import stored_segment_ids
 
 KEYS = [b"k%d" % i for i in range(6)]
 FILLER = b"filler"  # written by settle only: the dirty segment that makes the last compaction due
-IDEMPOTENT, TRANSACTIONAL = 1, 2
+IDEMPOTENT, TRANSACTIONAL, LONG_TRANSACTIONAL = 1, 2, 3
 RETENTION_MS = 3_600_000  # delete.retention.ms: only the clock jumps pass it, never the test's own time
 MAX_LAG_MS = RETENTION_MS // 2  # max.compaction.lag.ms: a jump makes any dirty range due
-EXAMPLES = 50  # about 30 s on a shared 2-core machine
+EXAMPLES = int(os.environ.get("RLM_PROPERTY_EXAMPLES", "50"))  # about 30 s on a shared 2-core machine
 #: a transaction's data tiered while its ABORT marker is in a later local segment, then two broker
 #: cleaner passes before the marker is tiered: the remote history shows the aborted data as
 #: committed (test_aborted_data_tiered_before_its_marker_stays_aborted). The machine tiers first then.
@@ -88,6 +88,8 @@ class ReplacementMachine(RuleBasedStateMachine):
         self.tombstone_ms: dict[int, int] = {}  # offset of a tombstone -> when it was written
         self.values = 0
         self.aborted_ranges: list[tuple[int, int]] = []  # (first offset, ABORT marker's offset)
+        self.open_txn: list[int] = []  # offsets of the long transaction's data, undecided
+        self.open_records: list[tuple[bytes, bytes | None]] = []
 
     @initialize(policy=st.sampled_from(["compact,delete", "compact"]), ratio=st.sampled_from(["0.01", "0.5"]),
                 map_bytes=st.sampled_from(["100", "65536"]))
@@ -154,6 +156,32 @@ class ReplacementMachine(RuleBasedStateMachine):
         if not commit:
             self.aborted_ranges.append((h.base_offset, self.broker.log_end))
         self.broker.end_transaction(TRANSACTIONAL, commit=commit)
+
+    @precondition(lambda self: not self.open_txn)
+    @rule(pairs=items)
+    def begin_long_transaction(self, pairs: list[tuple[bytes, bool]]) -> None:
+        """Data of a transaction left open across steps: the LSO stays at its first offset (the
+        copy, the cleaners and read_committed readers all stop there) until it is decided."""
+        records = self._records(pairs)
+        h = self.broker.append(records, producer_id=LONG_TRANSACTIONAL, transactional=True)
+        for i, r in enumerate(records):
+            self.written.records[h.base_offset + i] = r
+        self.open_txn = [h.base_offset + i for i in range(len(records))]
+        self.open_records = records
+
+    @precondition(lambda self: bool(self.open_txn))
+    @rule(commit=st.booleans())
+    def end_long_transaction(self, commit: bool) -> None:
+        first = self.open_txn[0]
+        if commit:
+            now = wall_ms()  # committed now: no cleaner saw the tombstones before (the LSO held them)
+            pairs = zip(self.open_txn, self.open_records, strict=True)
+            self.tombstone_ms.update((o, now) for o, (_, v) in pairs if v is None)
+        else:
+            self.written.aborted.update(self.open_txn)
+            self.aborted_ranges.append((first, self.broker.log_end))
+        self.broker.end_transaction(LONG_TRANSACTIONAL, commit=commit)
+        self.open_txn = []
 
     @rule()
     def roll(self) -> None:
@@ -230,6 +258,7 @@ class ReplacementMachine(RuleBasedStateMachine):
         finally:
             self.crashes.armed = None
 
+    @precondition(lambda self: not self.open_txn)
     @rule()
     def settle(self) -> None:
         """Everything tiered, tombstones stamped, a dirty segment, the clock past both lags, one
@@ -286,13 +315,16 @@ class ReplacementMachine(RuleBasedStateMachine):
         return committed
 
     def check_final(self, rows: list[Row]) -> None:
-        want = self.written.final()
+        """Per key, the model of what is below the LSO (a read_committed consumer stops there)."""
+        lso = self.broker.last_stable_offset
+        stable = Written({o: r for o, r in self.written.records.items() if o < lso}, self.written.aborted)
+        want = stable.final()
         got = final_of(rows)
         assert got == want, f"per key: read {got}, model {want}"
         last: dict[bytes, int] = {}
-        for o in sorted(self.written.records):
-            if o not in self.written.aborted:
-                k = self.written.records[o][0]
+        for o in sorted(stable.records):
+            if o not in stable.aborted:
+                k = stable.records[o][0]
                 assert k is not None
                 last[k] = o
         seen_last = {k: o for o, k, _ in rows if k is not None}
