@@ -22,8 +22,8 @@ segment tiered, byte for byte, or the benchmark fails (exit 2).
 Reported: the median of per-round rate ratios; raw MB/s of ``.log`` bytes and CPU seconds of this
 process per case and round in ``docs/data/bench-tier.json`` (the moto server's CPU is not
 included: it runs in its own process), and for the daemon's cases where the wall time went
-(``start_s``: config, preflight and its storage probe; ``copy_s``: the pass copying every segment;
-``stop_s``), so that a run's fixed costs are told apart from its per-segment ones.
+(``daemon_start_s``: config, preflight and its storage probe; ``daemon_copy_s``: the pass copying
+every segment; ``daemon_stop_s``), so that a run's fixed costs are told apart from its per-segment ones.
 
     .venv/bin/python benchmarks/bench_tier.py --size-gb 1
 """
@@ -97,9 +97,9 @@ def segment_files(pdir: Path) -> list[Path]:
 
 
 def run_daemon(log_dir: Path, work: Path, storage: dict[str, Any]) -> dict[str, float]:
-    """``rlm run --once`` in this process; returns where its wall time went: ``start_s`` (config,
-    preflight with its storage probes, metadata store, threads), ``copy_s`` (the pass over the
-    partition: every segment through the copy protocol) and ``stop_s`` — the fixed costs of a run
+    """``rlm run --once`` in this process; returns where its wall time went: ``daemon_start_s`` (config,
+    preflight with its storage probes, metadata store, threads), ``daemon_copy_s`` (the pass over the
+    partition: every segment through the copy protocol) and ``daemon_stop_s`` — the fixed costs of a run
     against the per-segment ones (docs/performance.md, Tiering)."""
     from rlm.config import load_config
     from rlm.daemon.service import Daemon
@@ -122,7 +122,7 @@ def run_daemon(log_dir: Path, work: Path, storage: dict[str, Any]) -> dict[str, 
     d.stop()
     if failed:
         raise SystemExit(f"daemon reported {failed} failed task(s)")
-    return {"start_s": t1 - t0, "copy_s": t2 - t1, "stop_s": time.perf_counter() - t2}
+    return {"daemon_start_s": t1 - t0, "daemon_copy_s": t2 - t1, "daemon_stop_s": time.perf_counter() - t2}
 
 
 def free_port() -> int:

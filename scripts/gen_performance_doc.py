@@ -33,6 +33,10 @@ EXTRA_COLUMNS = {
     "logins_per_s": "median logins/s",  # bench_endpoint_hostile (a)
     "endpoint_cpu_s": "median endpoint CPU s",  # bench_endpoint_hostile (b)
     "flood_cpu_s": "median flood CPU s",
+    "flood_reopened_during_read": "median flood re-opened",
+    "daemon_start_s": "median daemon start s",  # bench_tier: a run's fixed costs ...
+    "daemon_copy_s": "median copy pass s",  # ... against its per-segment ones
+    "daemon_stop_s": "median daemon stop s",
 }
 BLOCK = re.compile(r"<!-- generated: ([\w.-]+) -->\n.*?<!-- end generated: \1 -->", re.S)
 
