@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -43,10 +44,18 @@ from rlm.log.partition import PartitionDir
 from rlm.log.records import iter_records
 from rlm.log.writer import PartitionWriter, merge_offset_checkpoint
 from rlm.types import KafkaUuid, RemoteLogSegmentMetadata, TopicPartition
-from tests.compacted.helpers import Row, first_offset_from
+from tests.compacted.helpers import (
+    Row,
+    checkpoint,
+    first_offset_from,
+    set_topic_config,
+    update_keys,
+    wait_cleaned_past,
+    write_workload,
+)
 from tests.compacted.swapping_rsm import swap_in
-from tests.compacted.test_compact_topic import NO_CLEANING
-from tests.compacted.test_replacement import fetch
+from tests.compacted.test_compact_topic import CLEANING, COMPACT, NO_CLEANING, _raw_config, _roll, _tier_once
+from tests.compacted.test_replacement import fetch, setup_topic, tier_once
 from tests.compacted.test_tail_segment import (
     TOPIC,
     _batches,
@@ -56,11 +65,12 @@ from tests.compacted.test_tail_segment import (
     _tier,
     gap_at_a_segment_end,
 )
+from tests.daemon.helpers import create_topic
 from tests.daemon.test_restore_broker import cli, reads, watermarks
 from tests.fixtures.restore_target import restore_command, stopped_target
 from tests.services.kafka import KafkaCluster
 
-pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.usefixtures("no_remote_compaction")]
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 ISOLATIONS = ("read_committed", "read_uncommitted")
 
 
@@ -92,16 +102,16 @@ def empty_tail_at_the_end(tmp: Path) -> Path:
     return cfg
 
 
-def remote_segments(cfg: Path) -> list[RemoteLogSegmentMetadata]:
+def remote_segments(cfg: Path, topic: str = TOPIC) -> list[RemoteLogSegmentMetadata]:
     with RemoteFetcher.from_config(load_config(cfg)) as f:
-        return [s.metadata for s in f.plan(TOPIC, 0).segments]
+        return [s.metadata for s in f.plan(topic, 0).segments]
 
 
-def delivered_offset(bootstrap: str) -> int:
+def delivered_offset(bootstrap: str, topic: str) -> int:
     """The offset the restored broker gives the next record of a new producer."""
     got: list[int | None] = []
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
-    p.produce(TOPIC, key=b"user-new", value=b"after restore", partition=0,
+    p.produce(topic, key=b"user-new", value=b"after restore", partition=0,
               on_delivery=lambda err, msg: got.append(-1 if err else msg.offset()))
     assert p.flush(30) == 0
     (offset,) = got
@@ -110,36 +120,37 @@ def delivered_offset(bootstrap: str) -> int:
 
 
 @contextmanager
-def restored(cfg: Path, name: str, first: int, capsys: pytest.CaptureFixture[str]
+def restored(cfg: Path, name: str, first: int, capsys: pytest.CaptureFixture[str], topic: str = TOPIC
              ) -> Iterator[tuple[KafkaCluster, dict[str, list[Row]]]]:
-    """B holding the remote history of ``TOPIC`` restored from offset ``first`` on, started, after
+    """B holding the remote history of ``topic`` restored from offset ``first`` on, started, after
     the checks every history shares (module docstring); yields B and the remote rows ``rlm fetch``
     reads from 0, per isolation level."""
-    segs = remote_segments(cfg)
+    segs = remote_segments(cfg, topic)
     end = segs[-1].end_offset + 1
-    remote = {iso: fetch(cfg, TOPIC, 0, end, iso) for iso in ISOLATIONS}
+    remote = {iso: fetch(cfg, topic, 0, end, iso) for iso in ISOLATIONS}
     local_bytes = sum(m.segment_size_in_bytes for m in segs if m.start_offset >= first)
-    with stopped_target(name, TOPIC, **{"cleanup.policy": "compact,delete", **NO_CLEANING}) as b:
-        restore = [*restore_command(cfg, TOPIC, b), "--local-bytes", str(max(local_bytes, 1)), "--execute"]
+    with stopped_target(name, topic, **{"cleanup.policy": "compact,delete", **NO_CLEANING}) as b:
+        restore = [*restore_command(cfg, topic, b), "--local-bytes", str(max(local_bytes, 1)), "--execute"]
         (part,) = cli(capsys, *restore)["partitions"]
         assert part["skipped"] is None, part
         assert (part["first_offset"], part["log_start"], part["next_offset"]) == (first, first, end)
-        target = b.log_dir / f"{TOPIC}-0"
+        target = b.log_dir / f"{topic}-0"
         bases = [m.start_offset for m in segs if m.start_offset >= first] + [end]
         assert sorted(p.name for p in target.glob("*.log")) == [f"{o:020d}.log" for o in bases]
         b.start_node(1)
 
-        assert watermarks(b.bootstrap, TOPIC) == (first, end), "log start and end as restored"
+        assert watermarks(b.bootstrap, topic) == (first, end), "log start and end as restored"
         # a new record first: a log ending in a gap (the empty tail) gives a consumer nothing to move
         # its position past the last record until one arrives, on this broker as on any other
-        assert delivered_offset(b.bootstrap) == end, "new records continue at the old end offset"
-        served = reads(b.bootstrap, TOPIC, OFFSET_BEGINNING, end)
+        assert delivered_offset(b.bootstrap, topic) == end, "new records continue at the old end offset"
+        served = reads(b.bootstrap, topic, OFFSET_BEGINNING, end)
         for iso in ISOLATIONS:
             want = [r for r in remote[iso] if r[0] >= first]
             assert [(o, k, v) for o, k, v, _ts, _h in served[iso]] == want, iso
         yield b, remote
 
 
+@pytest.mark.usefixtures("no_remote_compaction")  # it would replace the tiered segments
 @pytest.mark.parametrize("first", [0, 100], ids=["whole-history", "tail-segment-first"])
 def test_restored_tail_segment_with_gaps_is_loaded_and_served_by_the_broker(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], first: int
@@ -165,6 +176,7 @@ def test_restored_tail_segment_with_gaps_is_loaded_and_served_by_the_broker(
         assert first_offset_from(b.bootstrap, TOPIC, inside) == min(o for o in later if o > inside)
 
 
+@pytest.mark.usefixtures("no_remote_compaction")
 def test_restored_empty_tail_segment_is_loaded_and_served_by_the_broker(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -178,3 +190,67 @@ def test_restored_empty_tail_segment_is_loaded_and_served_by_the_broker(
             assert [o for o, _, _ in remote[iso]] == list(range(200)), iso
         assert (b.log_dir / f"{TOPIC}-0" / f"{200:020d}.log").stat().st_size == 0
         assert first_offset_from(b.bootstrap, TOPIC, 250) == 300, "a fetch in the empty segment"
+
+
+@pytest.mark.usefixtures("no_remote_compaction")
+def test_restored_tail_segment_made_by_the_brokers_cleaner(
+    kafka: Any, unique_topic: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The session broker's own cleaner makes the tail: a ``compact`` topic with the keyed workload
+    (tombstones, a committed and an aborted transaction) is tiered up to the cleaner's checkpoint,
+    small dirty segments wait above it, then ``segment.bytes`` is raised so that the cleaner's next
+    pass groups every segment below the active one into one (Kafka groups segments up to
+    ``segment.bytes``) and the copier copies that segment's tail from the remote end."""
+    topic, bs = unique_topic, kafka.bootstrap
+    pdir = kafka.log_dir / f"{topic}-0"
+    create_topic(bs, topic, 1, 1, **COMPACT, **CLEANING)
+    written = write_workload(bs, topic)
+    wait_cleaned_past(kafka.log_dir, topic, 0)
+    set_topic_config(bs, topic, **NO_CLEANING, **{"segment.ms": "100"})
+    for r in range(3):
+        update_keys(bs, topic, range(0, 100), f"late{r}", written)
+        _roll(bs, topic, pdir, written)
+    set_topic_config(bs, topic, **{"segment.ms": "604800000"})
+    remote_end = checkpoint(kafka.log_dir, topic)
+    cfg = tmp_path / "rlm.yaml"
+    cfg.write_text(yaml.safe_dump(_raw_config(kafka, topic, tmp_path)))
+    _tier_once(cfg)
+    assert remote_segments(cfg, topic)[-1].end_offset + 1 == remote_end == checkpoint(kafka.log_dir, topic)
+
+    set_topic_config(bs, topic, **CLEANING, **{"segment.bytes": str(64 << 20)})
+    wait_cleaned_past(kafka.log_dir, topic, remote_end)
+    local = PartitionDir(pdir)
+    assert [s for s in local.inactive_segments()
+            if s.base_offset < remote_end < local.next_offset(s)], "one cleaned segment across the remote end"
+    _tier_once(cfg)
+    segs = remote_segments(cfg, topic)
+    assert remote_end in {m.start_offset for m in segs}, "the tail copied from the remote end"
+    assert remote_end not in {s.base_offset for s in PartitionDir(pdir).segments}, "a tail segment"
+
+    with restored(cfg, "restore-cleaner-tail", 0, capsys, topic) as (_b, remote):
+        for iso, rows in remote.items():
+            assert all(written.records[o] == (k, v) for o, k, v in rows), f"{iso}: as written"
+            assert len(rows) < segs[-1].end_offset + 1, f"{iso}: the cleaner's gaps"
+        assert not {o for o, _, _ in remote["read_committed"]} & written.aborted
+
+
+def test_restored_remotely_compacted_history(
+    kafka: Any, unique_topic: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not a tail: a ``compact,delete`` topic whose tiered segments the remote compaction job
+    replaced with one compacted segment (gaps, the aborted transaction and markers removed, the
+    last input's producer snapshot) restores the same way."""
+    topic = unique_topic
+    cfg, written, _tip = setup_topic(kafka, topic, tmp_path)
+    assert tier_once(cfg)["compactions"] == 0
+    tiered = remote_segments(cfg, topic)
+    set_topic_config(kafka.bootstrap, topic, **CLEANING)
+    assert tier_once(cfg)["compactions"] == 1
+    segs = remote_segments(cfg, topic)
+    assert segs[0].remote_log_segment_id not in {m.remote_log_segment_id for m in tiered}
+
+    with restored(cfg, "restore-compacted", 0, capsys, topic) as (_b, remote):
+        for iso, rows in remote.items():
+            assert all(written.records[o] == (k, v) for o, k, v in rows), f"{iso}: as written"
+            assert len(rows) < segs[-1].end_offset + 1, f"{iso}: the compaction's gaps"
+        assert not {o for o, _, _ in remote["read_committed"]} & written.aborted
