@@ -80,7 +80,7 @@ def write_segment(directory: str | Path, base_offset: int, batches: Iterable[byt
     time_path = root / _name(base_offset, "timeindex")
     atomic_write(index_path, encode_offset_index(offsets, base_offset))
     atomic_write(time_path, encode_time_index(times, base_offset))
-    txns = sorted(aborted, key=lambda t: t.first_offset)
+    txns = sorted(aborted, key=lambda t: t.last_offset)  # marker order, as the broker appends them
     txn_path = None
     if txns:
         txn_path = root / _name(base_offset, "txnindex")
