@@ -412,3 +412,27 @@ def test_aborted_data_tiered_before_its_marker_stays_aborted(worlds: Worlds) -> 
         assert [o for o, _, _ in rows] == [2], "only the committed record"
     finally:
         sidecar.close()
+
+
+def test_interleaved_aborted_transactions_are_indexed_in_marker_order(worlds: Worlds) -> None:
+    """Found by the property test: two transactions aborted in the other order than they began
+    (a long one open while a short one begins and aborts). The engine wrote the cleaned segment's
+    ``.txnindex`` sorted by first offset, which the format refuses (markers must increase):
+    ``ValueError`` from the broker-cleaner and the remote compaction alike, every pass."""
+    root = worlds.new()
+    broker = Broker(root / "logs", root / "scratch", {"cleanup.policy": "compact,delete"})
+    broker.append([(b"k0", b"long")], producer_id=LONG_TRANSACTIONAL, transactional=True)  # 0
+    broker.append([(b"k1", b"short")], producer_id=TRANSACTIONAL, transactional=True)  # 1
+    broker.end_transaction(TRANSACTIONAL, commit=False)  # 2
+    broker.end_transaction(LONG_TRANSACTIONAL, commit=False)  # 3
+    broker.append([(b"k2", b"committed")], producer_id=IDEMPOTENT)  # 4
+    broker.roll()
+    assert broker.clean()
+    config = daemon_config(root, "compact,delete")
+    sidecar = Sidecar(config, broker)
+    try:
+        assert sidecar.tier() == 1
+        rows, remote_end = read_from_zero(config, broker, "read_committed")
+        assert remote_end == 5 and rows == [(4, b"k2", b"committed")]
+    finally:
+        sidecar.close()
