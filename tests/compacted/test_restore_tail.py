@@ -2,8 +2,10 @@
 broker.
 
 A tail segment is a remote segment whose base offset is not a broker segment's: the copier copies
-a cleaned, merged segment from the remote end on (tests/compacted/test_tail_segment.py). Two
-histories, built on files as the broker's cleaner leaves them and tiered by the daemon:
+a cleaned, merged segment from the remote end on (tests/compacted/test_tail_segment.py). One
+history is made by the session broker's own cleaner (a tail of whatever it kept); two are built on
+files as the broker's cleaner leaves them and tiered by the daemon, for the shapes a broker run
+does not promise:
 
 * ``gap_at_a_segment_end``: remote ``[0, 99]`` as first written, ``[100, 299]`` the tail of the
   cleaned segment ``[0, 300)`` (it starts with a gap, 100..109 removed, has gaps inside and ends
@@ -11,6 +13,9 @@ histories, built on files as the broker's cleaner leaves them and tiered by the 
 * :func:`empty_tail_at_the_end`: remote ``[0, 99]``, ``[100, 199]`` as written, then ``[200, 299]``
   the tail of a cleaned segment whose batches from 200 on the cleaner all removed: a segment of
   0 bytes, the last of the history.
+
+A fourth history is not a tail: segments the remote compaction job replaced with one compacted
+segment, restored the same way.
 
 Restored into a new one-node cluster's empty ``compact,delete`` partition, the broker must load the
 directory and serve exactly the remote history at both isolation levels (every offset where it
