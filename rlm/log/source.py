@@ -12,6 +12,7 @@ descriptors survive a rename or unlink of the file (retention, compaction).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import io
 import mmap
@@ -21,7 +22,7 @@ from contextlib import contextmanager
 from typing import IO, Union
 
 from rlm.errors import LogFileGoneError, LogFormatError
-from rlm.log import _pages
+from rlm.log import _pages, _recycle
 
 Source = Union[bytes, bytearray, memoryview, str, "os.PathLike[str]", IO[bytes]]
 
@@ -198,6 +199,21 @@ def _file_window(f: IO[bytes], name: str | None) -> Iterator[FileWindow]:
     size = os.fstat(f.fileno()).st_size
     if size == 0:
         yield FileWindow(memoryview(b""))
+        return
+    # Large files: a recycled mapping (pages still mapped from an earlier read: no fault, no
+    # zeroing; see _recycle.mapping), given back when the last view of it dies.
+    pooled = _recycle.mapping(size)
+    if pooled is not None:
+        arr, mm, address = pooled
+        view = memoryview(arr)[:size]
+        window = FileWindow(view, fd=f.fileno(), mm=mm, path=name, address=address)
+        try:
+            yield window
+        finally:
+            _recycle.note_used(arr, size)
+            with contextlib.suppress(BufferError):  # a caller kept a slice: it keeps the mapping
+                window.view.release()
+                view.release()
         return
     # Private and anonymous: pages cost nothing until filled, and MADV_DONTNEED really frees them.
     mm = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)

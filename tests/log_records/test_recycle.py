@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -170,3 +171,30 @@ def test_the_default_budget_follows_the_memory_of_the_process(monkeypatch: pytes
         assert _recycle.default_budget() == want
     monkeypatch.setenv("RLM_DECODE_CACHE_MB", "0")
     assert _recycle._budget_from_env() == 0
+
+
+def test_file_windows_reuse_memory_and_a_kept_slice_keeps_its_bytes(
+    pool: _recycle.RecyclePool, tmp_path: Path
+) -> None:
+    """A file is read into a recycled mapping: the next read of a file reuses it (no fresh pages
+    to fault in and zero), but never while a caller still holds a slice of the earlier one."""
+    from rlm.log.source import open_source
+
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    a.write_bytes(_segment(1, batches=800))
+    b.write_bytes(_segment(2, batches=800))
+    assert a.stat().st_size >= _recycle.MIN_BYTES
+    with open_source(a) as view:
+        kept = view[100:200]
+        want = bytes(kept)
+    created = pool.created
+    for _ in range(3):
+        with open_source(b) as view:
+            assert bytes(view[:50]) == b.read_bytes()[:50]
+    assert bytes(kept) == want  # the mapping under ``kept`` was not lent to the reads of b
+    assert pool.created == created + 1  # b's reads shared one new mapping
+    del kept, view
+    gc.collect()
+    with open_source(a) as view:
+        assert bytes(view[100:200]) == want
+    assert pool.created == created + 1 and pool.reused >= 3
