@@ -64,7 +64,7 @@ FILLER = b"filler"  # written by settle only: the dirty segment that makes the l
 IDEMPOTENT, TRANSACTIONAL, LONG_TRANSACTIONAL = 1, 2, 3
 RETENTION_MS = 3_600_000  # delete.retention.ms: only the clock jumps pass it, never the test's own time
 MAX_LAG_MS = RETENTION_MS // 2  # max.compaction.lag.ms: a jump makes any dirty range due
-EXAMPLES = int(os.environ.get("RLM_PROPERTY_EXAMPLES", "50"))  # about 30 s on a shared 2-core machine
+EXAMPLES = int(os.environ.get("RLM_PROPERTY_EXAMPLES", "60"))  # 20-40 s on a loaded 2-core machine
 #: a transaction's data tiered while its ABORT marker is in a later local segment, then two broker
 #: cleaner passes before the marker is tiered: the remote history shows the aborted data as
 #: committed (test_aborted_data_tiered_before_its_marker_stays_aborted). The machine tiers first then.
@@ -237,10 +237,11 @@ class ReplacementMachine(RuleBasedStateMachine):
 
     @rule(step=st.sampled_from(CRASH_STEPS), job=st.sampled_from(["compact", "tier"]))
     def crash_and_restart(self, step: str, job: str) -> None:
-        """``kill -9`` at ``step`` if the job reaches it, then a new sidecar process on the same
-        work dir, storage and metadata (the invariant reads the state the crash left). Work is made
-        first, so that the job has something to do: a new rolled segment to copy, or two new
-        tiered segments (remote compaction needs two, and their dirty bytes to be due)."""
+        """``kill -9`` at ``step`` if the job reaches it; the state the crash left is read; then a
+        new sidecar process on the same work dir, storage and metadata runs the same job again and
+        everything has converged: nothing left STARTED, no object the metadata does not list. Work
+        is made first, so that the job has something to do: a new rolled segment to copy, or two
+        new tiered segments (remote compaction needs two, and their dirty bytes to be due)."""
         for _ in range(2 if job == "compact" else 1):
             self._append([(KEYS[self.values % len(KEYS)], False)])
             self.broker.roll()
@@ -253,10 +254,25 @@ class ReplacementMachine(RuleBasedStateMachine):
             self.sidecar.compact() if job == "compact" else self.sidecar.tier()
         except Crash:
             self.saw(f"crashed at {step} ({job})")
+            self.check_reads()
             self.sidecar.close()
             self.sidecar = Sidecar(self.config, self.broker)
+            self.sidecar.compact() if job == "compact" else self.sidecar.tier()
+            self.assert_converged()
         finally:
             self.crashes.armed = None
+
+    def assert_converged(self) -> None:
+        """Every segment FINISHED or deleted, FINISHED ones one gapless chain from offset 0 with no
+        replaced one left, and the bucket holds exactly the FINISHED segments' objects."""
+        every = self.sidecar.segments()
+        assert all(m.state in (RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
+                               RemoteLogSegmentState.DELETE_SEGMENT_FINISHED) for m in every), \
+            [(m.state, m.start_offset) for m in every]
+        finished = finished_only(every)
+        if finished:
+            assert_one_chain(finished, 0, self.sidecar.remote_end() - 1)
+        assert stored_segment_ids(self.root / "remote") == {m.remote_log_segment_id.id.text for m in finished}
 
     @precondition(lambda self: not self.open_txn)
     @rule()
@@ -283,14 +299,7 @@ class ReplacementMachine(RuleBasedStateMachine):
         if replaced:
             self.saw("settle: compacted after max.compaction.lag.ms")
         assert not [r for r in rows if r[1] in deleted], "tombstones past delete.retention.ms removed"
-        every = self.sidecar.segments()
-        assert all(m.state in (RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
-                               RemoteLogSegmentState.DELETE_SEGMENT_FINISHED) for m in every), \
-            [(m.state, m.start_offset) for m in every]
-        finished = finished_only(every)
-        if finished:
-            assert_one_chain(finished, 0, self.sidecar.remote_end() - 1)
-        assert stored_segment_ids(self.root / "remote") == {m.remote_log_segment_id.id.text for m in finished}
+        self.assert_converged()
 
     # ---- what a consumer from offset 0 sees ------------------------------------------------
     @invariant()
@@ -373,7 +382,7 @@ def test_consumer_from_zero_always_ends_with_the_model(worlds: Worlds,
     ReplacementMachine.crashes = CrashPoints(monkeypatch)
     run_state_machine_as_test(
         ReplacementMachine,
-        settings=settings(max_examples=EXAMPLES, stateful_step_count=25, deadline=None,
+        settings=settings(max_examples=EXAMPLES, stateful_step_count=30, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]),
     )
     print("\n".join(f"{n:6d}  {what}" for what, n in sorted(ReplacementMachine.seen.items())))
