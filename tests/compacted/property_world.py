@@ -63,10 +63,10 @@ from rlm.log.writer import (
 )
 from rlm.plugin_setup import load_rlmm, load_rsm
 from rlm.types import KafkaUuid, RemoteLogSegmentMetadata, TopicIdPartition, TopicPartition
+from tests.compacted.helpers import Row
 
 NODE = 1
 TOPIC = "changelog"
-Row = tuple[int, bytes | None, bytes | None]
 SEGMENT_SUFFIXES = ("log", "index", "timeindex", "txnindex")
 #: every segment is rolled by the state machine's own rule, never by size or age
 NEVER_ROLL = WriterConfig(segment_bytes=2**31 - 1, segment_ms=2**62)

@@ -45,12 +45,11 @@ from rlm.daemon.clock import wall_ms
 from rlm.daemon.crash import COPY_STEPS, DELETE_STEPS, REPLACE_STEPS
 from rlm.lineage import finished_only
 from rlm.types import RemoteLogSegmentState
-from tests.compacted.helpers import Written, final_of
+from tests.compacted.helpers import Row, Written, final_of
 from tests.compacted.property_world import (
     Broker,
     Crash,
     CrashPoints,
-    Row,
     Sidecar,
     Worlds,
     daemon_config,
