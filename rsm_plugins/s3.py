@@ -75,6 +75,11 @@ class S3Config(PluginConfig):
     checksum_calculation: Literal["when_supported", "when_required"] = Field(
         "when_required", description="botocore request checksums; the plugin checks CRC-32C itself."
     )
+    upload_checksums: bool = Field(
+        True,
+        description="Send the CRC-32C the plugin computes while reading with every upload and part, "
+        "so the store checks what it received (false: for a store that rejects checksum headers).",
+    )
     use_recorded_location: bool = Field(True, description="Read from the bucket/prefix the copy recorded.")
     direct_range_gets: bool = Field(
         True,
@@ -217,6 +222,7 @@ class S3RemoteStorageManager(RemoteStorageManager[S3Config]):
             cfg.multipart_threshold,
             cfg.part_size,
             cfg.upload_concurrency,
+            cfg.upload_checksums,
         )
         sums: dict[SegmentFileType, FileChecksum] = {}
         pending: list[Future[Any]] = []

@@ -3,6 +3,7 @@ storage class/SSE, recorded location, integrity of stored objects, secrets never
 
 from __future__ import annotations
 
+import base64
 import io
 import re
 import threading
@@ -11,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import google_crc32c
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 
@@ -23,7 +25,7 @@ from rlm.errors import (
     RemoteStorageIntegrityError,
 )
 from rlm.types import IndexType
-from rsm_plugins import integrity
+from rsm_plugins import integrity, layout
 from rsm_plugins.layout import SegmentFileType
 from rsm_plugins.s3 import S3RemoteStorageManager
 from rsm_plugins.s3_errors import map_error, with_retries
@@ -318,3 +320,53 @@ def test_failed_index_upload_leaves_nothing_while_the_segment_was_in_flight(
     assert s3_server.boto3_client().list_multipart_uploads(Bucket=s3_bucket).get("Uploads", []) == []
     assert keys(s3_server, s3_bucket) == []
     rsm.close()
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("send", [True, False], ids=["checksums", "no-checksums"])
+def test_uploads_carry_the_crc32c_computed_while_reading(
+    s3_server: S3Endpoint, s3_bucket: str, segments: SegmentFactory, send: bool
+) -> None:
+    """Every PUT and every part of the segment's multipart upload carries the CRC-32C of exactly
+    its bytes (checked here against the source file, independently), the upload is created as a
+    CRC-32C one and CompleteMultipartUpload lists the parts' checksums, so the store checks what it
+    received and needs no full-object checksum of its own; the copy reads back equal. With
+    ``upload_checksums: false`` (a store that rejects checksum headers) none is sent."""
+    rsm = rsm_plugins.load("s3", s3_config(s3_server, s3_bucket, upload_checksums=send))
+    assert isinstance(rsm, S3RemoteStorageManager)
+    seg = segments.make(13 * MiB)  # three 5 MiB parts, the last one short
+    sent: list[tuple[str, str, dict[str, str], bytes]] = []
+
+    def record(request: Any, event_name: str, **_: Any) -> None:
+        body = request.body
+        raw = bytes(body) if isinstance(body, (bytes, bytearray)) else body.getvalue() if body else b""
+        headers = {k.lower(): v.decode() if isinstance(v, bytes) else str(v)
+                   for k, v in request.headers.items()}
+        sent.append((event_name.rsplit(".", 1)[-1], request.url, headers, raw))
+
+    rsm.client.meta.events.register("before-send.s3.*", record)
+    try:
+        md = finished(seg.metadata, rsm.copy_log_segment_data(seg.metadata, seg.data))
+        assert read_all(rsm.fetch_log_segment(md, 0)) == seg.log
+    finally:
+        rsm.close()
+
+    def b64crc(data: bytes) -> str:
+        return base64.b64encode(google_crc32c.value(data).to_bytes(4, "big")).decode()
+
+    parts = [(url, h) for op, url, h, _ in sent if op == "UploadPart"]
+    assert len(parts) == 3
+    if not send:
+        assert not [h for _, _, h, _ in sent if any(k.startswith("x-amz-checksum") for k in h)]
+        return
+    for url, h in parts:
+        number = int(re.search(r"partNumber=(\d+)", url).group(1))  # type: ignore[union-attr]
+        start = (number - 1) * 5 * MiB
+        assert h["x-amz-checksum-crc32c"] == b64crc(seg.log[start : start + 5 * MiB])
+    (create,) = [h for op, _, h, _ in sent if op == "CreateMultipartUpload"]
+    assert create["x-amz-checksum-algorithm"] == "CRC32C"
+    (complete,) = [body for op, _, _, body in sent if op == "CompleteMultipartUpload"]
+    assert complete.count(b"<ChecksumCRC32C>") == 3
+    puts = [(h, body) for op, _, h, body in sent if op == "PutObject"]
+    assert len(puts) == len(layout.source_files(seg.data)) - 1  # every file but the .log
+    assert all(h["x-amz-checksum-crc32c"] == b64crc(body) for h, body in puts)
