@@ -144,6 +144,10 @@ class RemoteCompactor:
         self.budget = CompactionBudget(ctx.config.remote_compaction_memory_bytes, ctx.config.thread_pool_size)
         self.progress = CompactionProgress(ctx.status, ctx.metrics, self.budget)
         self.lone = LoneSegments()
+        # partitions whose compaction failed with an unexpected error (a bug, not an RlmError):
+        # not compacted again until the daemon restarts, as Kafka's cleaner marks a partition
+        # uncleanable; copying and retention go on
+        self.uncleanable: set[TopicIdPartition] = set()
 
     def run(self, tp: TopicIdPartition, view: LocalLogView, lso: int, cfg: ResolvedTopicConfig) -> int:
         """Finish half-done replacements, then compact a due range; returns segments replaced."""
@@ -160,7 +164,8 @@ class RemoteCompactor:
                      segment_id=old.remote_log_segment_id.id.text,
                      replaced_by=by.remote_log_segment_id.id.text)
             delete_remote_segment(ctx, old, "replaced")
-        if not is_compacted(cfg.cleanup_policy) or ctx.stop.is_set() or tp in ctx.copy_disabled:
+        if (not is_compacted(cfg.cleanup_policy) or ctx.stop.is_set() or tp in ctx.copy_disabled
+                or tp in self.uncleanable):
             return 0
         try:
             settings = settings_for(tp.topic, cfg)
@@ -185,6 +190,14 @@ class RemoteCompactor:
             (log.warning if e.retriable else log.error)(
                 "remote_compaction_failed", topic=tp.topic, partition=tp.partition, error=str(e),
                 kind=type(e).__name__, retriable=e.retriable)
+            return 0
+        except Exception as e:  # a bug in one compaction must not stop the partition's retention
+            self.uncleanable.add(tp)
+            ctx.metrics.error(e, "compaction")
+            log.error("remote_compaction_failed_unexpectedly", topic=tp.topic, partition=tp.partition,
+                      error=str(e), kind=type(e).__name__, exc_info=True,
+                      action="the partition is not compacted again until the daemon restarts; "
+                             "copying and retention go on")
             return 0
 
     def _replace(self, tp: TopicIdPartition, view: LocalLogView, lso: int, plan: Plan,
