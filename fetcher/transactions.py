@@ -17,7 +17,7 @@ undecided transactions.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from fetcher.frontier import FrontierSource
@@ -35,17 +35,25 @@ def collect_aborted_txns(plan: PartitionPlan, link: PlannedSegment, start: int, 
                          frontier_aborted: Sequence[AbortedTxn] = ()) -> list[AbortedTxn]:
     """Aborted transactions overlapping ``[start, upper)`` from ``link`` and the links after it,
     then, past the remote end, from ``frontier_aborted`` (those whose ABORT marker is not tiered
-    yet: :mod:`fetcher.frontier`), as Kafka goes on into local segments."""
-    found: list[AbortedTxn] = []
+    yet: :mod:`fetcher.frontier`), as Kafka goes on into local segments. Each transaction once
+    (by producer id and first offset, as Kafka's remote read collects them into a set): a compacted
+    topic's segment also indexes the aborts whose marker was still local when it was copied
+    (:mod:`rlm.daemon.aborts_ahead`), so the marker's segment or the frontier may name it again."""
+    found: dict[tuple[int, int], AbortedTxn] = {}
+
+    def add(entries: Iterable[AbortedTxn]) -> None:
+        for e in entries:
+            found.setdefault((e.producer_id, e.first_offset), e)
+
     current: PlannedSegment | None = link
     while current is not None:
         entries, complete = collect_aborted(indexes.get(current.metadata).txn, start, upper)
-        found.extend(entries)
+        add(entries)
         if complete:
-            return found
+            return list(found.values())
         current = plan.after(current)
-    found.extend(a for a in frontier_aborted if a.last_offset >= start and a.first_offset < upper)
-    return found
+    add(a for a in frontier_aborted if a.last_offset >= start and a.first_offset < upper)
+    return list(found.values())
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,8 +34,7 @@ from rlm.daemon.local_log import LocalSegment
 from rlm.errors import LogFormatError
 from rlm.log.checkpoints import CLEANER_OFFSET_CHECKPOINT, read_offset_checkpoint
 from rlm.log.records import iter_batches, read_batch_bytes
-from rlm.log.txn_index import encode_txn_index, parse_txn_index
-from rlm.log.writer import PartitionWriter, WriterConfig, atomic_write
+from rlm.log.writer import PartitionWriter, WriterConfig
 from rlm.types import KafkaUuid, TopicPartition
 
 INT32_MAX = 2**31 - 1
@@ -159,8 +158,8 @@ def write_tail_segment(
     seg: LocalSegment, from_offset: int, staging: Path, topic_id: KafkaUuid
 ) -> TailSegment:
     """The batches of ``seg`` at or above ``from_offset``, unchanged (offsets, epochs, CRCs), as a
-    segment of their own based at ``from_offset`` with offset and time indexes; its ``.txnindex``
-    keeps the local segment's aborted transactions whose marker is in the copied part.
+    segment of their own based at ``from_offset`` with offset and time indexes (its ``.txnindex`` is
+    the copier's: :func:`rlm.daemon.aborts_ahead.remote_txn_index`).
 
     Raises :class:`StraddlingBatchError` when a batch begins below ``from_offset`` and ends at or
     above it (never made by Kafka: a cleaned batch stays inside its original segment).
@@ -188,10 +187,5 @@ def write_tail_segment(
             max_ts = max(max_ts, header.max_timestamp)
     finally:
         writer.close(clean=False)
-    txn = seg.path(".txnindex")
-    if txn.exists() and txn.stat().st_size > 0:
-        kept = [t for t in parse_txn_index(txn.read_bytes()) if t.last_offset >= from_offset]
-        if kept:
-            atomic_write(directory / f"{from_offset:020d}.txnindex", encode_txn_index(kept))
     size = (directory / f"{from_offset:020d}.log").stat().st_size
     return TailSegment(directory, from_offset, size, max_ts)

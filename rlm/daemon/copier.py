@@ -9,7 +9,10 @@ re-raised so the scheduler retries the partition with backoff (and a new id).
 
 Compacted topics (:mod:`rlm.daemon.compacted`): a ``compact`` topic's segments are eligible only
 wholly below the broker cleaner's checkpoint too; a segment the cleaner rewrote so that it straddles
-the remote end is copied from the remote end on, never whole (a tiered range is never copied again).
+the remote end is copied from the remote end on, never whole (a tiered range is never copied again);
+a copied segment's remote ``.txnindex`` also names the aborted transactions whose data it holds and
+whose ABORT marker is still local (:mod:`rlm.daemon.aborts_ahead`: the cleaner may drop that entry
+before the marker's segment is tiered).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pathlib import Path
 import structlog
 
 from rlm.config import ResolvedTopicConfig
+from rlm.daemon.aborts_ahead import aborts_ahead, remote_txn_index
 from rlm.daemon.compacted import (
     RewriteGuard,
     TailSegment,
@@ -36,6 +40,7 @@ from rlm.daemon.remote_ops import LeadershipLostError as LeadershipLostError  # 
 from rlm.daemon.remote_ops import publish_segment
 from rlm.errors import LogFormatError
 from rlm.lineage import checkpoint_bytes, epochs_for_range, find_highest_remote_offset
+from rlm.log.txn_index import AbortedTxn
 from rlm.types import (
     LogSegmentData,
     RemoteLogSegmentId,
@@ -179,6 +184,7 @@ class SegmentCopier:
         if not ctx.quota.acquire(seg.size, ctx.stop):
             return False
         guard = RewriteGuard.take(seg) if compacted else None
+        ahead = aborts_ahead(view.dir, seg.next_offset) if compacted else []
         tail: TailSegment | None = None
         if from_offset is not None:
             if view.topic_id is None:
@@ -194,7 +200,7 @@ class SegmentCopier:
                 reason="the broker's cleaner merged tiered offsets into this segment",
             )
         try:
-            return self._copy(tp, view, seg, epochs, tail, guard)
+            return self._copy(tp, view, seg, epochs, tail, guard, ahead)
         finally:
             if tail is not None:
                 tail.remove()
@@ -207,6 +213,7 @@ class SegmentCopier:
         epochs: list[tuple[int, int]],
         tail: TailSegment | None,
         guard: RewriteGuard | None,
+        ahead: list[AbortedTxn],
     ) -> bool:
         ctx = self.ctx
         assert seg.next_offset is not None
@@ -215,8 +222,13 @@ class SegmentCopier:
         files = tail.path if tail is not None else seg.path
         seg_id = RemoteLogSegmentId.generate_new(tp)
         bind = log.bind(topic=tp.topic, partition=tp.partition, base_offset=base, segment_id=seg_id.id.text)
-        txn = files(".txnindex")
-        txn_path = txn if txn.exists() and txn.stat().st_size > 0 else None
+        own_txn = seg.path(".txnindex")
+        staged_txn = files(".txnindex") if tail is not None else ctx.staging_dir(tp) / own_txn.name
+        txn_path = remote_txn_index(own_txn, seg.base_offset, base, ahead, staged_txn)
+        if ahead:
+            bind.info("aborts_ahead_indexed",
+                      aborted=[[a.producer_id, a.first_offset, a.last_offset] for a in ahead],
+                      reason="ABORT markers still local: the cleaner may drop their entries before tiering")
         md = RemoteLogSegmentMetadata(
             remote_log_segment_id=seg_id,
             start_offset=base,
@@ -241,6 +253,8 @@ class SegmentCopier:
             publish_segment(ctx, md, data, check_upload=guard.check if guard is not None else None)
         finally:
             _cleanup_staged(snapshot, view)
+            if tail is None and txn_path == staged_txn:
+                staged_txn.unlink(missing_ok=True)
         st = ctx.status.partition(tp.topic, tp.partition)
         st.last_copy_ms = now_ms()
         bind.info(

@@ -64,10 +64,10 @@ IDEMPOTENT, TRANSACTIONAL, LONG_TRANSACTIONAL = 1, 2, 3
 RETENTION_MS = 3_600_000  # delete.retention.ms: only the clock jumps pass it, never the test's own time
 MAX_LAG_MS = RETENTION_MS // 2  # max.compaction.lag.ms: a jump makes any dirty range due
 EXAMPLES = int(os.environ.get("RLM_PROPERTY_EXAMPLES", "60"))  # 20-40 s on a loaded 2-core machine
-#: a transaction's data tiered while its ABORT marker is in a later local segment, then two broker
-#: cleaner passes before the marker is tiered: the remote history shows the aborted data as
-#: committed (test_aborted_data_tiered_before_its_marker_stays_aborted). The machine tiers first then.
-AVOID_KNOWN_TXN_MARKER_BUG = True
+#: True = tier before a broker cleaner pass while an aborted transaction's data is tiered ahead of
+#: its ABORT marker (the machine's way round a bug fixed since: the copy indexes such aborts with
+#: the data, rlm.daemon.aborts_ahead; test_aborted_data_tiered_before_its_marker_stays_aborted)
+AVOID_KNOWN_TXN_MARKER_BUG = False
 CRASH_STEPS = REPLACE_STEPS + COPY_STEPS + DELETE_STEPS
 
 items = st.lists(st.tuples(st.sampled_from(KEYS), st.booleans()), min_size=1, max_size=4)  # (key, tombstone)
@@ -193,12 +193,12 @@ class ReplacementMachine(RuleBasedStateMachine):
         return any(first < end <= marker for first, marker in self.aborted_ranges)
 
     def _clean(self) -> None:
-        """The broker's cleaner; first a tier pass while :meth:`_aborted_ahead_of_marker` (the
-        sidecar copies the marker before two cleaner passes drop its ``.txnindex`` entry: see
-        test_aborted_data_tiered_before_its_marker_stays_aborted, a known bug)."""
-        if AVOID_KNOWN_TXN_MARKER_BUG and self._aborted_ahead_of_marker():
-            self.saw("tiered before the cleaner: aborted data tiered ahead of its marker")
-            self.sidecar.tier()
+        """The broker's cleaner (with :data:`AVOID_KNOWN_TXN_MARKER_BUG` on, first a tier pass while
+        :meth:`_aborted_ahead_of_marker`, as the machine ran before the bug was fixed)."""
+        if self._aborted_ahead_of_marker():
+            if AVOID_KNOWN_TXN_MARKER_BUG:
+                self.sidecar.tier()
+            self.saw("cleaner ran while aborted data was tiered ahead of its marker")
         if self.broker.clean():
             self.saw("broker cleaner ran")
 
@@ -387,19 +387,13 @@ def test_consumer_from_zero_always_ends_with_the_model(worlds: Worlds,
     print("\n".join(f"{n:6d}  {what}" for what, n in sorted(ReplacementMachine.seen.items())))
 
 
-KNOWN_TXN_MARKER_BUG = (
-    "known bug: the broker's cleaner drops the .txnindex entry of an aborted transaction whose data it "
-    "removed before the sidecar tiered the marker's segment; the remote copy of the data has no entry, "
-    "so read_committed shows the aborted data")
-
-
-@pytest.mark.xfail(strict=True, reason=KNOWN_TXN_MARKER_BUG)
 def test_aborted_data_tiered_before_its_marker_stays_aborted(worlds: Worlds) -> None:
-    """The shrunk example the property test found (its machine avoids it since): a transaction's data
-    rolls into a segment that is tiered while its ABORT is in the active segment; the same producer
-    writes again; two cleaner passes (the first removes the aborted data, the second, no longer
-    seeing it, drops the marker's ``.txnindex`` entry, as Kafka's cleaner does); then the marker's
-    segment is tiered without the entry."""
+    """The shrunk example the property test found: a transaction's data rolls into a segment that is
+    tiered while its ABORT is in the active segment; the same producer writes again; two cleaner
+    passes (the first removes the aborted data, the second, no longer seeing it, drops the marker's
+    ``.txnindex`` entry, as Kafka's cleaner does); then the marker's segment is tiered without the
+    entry. Read_committed showed the aborted record at 0 until the copy indexed the abort with its
+    data (rlm.daemon.aborts_ahead)."""
     root = worlds.new()
     broker = Broker(root / "logs", root / "scratch", {"cleanup.policy": "compact,delete"})
     config = daemon_config(root, "compact,delete")
