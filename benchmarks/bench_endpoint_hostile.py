@@ -200,7 +200,7 @@ def read_case(conf: dict[str, str], topic: str, ends: dict[int, int], server: in
              "endpoint_cpu_s": round(cpu, 3), "passes": passes}
     if flood:
         extra["flood_cpu_s"] = round(flood_cpu, 3)
-    if not flood:
+    else:
         print(f"  {case}: {extra['mb_per_s']} MB/s, endpoint CPU {cpu:.2f} s", flush=True)
     return Result(seconds, digests.pop(), bytes=size, records=n, extra=extra)
 
