@@ -14,6 +14,13 @@ Two rules of Kafka's cleaner, walked once per batch in offset order (per *batch*
   active producer's last data offset, or the marker carrying its last epoch when it has no data
   offset, is kept (as an empty header if all its records go) so that idempotent producers keep
   their sequence state across the cleaned range.
+
+One rule Kafka's cleaner does not need: an aborted transaction ends at its entry's last offset
+(the ABORT marker's) even when the walk never meets that marker. On a broker's log an entry exists
+only beside its marker, but a compacted topic's remote history can hold the data and an entry
+(rlm.daemon.aborts_ahead) while the broker's cleaner dropped the marker (its delete horizon
+passed) before its segment was tiered; without the rule the producer's later, committed,
+transactional batches would be discarded as aborted.
 """
 
 from __future__ import annotations
@@ -83,14 +90,24 @@ class TransactionWalk:
     def _reach(self, offset: int) -> None:
         while self._pending and self._pending[0].first_offset <= offset:
             txn = self._pending.popleft()
-            self._ongoing_aborted.setdefault(txn.producer_id, _Aborted(txn))
+            if self._ongoing(txn.producer_id, txn.first_offset) is None:
+                self._ongoing_aborted[txn.producer_id] = _Aborted(txn)
+
+    def _ongoing(self, producer_id: int, offset: int) -> _Aborted | None:
+        """The producer's aborted transaction still open at ``offset``; one that ended below it
+        (its marker was never walked: removed before tiering) is forgotten."""
+        ongoing = self._ongoing_aborted.get(producer_id)
+        if ongoing is not None and ongoing.txn.last_offset < offset:
+            del self._ongoing_aborted[producer_id]
+            return None
+        return ongoing
 
     def data_batch(self, header: BatchHeader) -> bool:
         """``onBatchRead``: True if the batch belongs to an aborted transaction (discardable)."""
         self._reach(header.last_offset)
         if not header.is_transactional:
             return False
-        ongoing = self._ongoing_aborted.get(header.producer_id)
+        ongoing = self._ongoing(header.producer_id, header.base_offset)
         if ongoing is not None:
             ongoing.seen_batch = True
             return True
@@ -104,6 +121,7 @@ class TransactionWalk:
         if kind is None:
             return True  # an empty control batch was cleaned before: safe to discard
         if kind == ControlRecordType.ABORT:
+            self._ongoing(header.producer_id, header.base_offset)
             ongoing = self._ongoing_aborted.pop(header.producer_id, None)
             if ongoing is not None and ongoing.seen_batch:
                 self.reindexed.append(ongoing.txn)

@@ -11,12 +11,16 @@ from pathlib import Path
 import pytest
 
 from fetcher import RemoteFetcher
+from rlm.daemon import clock
 from rlm.daemon.aborts_ahead import aborts_ahead, remote_txn_index, with_aborts_ahead
 from rlm.daemon.compacted import SegmentRewrittenError
 from rlm.lineage import finished_only
+from rlm.log.partition import PartitionDir
+from rlm.log.records import iter_batches
 from rlm.log.txn_index import AbortedTxn, encode_txn_index, parse_txn_index, read_txn_index
 from rlm.types import IndexType
 from tests.compacted.property_world import TOPIC, Broker, Sidecar, daemon_config, read_from_zero
+from tests.compacted.test_property_replacement import shifted_clock  # noqa: F401  (a fixture)
 
 
 def _index(directory: Path, base: int, entries: list[AbortedTxn]) -> Path:
@@ -109,5 +113,44 @@ def test_abort_in_two_remote_indexes_is_listed_once(tmp_path: Path) -> None:
         assert [(a.producer_id, a.first_offset) for a in got.aborted_transactions or ()] == [(2, 1)]
         rows, end = read_from_zero(config, broker, "read_committed")
         assert end == 4 and [o for o, _, _ in rows] == [0]
+    finally:
+        sidecar.close()
+
+
+@pytest.mark.usefixtures("shifted_clock")
+def test_marker_dropped_before_tiering_ends_the_abort_at_its_last_offset(tmp_path: Path) -> None:
+    """``delete.retention.ms=0``: the broker's cleaner removes the aborted data, then the ABORT
+    marker itself, before the marker's segment is tiered; the same producer then committed a
+    transaction. The remote history holds the aborted data with its entry (indexed ahead) and no
+    marker. Remote compaction (Kafka's cleaner rules) took the producer's later committed batch
+    for aborted data too and removed it, the key's only value, until the walk ended an aborted
+    transaction at its entry's last offset (rlm.compaction.transactions)."""
+    configs = {"cleanup.policy": "compact,delete", "delete.retention.ms": "0",
+               "min.cleanable.dirty.ratio": "0.01", "min.compaction.lag.ms": "0",
+               "max.compaction.lag.ms": "1800000"}
+    broker = Broker(tmp_path / "logs", tmp_path / "scratch", configs)
+    config = daemon_config(tmp_path, "compact,delete")
+    sidecar = Sidecar(config, broker)
+    try:
+        broker.append([(b"k0", b"aborted")], producer_id=2, transactional=True)  # 0
+        broker.roll()
+        broker.end_transaction(2, commit=False)  # 1
+        assert sidecar.tier() == 1
+        broker.append([(b"k1", b"committed")], producer_id=2, transactional=True)  # 2
+        broker.end_transaction(2, commit=True)  # 3
+        broker.roll()
+        for shift in (0, 10, 20):  # data, then the marker's delete horizon stamped, then passed
+            clock.set_offset_ms(shift)
+            assert broker.clean()
+        local = [h.base_offset for s in PartitionDir(broker.pdir).segments for h in iter_batches(s.log_path)]
+        assert local == [2, 3], "the aborted data and its ABORT marker are gone locally"
+        sidecar.tier()
+        broker.append([(b"k9", b"filler")], producer_id=1)  # 4
+        broker.roll()
+        sidecar.tier()
+        clock.set_offset_ms(3_600_000)  # past max.compaction.lag.ms
+        assert sidecar.compact() == 3
+        rows, end = read_from_zero(config, broker, "read_committed")
+        assert end == 5 and rows == [(2, b"k1", b"committed"), (4, b"k9", b"filler")]
     finally:
         sidecar.close()
