@@ -142,16 +142,28 @@ def restored(cfg: Path, name: str, first: int, capsys: pytest.CaptureFixture[str
         target = b.log_dir / f"{topic}-0"
         bases = [m.start_offset for m in segs if m.start_offset >= first] + [end]
         assert sorted(p.name for p in target.glob("*.log")) == [f"{o:020d}.log" for o in bases]
+        # a transaction whose records were tiered but whose marker was still local at the remote
+        # end is open in the restored log: restore aborts it with one ABORT marker at the old end
+        # (rlm.recovery.open_txns); whether the workload leaves one there depends on its timing
+        opened = part["aborted_transactions"]
+        log_end = end + len(opened)
         b.start_node(1)
 
-        assert watermarks(b.bootstrap, topic) == (first, end), "log start and end as restored"
+        assert watermarks(b.bootstrap, topic) == (first, log_end), "log start and end as restored"
         # a new record first: a log ending in a gap (the empty tail) gives a consumer nothing to move
         # its position past the last record until one arrives, on this broker as on any other
-        assert delivered_offset(b.bootstrap, topic) == end, "new records continue at the old end offset"
-        served = reads(b.bootstrap, topic, OFFSET_BEGINNING, end)
+        assert delivered_offset(b.bootstrap, topic) == log_end, "new records continue after the restored end"
+        served = reads(b.bootstrap, topic, OFFSET_BEGINNING, log_end)
         for iso in ISOLATIONS:
             want = [r for r in remote[iso] if r[0] >= first]
-            assert [(o, k, v) for o, k, v, _ts, _h in served[iso]] == want, iso
+            got = [(o, k, v) for o, k, v, _ts, _h in served[iso]]
+            if iso == "read_committed" and opened:
+                # the aborted open transactions' records are hidden from their first offset on
+                since = min(a["first_offset"] for a in opened)
+                assert [r for r in got if r[0] < since] == [r for r in want if r[0] < since], iso
+                assert set(got) <= set(want), iso
+            else:
+                assert got == want, iso
         yield b, remote
 
 
