@@ -135,7 +135,9 @@ def assert_same_batches(ours: Path, pdir: Path, below: int) -> None:
         for h in iter_batches(data):
             if h.base_offset < below:
                 theirs[h.base_offset] = (h, data[h.position:h.end_position])
-    assert sorted(mine) == sorted(theirs)
+    assert sorted(mine) == sorted(theirs), (
+        f"only ours: {[mine[o][0] for o in sorted(set(mine) - set(theirs))][:3]}, "
+        f"only the broker's: {[theirs[o][0] for o in sorted(set(theirs) - set(mine))][:3]}")
     fields = ("last_offset_delta", "attributes", "producer_id", "producer_epoch", "base_sequence",
               "records_count", "partition_leader_epoch")
     same_bytes = 0
