@@ -80,7 +80,12 @@ class CompactionInput:
     beyond the input still needs its entry here. ``producers``: the active producers' last state
     (from the producer snapshot); None derives it from the segments. ``newer_keys``: keys written
     after the range. ``dirty_offset``: records below it were compacted before and are not put in
-    the offset map (Kafka's cleaner checkpoint).
+    the offset map (Kafka's cleaner checkpoint). ``upper_bound``: the offset the input range ends
+    at (Kafka's ``firstUncleanableOffset``, the next segment's base offset); None: the next offset
+    of the last input's last batch. The batch ending there is kept, empty if need be, as Kafka's
+    cleaner keeps the last batch of a cleaning round "so that last offset information is not lost"
+    (``Cleaner.cleanInto``, ``upperBoundOffsetOfCleaningRound``); when ``min.compaction.lag.ms``
+    stops the compaction early, the bound is the base offset of the first segment left out.
     """
 
     segments: Sequence[str | Path | bytes]
@@ -88,6 +93,7 @@ class CompactionInput:
     producers: Mapping[int, ProducerLast] | None = None
     newer_keys: NewerKeys | None = None
     dirty_offset: int = 0
+    upper_bound: int | None = None
 
 
 @dataclass
@@ -362,7 +368,7 @@ def _empty(h: BatchHeader) -> bytes:
 
 
 def _output(segments: list[_Segment], producers: Mapping[int, ProducerLast], settings: CompactionSettings,
-            now_ms: int, result: CompactionResult) -> Iterator[bytes]:
+            now_ms: int, result: CompactionResult, upper_bound: int) -> Iterator[bytes]:
     """``MemoryRecords.filterTo`` over every batch, with the decisions made above."""
     new_horizon = now_ms + settings.delete_retention_ms
     for seg in segments:
@@ -374,7 +380,7 @@ def _output(segments: list[_Segment], producers: Mapping[int, ProducerLast], set
             horizon_passed = h.has_delete_horizon and now_ms >= h.base_timestamp
             discard_records = can_discard and (horizon_passed if h.is_control else True)
             last = producers.get(h.producer_id) if h.producer_id >= 0 else None
-            retain_empty = last is not None and last.keeps(h)
+            retain_empty = (last is not None and last.keeps(h)) or h.last_offset + 1 == upper_bound
             if discard_records and not retain_empty:
                 result.batches_removed += 1
                 continue
@@ -407,7 +413,9 @@ def _output(segments: list[_Segment], producers: Mapping[int, ProducerLast], set
 
 
 def _prepare(inp: CompactionInput, settings: CompactionSettings, now_ms: int
-             ) -> tuple[list[_Segment], CompactionResult, dict[int, ProducerLast]]:
+             ) -> tuple[list[_Segment], CompactionResult, dict[int, ProducerLast], int]:
+    """The loaded inputs it may compact, the result to fill, the producers' last state, and the
+    round's upper bound (:attr:`CompactionInput.upper_bound`)."""
     segments = [_load(s) for s in inp.segments]
     for a, b in itertools.pairwise(segments):
         if a.headers and b.headers and b.headers[0].base_offset <= a.headers[-1].last_offset:
@@ -415,13 +423,18 @@ def _prepare(inp: CompactionInput, settings: CompactionSettings, now_ms: int
                 f"segment {b.base_offset} overlaps or precedes segment {a.base_offset}")
     producers = producers_from(inp.producers, (h for s in segments for h in s.headers))
     used = _cleanable(segments, settings, now_ms)
+    left_out = segments[used] if used < len(segments) else None
     segments = segments[:used]
     end = max((s.headers[-1].last_offset + 1 for s in segments if s.headers), default=0)
+    if left_out is not None:
+        upper_bound = left_out.base_offset
+    else:
+        upper_bound = end if inp.upper_bound is None else inp.upper_bound
     result = CompactionResult(base_offset=segments[0].base_offset if segments else 0, end_offset=end,
                               segments_used=used)
     result.records_read = sum(s.n_records for s in segments)
     result.bytes_in = sum(h.size for s in segments for h in s.headers)
-    return segments, result, producers
+    return segments, result, producers, upper_bound
 
 
 def compact_to_batches(inp: CompactionInput, settings: CompactionSettings | None = None, *,
@@ -430,11 +443,11 @@ def compact_to_batches(inp: CompactionInput, settings: CompactionSettings | None
     settings = settings or CompactionSettings()
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     t0 = time.perf_counter()
-    segments, result, producers = _prepare(inp, settings, now_ms)
+    segments, result, producers, upper_bound = _prepare(inp, settings, now_ms)
     result.reindexed = _walk_transactions(segments, _all_aborted(segments, inp.aborted))
     _passes(segments, inp, settings, now_ms, result, None)
     result.phase = "write"
-    batches = list(_output(segments, producers, settings, now_ms, result))
+    batches = list(_output(segments, producers, settings, now_ms, result, upper_bound))
     result.bytes_out = sum(len(b) for b in batches)
     result.seconds = time.perf_counter() - t0
     result.phase = "done"
@@ -453,7 +466,7 @@ def compact(inp: CompactionInput, out_dir: str | Path, settings: CompactionSetti
     settings = settings or CompactionSettings()
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     t0 = time.perf_counter()
-    segments, result, producers = _prepare(inp, settings, now_ms)
+    segments, result, producers, upper_bound = _prepare(inp, settings, now_ms)
     if not segments:
         result.seconds = time.perf_counter() - t0
         return result
@@ -462,8 +475,9 @@ def compact(inp: CompactionInput, out_dir: str | Path, settings: CompactionSetti
     result.phase = "write"
     if progress is not None:
         progress(result)
-    files = write_segment(out_dir, result.base_offset, _output(segments, producers, settings, now_ms, result),
-                          result.reindexed, index_interval_bytes=settings.index_interval_bytes)
+    batches = _output(segments, producers, settings, now_ms, result, upper_bound)
+    files = write_segment(out_dir, result.base_offset, batches, result.reindexed,
+                          index_interval_bytes=settings.index_interval_bytes)
     result.files = files
     result.bytes_out = files.size
     result.seconds = time.perf_counter() - t0

@@ -214,7 +214,8 @@ class RemoteCompactor:
             with writing(staging):
                 result = compact(
                     CompactionInput(staged.logs, sorted(staged.aborted, key=lambda a: a.first_offset),
-                                    newer_keys=newer.keys, dirty_offset=plan.dirty_offset),
+                                    newer_keys=newer.keys, dirty_offset=plan.dirty_offset,
+                                    upper_bound=plan.inputs[-1].end_offset + 1),
                     staging / "out", settings, now_ms=now_ms(), progress=running.engine,
                 )  # the daemon's clock, as plan_range's: min.compaction.lag.ms and delete horizons agree
             used = plan.inputs[: result.segments_used]

@@ -134,6 +134,34 @@ def test_producers_last_batch_stays_as_an_empty_header() -> None:
     assert result.batches_removed == 1 and result.batches_emptied == 1
 
 
+def test_the_last_batch_of_the_round_stays_as_an_empty_header(tmp_path: Path) -> None:
+    """Kafka's cleaner keeps the batch whose next offset is the round's upper bound (the first
+    uncleanable offset), empty if need be, "so that last offset information is not lost"
+    (``Cleaner.cleanInto``): found when a real broker kept the emptied last batch of an
+    aborted transaction and the engine did not (tests/compaction/test_broker_cleaner.py)."""
+    seg = segment(0, [(b"a", b"1"), (b"b", b"1"), (b"a", b"2"), (b"b", b"2")], per_batch=2)
+    newer = NewerKeys.from_keys([b"a", b"b"])
+    batches, result = compact_to_batches(CompactionInput([seg], newer_keys=newer), now_ms=NOW)
+    headers = [next(iter_batches(b)) for b in batches]
+    got = [(h.base_offset, h.last_offset, h.records_count, h.producer_id) for h in headers]
+    assert got == [(2, 3, 0, -1)]
+    assert result.end_offset == 4 and result.batches_emptied == 1 and result.batches_removed == 1
+    # the range ends past its last batch (the cleaner removed its tail before): nothing to keep
+    batches, _ = compact_to_batches(CompactionInput([seg], newer_keys=newer, upper_bound=10), now_ms=NOW)
+    assert batches == []
+    # min.compaction.lag.ms leaves the second segment out: the bound is its base offset
+    first = segment(0, [(b"a", b"1"), (b"a", b"2")], ts=NOW - 60_000, per_batch=1)
+    young = segment(2, [(b"a", b"3")], ts=NOW - 1_000)
+    for name, data in (("00000000000000000000.log", first), ("00000000000000000002.log", young)):
+        (tmp_path / name).write_bytes(data)
+    inp = CompactionInput([tmp_path / "00000000000000000000.log", tmp_path / "00000000000000000002.log"],
+                          newer_keys=NewerKeys.from_keys([b"a"]))
+    result = compact(inp, tmp_path / "out", CompactionSettings(min_compaction_lag_ms=10_000), now_ms=NOW)
+    assert result.segments_used == 1 and result.files is not None
+    kept = [(h.base_offset, h.records_count) for h in iter_batches(result.files.log.read_bytes())]
+    assert kept == [(1, 0)]
+
+
 @pytest.mark.parametrize(
     ("data", "error"),
     [
