@@ -679,9 +679,25 @@ def _snappy_bound(buf: Any, pos: Any, end: Any) -> Any:
     """What the snappy payload ``buf[pos:end]`` decodes to (xerial framing, concatenated streams,
     or one raw block as librdkafka writes it), from block preambles alone; -1 where the Python
     path (:func:`rlm.log.codecs._xerial_decompress`) would raise, so that it does."""
+    return _snappy_walk(buf, pos, end, np.empty(0, np.uint8), False)
+
+
+@_jit
+def _snappy_chunk(buf: Any, p: Any, end: Any, out: Any, o: Any, decode: Any) -> Any:
+    """One raw block of :func:`_snappy_walk`: decoded into ``out`` at ``o`` (``decode``), or only
+    its declared length, refused past the format's expansion ratio; -1 if malformed."""
+    if decode:
+        return _snappy_block(buf, p, end, out, o)
+    n, _q = _snappy_length(buf, p, end)
+    return n if 0 <= n <= SNAPPY_MAX_RATIO * (end - p) + 64 else -1
+
+
+@_jit
+def _snappy_walk(buf: Any, pos: Any, end: Any, out: Any, decode: Any) -> Any:
+    """The one walk over a snappy payload's framing for :func:`_snappy_bound` (lengths only) and
+    :func:`_snappy_decode` (``decode``: every block into ``out``); the total length or -1."""
     if end - pos < 16 or not _xerial_at(buf, pos, end):
-        n, _q = _snappy_length(buf, pos, end)
-        return n if n <= SNAPPY_MAX_RATIO * (end - pos) + 64 else -1
+        return _snappy_chunk(buf, pos, end, out, 0, decode)
     total = np.int64(0)
     q = pos + 16
     while q < end:
@@ -694,8 +710,8 @@ def _snappy_bound(buf: Any, pos: Any, end: Any) -> Any:
         q += 4
         if length < 0 or q + length > end:
             return -1
-        n, _p = _snappy_length(buf, q, q + length)
-        if n < 0 or n > SNAPPY_MAX_RATIO * length + 64:
+        n = _snappy_chunk(buf, q, q + length, out, total, decode)
+        if n < 0:
             return -1
         total += n
         q += length
@@ -777,22 +793,7 @@ def _snappy_block(buf: Any, p: Any, end: Any, out: Any, o: Any) -> Any:
 def _snappy_decode(buf: Any, pos: Any, end: Any, out: Any) -> Any:
     """Decode the snappy payload ``buf[pos:end]`` (checked by :func:`_snappy_bound`) into ``out``;
     the total length, or -1 if a block is malformed."""
-    if end - pos < 16 or not _xerial_at(buf, pos, end):
-        return _snappy_block(buf, pos, end, out, 0)
-    total = np.int64(0)
-    q = pos + 16
-    while q < end:
-        if _xerial_at(buf, q, end):
-            q += 16
-            continue
-        length = _be32(buf, q)
-        q += 4
-        n = _snappy_block(buf, q, q + length, out, total)
-        if n < 0:
-            return -1
-        total += n
-        q += length
-    return total
+    return _snappy_walk(buf, pos, end, out, True)
 
 
 @_jit
