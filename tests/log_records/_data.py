@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
+import random
+import struct
+from collections.abc import Callable
+
 from rlm.log import Compression, ControlRecordType, Record, TimestampType
-from rlm.log.encode import encode_batch, encode_control_batch, encode_empty_batch, encode_legacy_message_set
+from rlm.log.encode import (
+    assemble_batch,
+    encode_batch,
+    encode_control_batch,
+    encode_empty_batch,
+    encode_legacy_message_set,
+)
+from rlm.log.model import RECORD_BATCH_OVERHEAD
 
 BASE_TS = 1_700_000_000_000
 
@@ -111,3 +122,52 @@ def legacy_log() -> tuple[bytes, list[Record]]:
     for i, (k, v, _t) in enumerate(recs):
         expected.append(Record(offset + i, BASE_TS, TimestampType.LOG_APPEND_TIME, k, v))
     return bytes(data), expected
+
+
+def recompress(batch: bytes, codec: int, compress: Callable[[bytes], bytes]) -> bytes:
+    """``batch`` (uncompressed, v2) re-framed with ``codec`` as ``compress`` frames its records
+    (how another client or library would have written it)."""
+    (base_offset, _length, epoch, _magic, _crc, attrs, last_delta, base_ts, max_ts) = struct.unpack_from(
+        ">qiibIhiqq", batch, 0
+    )
+    pid, pepoch, seq, count = struct.unpack_from(">qhii", batch, 43)
+    return assemble_batch(
+        base_offset=base_offset,
+        partition_leader_epoch=epoch,
+        attributes=(attrs & ~0x07) | codec,
+        last_offset_delta=last_delta,
+        base_timestamp=base_ts,
+        max_timestamp=max_ts,
+        producer_id=pid,
+        producer_epoch=pepoch,
+        base_sequence=seq,
+        count=count,
+        payload=compress(batch[RECORD_BATCH_OVERHEAD:]),
+    )
+
+
+def varied_records(n: int, seed: int, value_size: int = 0) -> list:  # type: ignore[type-arg]
+    """:func:`sample_records`; with ``value_size``, values alternately random (incompressible:
+    stored blocks, long literals) and one repeated byte (runs, overlapping copies)."""
+    rnd = random.Random(seed)
+    out = sample_records(n, seed=seed)
+    if value_size:
+        out = [
+            (k, rnd.randbytes(value_size) if i % 2 else bytes([i % 7]) * value_size, h, t)
+            for i, (k, _v, h, t) in enumerate(out)
+        ]
+    return out
+
+
+def mixed_segment(codec: int, framing: Callable[[bytes], bytes], *, batches: int = 12,
+                  value_size: int = 0) -> bytes:
+    """``batches`` batches of :func:`varied_records`, two of every three re-framed with ``codec`` by
+    ``framing``, the others left uncompressed."""
+    parts = []
+    offset = 0
+    for b in range(batches):
+        records = varied_records(20 + b, seed=b, value_size=value_size)
+        plain = encode_batch(records, base_offset=offset)
+        parts.append(recompress(plain, codec, framing) if b % 3 else plain)
+        offset += len(records)
+    return b"".join(parts)

@@ -21,9 +21,8 @@ import xxhash
 
 from rlm.errors import CompressionError, CorruptRecordError, DecompressedSizeError
 from rlm.log import Compression, _kernel, _lz4, codecs, encode_batch, iter_arrow_batches, read_arrow
-from rlm.log.encode import assemble_batch
 from rlm.log.model import RECORD_BATCH_OVERHEAD
-from tests.log_records._data import mixed_log, sample_records
+from tests.log_records._data import mixed_log, mixed_segment, recompress, sample_records
 
 LZ4 = int(Compression.LZ4)
 HAVE_LIBLZ4 = _lz4.find_library() != 0
@@ -95,41 +94,11 @@ COMPILED = set(FRAMINGS) - {"block-checksums"}
 
 
 def relz4(batch: bytes, compress: Callable[[bytes], bytes]) -> bytes:
-    """``batch`` (uncompressed, v2) re-framed with LZ4 as ``compress`` frames its records."""
-    (base_offset, _length, epoch, _magic, _crc, attrs, last_delta, base_ts, max_ts) = struct.unpack_from(
-        ">qiibIhiqq", batch, 0
-    )
-    pid, pepoch, seq, count = struct.unpack_from(">qhii", batch, 43)
-    return assemble_batch(
-        base_offset=base_offset,
-        partition_leader_epoch=epoch,
-        attributes=(attrs & ~0x07) | LZ4,
-        last_offset_delta=last_delta,
-        base_timestamp=base_ts,
-        max_timestamp=max_ts,
-        producer_id=pid,
-        producer_epoch=pepoch,
-        base_sequence=seq,
-        count=count,
-        payload=compress(batch[RECORD_BATCH_OVERHEAD:]),
-    )
+    return recompress(batch, LZ4, compress)
 
 
 def _segment(framing: Callable[[bytes], bytes], *, batches: int = 12, value_size: int = 0) -> bytes:
-    parts = []
-    offset = 0
-    for b in range(batches):
-        rnd = random.Random(b)
-        records = sample_records(20 + b, seed=b)
-        if value_size:  # random (incompressible: stored blocks) and repeated value bytes
-            records = [
-                (k, rnd.randbytes(value_size) if i % 2 else bytes([i % 7]) * value_size, h, t)
-                for i, (k, _v, h, t) in enumerate(records)
-            ]
-        plain = encode_batch(records, base_offset=offset)
-        parts.append(relz4(plain, framing) if b % 3 else plain)  # mixed with uncompressed batches
-        offset += len(records)
-    return b"".join(parts)
+    return mixed_segment(LZ4, framing, batches=batches, value_size=value_size)
 
 
 @pytest.mark.parametrize("framing", sorted(FRAMINGS))

@@ -10,7 +10,6 @@ same typed errors naming path and batch position.
 
 from __future__ import annotations
 
-import random
 import struct
 from collections.abc import Callable, Iterator
 
@@ -20,9 +19,8 @@ import zstandard
 
 from rlm.errors import CompressionError, CorruptRecordError, CrcMismatchError, DecompressedSizeError
 from rlm.log import Compression, _zstd, arrow, codecs, encode_batch, iter_arrow_batches, read_arrow
-from rlm.log.encode import assemble_batch
 from rlm.log.model import RECORD_BATCH_OVERHEAD
-from tests.log_records._data import mixed_log, sample_records
+from tests.log_records._data import mixed_log, mixed_segment, recompress, sample_records
 
 ZSTD = int(Compression.ZSTD)
 
@@ -64,24 +62,7 @@ def _use(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
 
 
 def rezstd(batch: bytes, compress: Callable[[bytes], bytes]) -> bytes:
-    """``batch`` (uncompressed, v2) re-framed with zstd as ``compress`` frames its records."""
-    (base_offset, _length, epoch, _magic, _crc, attrs, last_delta, base_ts, max_ts) = struct.unpack_from(
-        ">qiibIhiqq", batch, 0
-    )
-    pid, pepoch, seq, count = struct.unpack_from(">qhii", batch, 43)
-    return assemble_batch(
-        base_offset=base_offset,
-        partition_leader_epoch=epoch,
-        attributes=(attrs & ~0x07) | ZSTD,
-        last_offset_delta=last_delta,
-        base_timestamp=base_ts,
-        max_timestamp=max_ts,
-        producer_id=pid,
-        producer_epoch=pepoch,
-        base_sequence=seq,
-        count=count,
-        payload=compress(batch[RECORD_BATCH_OVERHEAD:]),
-    )
+    return recompress(batch, ZSTD, compress)
 
 
 def _streaming(data: bytes) -> bytes:  # like Kafka's Java producer: zstd-jni's stream, no content size
@@ -126,26 +107,8 @@ FRAMINGS: dict[str, Callable[[bytes], bytes]] = {
 }
 
 
-def _records(n: int, seed: int, value_size: int = 0) -> list:  # type: ignore[type-arg]
-    rnd = random.Random(seed)
-    out = sample_records(n, seed=seed)
-    if value_size:  # random (incompressible) and repeated (RLE) value bytes
-        out = [
-            (k, rnd.randbytes(value_size) if i % 2 else bytes([i % 7]) * value_size, h, t)
-            for i, (k, _v, h, t) in enumerate(out)
-        ]
-    return out
-
-
 def _segment(framing: Callable[[bytes], bytes], *, batches: int = 12, value_size: int = 0) -> bytes:
-    parts = []
-    offset = 0
-    for b in range(batches):
-        records = _records(20 + b, seed=b, value_size=value_size)
-        plain = encode_batch(records, base_offset=offset)
-        parts.append(rezstd(plain, framing) if b % 3 else plain)  # mixed with uncompressed batches
-        offset += len(records)
-    return b"".join(parts)
+    return mixed_segment(ZSTD, framing, batches=batches, value_size=value_size)
 
 
 def _python_path(data: bytes, monkeypatch: pytest.MonkeyPatch, **kw: object) -> pa.Table:

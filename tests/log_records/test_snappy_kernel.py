@@ -20,9 +20,8 @@ import pytest
 
 from rlm.errors import CorruptRecordError, DecompressedSizeError
 from rlm.log import Compression, _kernel, codecs, encode_batch, iter_arrow_batches, read_arrow
-from rlm.log.encode import assemble_batch
 from rlm.log.model import RECORD_BATCH_OVERHEAD
-from tests.log_records._data import mixed_log, sample_records
+from tests.log_records._data import mixed_log, mixed_segment, recompress, sample_records
 
 SNAPPY = int(Compression.SNAPPY)
 XERIAL = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)
@@ -90,41 +89,11 @@ FRAMINGS: dict[str, Callable[[bytes], bytes]] = {
 
 
 def resnappy(batch: bytes, compress: Callable[[bytes], bytes]) -> bytes:
-    """``batch`` (uncompressed, v2) re-framed with snappy as ``compress`` frames its records."""
-    (base_offset, _length, epoch, _magic, _crc, attrs, last_delta, base_ts, max_ts) = struct.unpack_from(
-        ">qiibIhiqq", batch, 0
-    )
-    pid, pepoch, seq, count = struct.unpack_from(">qhii", batch, 43)
-    return assemble_batch(
-        base_offset=base_offset,
-        partition_leader_epoch=epoch,
-        attributes=(attrs & ~0x07) | SNAPPY,
-        last_offset_delta=last_delta,
-        base_timestamp=base_ts,
-        max_timestamp=max_ts,
-        producer_id=pid,
-        producer_epoch=pepoch,
-        base_sequence=seq,
-        count=count,
-        payload=compress(batch[RECORD_BATCH_OVERHEAD:]),
-    )
+    return recompress(batch, SNAPPY, compress)
 
 
 def _segment(framing: Callable[[bytes], bytes], *, batches: int = 12, value_size: int = 0) -> bytes:
-    parts = []
-    offset = 0
-    for b in range(batches):
-        rnd = random.Random(b)
-        records = sample_records(20 + b, seed=b)
-        if value_size:  # random (long literals) and repeated (overlapping runs) value bytes
-            records = [
-                (k, rnd.randbytes(value_size) if i % 2 else bytes([i % 7]) * value_size, h, t)
-                for i, (k, _v, h, t) in enumerate(records)
-            ]
-        plain = encode_batch(records, base_offset=offset)
-        parts.append(resnappy(plain, framing) if b % 3 else plain)  # mixed with uncompressed batches
-        offset += len(records)
-    return b"".join(parts)
+    return mixed_segment(SNAPPY, framing, batches=batches, value_size=value_size)
 
 
 def _forbid_python_snappy(monkeypatch: pytest.MonkeyPatch) -> None:
