@@ -277,6 +277,19 @@ class Sidecar:
         self.ctx.rsm.close()
 
 
+def data_tiered_ahead_of_its_abort(broker: Broker, sidecar: Sidecar, producer_id: int) -> None:
+    """The sequence the property test found: a transaction's data (offset 0) rolls into a segment
+    that is tiered while its ABORT (1) is still local; the same producer then commits (2, 3) and the
+    segment rolls. The broker's cleaner passes that drop the marker's entry are the caller's."""
+    broker.append([(b"k0", b"aborted")], producer_id=producer_id, transactional=True)  # 0
+    broker.roll()
+    broker.end_transaction(producer_id, commit=False)  # 1
+    assert sidecar.tier() == 1 and sidecar.remote_end() == 1, "the data at 0 tiered, not its ABORT at 1"
+    broker.append([(b"k1", b"committed")], producer_id=producer_id, transactional=True)  # 2
+    broker.end_transaction(producer_id, commit=True)  # 3
+    broker.roll()
+
+
 def _is_aborted(h: BatchHeader, aborted: Sequence[AbortedTxn]) -> bool:
     return h.is_transactional and any(
         a.producer_id == h.producer_id and a.first_offset <= h.base_offset <= a.last_offset for a in aborted)

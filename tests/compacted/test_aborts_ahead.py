@@ -19,7 +19,14 @@ from rlm.log.partition import PartitionDir
 from rlm.log.records import iter_batches
 from rlm.log.txn_index import AbortedTxn, encode_txn_index, parse_txn_index, read_txn_index
 from rlm.types import IndexType
-from tests.compacted.property_world import TOPIC, Broker, Sidecar, daemon_config, read_from_zero
+from tests.compacted.property_world import (
+    TOPIC,
+    Broker,
+    Sidecar,
+    daemon_config,
+    data_tiered_ahead_of_its_abort,
+    read_from_zero,
+)
 from tests.compacted.test_property_replacement import shifted_clock  # noqa: F401  (a fixture)
 
 
@@ -132,13 +139,7 @@ def test_marker_dropped_before_tiering_ends_the_abort_at_its_last_offset(tmp_pat
     config = daemon_config(tmp_path, "compact,delete")
     sidecar = Sidecar(config, broker)
     try:
-        broker.append([(b"k0", b"aborted")], producer_id=2, transactional=True)  # 0
-        broker.roll()
-        broker.end_transaction(2, commit=False)  # 1
-        assert sidecar.tier() == 1
-        broker.append([(b"k1", b"committed")], producer_id=2, transactional=True)  # 2
-        broker.end_transaction(2, commit=True)  # 3
-        broker.roll()
+        data_tiered_ahead_of_its_abort(broker, sidecar, 2)
         for shift in (0, 10, 20):  # data, then the marker's delete horizon stamped, then passed
             clock.set_offset_ms(shift)
             assert broker.clean()

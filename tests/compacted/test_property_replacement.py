@@ -53,6 +53,7 @@ from tests.compacted.property_world import (
     Sidecar,
     Worlds,
     daemon_config,
+    data_tiered_ahead_of_its_abort,
     read_from_zero,
 )
 from tests.compacted.test_replacement import assert_one_chain
@@ -399,13 +400,7 @@ def test_aborted_data_tiered_before_its_marker_stays_aborted(worlds: Worlds) -> 
     config = daemon_config(root, "compact,delete")
     sidecar = Sidecar(config, broker)
     try:
-        broker.append([(b"k0", b"aborted")], producer_id=TRANSACTIONAL, transactional=True)
-        broker.roll()
-        broker.end_transaction(TRANSACTIONAL, commit=False)
-        assert sidecar.tier() == 1 and sidecar.remote_end() == 1, "the data at 0 tiered, not its ABORT at 1"
-        broker.append([(b"k1", b"committed")], producer_id=TRANSACTIONAL, transactional=True)
-        broker.end_transaction(TRANSACTIONAL, commit=True)
-        broker.roll()
+        data_tiered_ahead_of_its_abort(broker, sidecar, TRANSACTIONAL)
         broker.clean()
         broker.clean()
         sidecar.tier()

@@ -22,7 +22,7 @@ from rlm.config import load_config
 from rlm.lineage import finished_only
 from rlm.log.txn_index import parse_txn_index
 from rlm.types import IndexType
-from tests.compacted.property_world import TOPIC, Broker, Sidecar
+from tests.compacted.property_world import TOPIC, Broker, Sidecar, data_tiered_ahead_of_its_abort
 from tests.compacted.test_restore_tail import restored
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -48,13 +48,7 @@ def test_restored_abort_indexed_ahead_is_served_by_the_broker(
     broker = Broker(tmp_path / "logs", tmp_path / "scratch", {"cleanup.policy": "compact,delete"})
     sidecar = Sidecar(load_config(cfg), broker)
     try:
-        broker.append([(b"k0", b"aborted")], producer_id=2, transactional=True)  # 0
-        broker.roll()
-        broker.end_transaction(2, commit=False)  # 1
-        assert sidecar.tier() == 1
-        broker.append([(b"k1", b"committed")], producer_id=2, transactional=True)  # 2
-        broker.end_transaction(2, commit=True)  # 3
-        broker.roll()
+        data_tiered_ahead_of_its_abort(broker, sidecar, 2)
         assert broker.clean() and broker.clean()
         sidecar.tier()
         segs = sorted(finished_only(sidecar.segments()), key=lambda m: m.start_offset)
