@@ -33,6 +33,7 @@ from fetcher import RemoteFetcher
 from fetcher.kafka import EndpointThread, ListenerSettings
 from rlm.config import load_config
 from rlm.log.partition import PartitionDir
+from rlm.types import TopicIdPartition
 from tests.compacted.helpers import (
     KEYS,
     Row,
@@ -79,14 +80,22 @@ def _check_outcome(name: str, rows: list[Row], reference: dict[bytes, bytes], w:
     assert all(final[k].startswith(b"reborn-") for k in REBORN), f"{name}: deleted then re-written"
 
 
+def topic_and_reference(kafka: Any, topic: str, reference: str, tmp_path: Path
+                        ) -> tuple[Written, tuple[Path, Written, TopicIdPartition]]:
+    """The reference (``compact``, cleaned by the broker alone) and the topic under test
+    (``compact,delete``, the cleaner held back, tiered by the sidecar) fed the same workload:
+    the reference's record of what was written, and :func:`setup_topic`'s answer for the topic."""
+    create_topic(kafka.bootstrap, reference, 1, 1, **{"cleanup.policy": "compact", **COMMON, **CLEANING})
+    written_ref = write_workload(kafka.bootstrap, reference, rounds=4)  # setup_topic's workload, same rounds
+    return written_ref, setup_topic(kafka, topic, tmp_path)
+
+
 def test_tiered_remotely_compacted_topic_reads_as_the_reference(
     kafka: Any, unique_topic: str, tmp_path: Path
 ) -> None:
     bs = kafka.bootstrap
     topic, reference = unique_topic, f"{unique_topic}-ref"
-    create_topic(bs, reference, 1, 1, **{"cleanup.policy": "compact", **COMMON, **CLEANING})
-    written_ref = write_workload(bs, reference, rounds=4)  # setup_topic's workload, the same rounds
-    cfg, written, tip = setup_topic(kafka, topic, tmp_path)  # compact,delete, the cleaner held back
+    written_ref, (cfg, written, tip) = topic_and_reference(kafka, topic, reference, tmp_path)
 
     # tier, then compact remotely: the metadata shows a compacted segment replacing the first ones
     assert tier_once(cfg)["compactions"] == 0

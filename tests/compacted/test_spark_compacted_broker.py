@@ -37,12 +37,11 @@ from tests.compacted.helpers import (
     set_topic_config,
     update_keys,
     wait_cleaned_past,
-    write_workload,
 )
 from tests.compacted.test_compact_topic import CLEANING, NO_CLEANING
-from tests.compacted.test_reference_after_compaction import _last_tombstone
-from tests.compacted.test_replacement import COMMON, fetch, finished_of, setup_topic, tier_once
-from tests.daemon.helpers import create_topic, transactional_producer, wait_for
+from tests.compacted.test_reference_after_compaction import _last_tombstone, topic_and_reference
+from tests.compacted.test_replacement import fetch, finished_of, tier_once
+from tests.daemon.helpers import transactional_producer, wait_for
 from tests.faults.proc_helpers import all_segments
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
@@ -89,9 +88,7 @@ def test_spark_reads_a_remotely_compacted_topic_as_rlm_fetch(
 ) -> None:
     bs = kafka.bootstrap
     topic, reference = unique_topic, f"{unique_topic}-ref"
-    create_topic(bs, reference, 1, 1, **{"cleanup.policy": "compact", **COMMON, **CLEANING})
-    written_ref = write_workload(bs, reference, rounds=4)  # setup_topic's workload, the same rounds
-    cfg, written, tip = setup_topic(kafka, topic, tmp_path)  # compact,delete, the cleaner held back
+    written_ref, (cfg, written, tip) = topic_and_reference(kafka, topic, reference, tmp_path)
 
     # tiered, then compacted remotely: one new segment replaces the first tiered ones
     assert tier_once(cfg)["compactions"] == 0
