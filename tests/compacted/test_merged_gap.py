@@ -108,7 +108,9 @@ def test_merged_endpoint_reads_on_from_a_gap_ending_the_remote_history(
     try:
         assert fetcher.plan(topic, 0).log_end == remote_end
         for iso in ("read_uncommitted", "read_committed"):
-            assert fetcher.fetch(topic, 0, gap, isolation=iso).empty, "nothing remote at or after the gap"
+            # no record (the round's last batch may stay as an empty header, as Kafka's cleaner keeps it)
+            got = fetcher.fetch(topic, 0, gap, isolation=iso)
+            assert not list(got.data_records()), "nothing remote at or after the gap"
         with EndpointThread(fetcher, ListenerSettings(port=0, merged=True), tmp_path / "merged") as ep:
             got = {iso: read_from(ep.bootstrap, topic, gap, iso, hw)
                    for iso in ("read_uncommitted", "read_committed")}
