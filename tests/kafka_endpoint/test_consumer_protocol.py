@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from tests.daemon.helpers import wait_for
 from tests.kafka_endpoint import test_consumer_groups as classic
 from tests.kafka_endpoint.test_consumer_groups import (
     PARTITIONS,
@@ -37,6 +38,12 @@ from tests.kafka_endpoint.test_consumer_groups import (
 history = classic.history  # the same tiered topic (a module fixture: built once for this module)
 
 pytestmark = pytest.mark.slow
+
+
+def _members(ep: Any, group: str) -> int:
+    """How many members ``group`` has on the endpoint now (0 when it is gone)."""
+    g = ep.consumer_group(group)
+    return int(g[1]) if g is not None else 0
 
 
 def _endpoint(history: History) -> Any:
@@ -147,8 +154,7 @@ def test_java_console_consumers_share_a_group(history: History) -> None:
 
     def watch() -> None:  # how many members the group had at once
         while not watching.is_set():
-            g = ep.consumer_group("java-kip848")
-            sizes.append(g[1] if g is not None else 0)
+            sizes.append(_members(ep, "java-kip848"))
             time.sleep(0.05)
 
     watcher = threading.Thread(target=watch, daemon=True)
@@ -174,6 +180,8 @@ def test_java_console_consumers_share_a_group(history: History) -> None:
                 got[(int(part.split(":")[1]), int(off.split(":")[1]))] += 1
     assert set(got) == history.expected, outs[0][1][-3000:]
     assert max(got.values()) == 1
-    # one group: they were members together (a late JVM may find nothing left to read: correct),
-    # and every one left it cleanly at exit
-    assert max(sizes) >= 2 and sizes[-1] == 0, sizes[-20:]
+    # one group: they were members together (a late JVM may find nothing left to read: correct)
+    assert max(sizes) >= 2, sizes[-20:]
+    # and every one left it cleanly at exit: the group empties within seconds, long before the
+    # 45 s session timeout would remove a member that vanished (a leave may land just after exit)
+    wait_for("the group empty after the consumers exit", lambda: _members(ep, "java-kip848") == 0, timeout=10)
