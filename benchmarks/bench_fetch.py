@@ -114,6 +114,14 @@ def broker_records(bs: str, end: int) -> Any:
                      "value": pa.array(values, pa.binary())})
 
 
+def _faults() -> int:
+    """Page faults of this process so far (minor: fresh memory touched; on a VM each costs the
+    host's allocation too, milliseconds per MiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def _cpu() -> float:
     """CPU seconds of this process, all threads (user + system): what a case costs the machine."""
     t = os.times()
@@ -134,7 +142,7 @@ def worker(conf_path: str) -> int:
     for line in sys.stdin:
         req = json.loads(line)
         work = tmp / f"scan-{req['name']}"
-        total, cpu, main_cpu, digests = 0.0, 0.0, 0.0, set()
+        total, cpu, main_cpu, faults, digests = 0.0, 0.0, 0.0, 0, set()
         for _ in range(req["repeat"]):  # each a new fetcher: cold caches, as the first
             shutil.rmtree(work, ignore_errors=True)
             cfg = load_config(None, work_dir=str(work), read=req["read"], **base)
@@ -143,9 +151,10 @@ def worker(conf_path: str) -> int:
                 # signer of the s3 plugin's direct GET path, else made inside the first GET)
                 getattr(f.rsm, "client", None)
                 getattr(f.rsm, "_direct_getter", lambda: None)()
-                c0, m0, t0 = _cpu(), time.thread_time(), time.perf_counter()
+                c0, m0, p0, t0 = _cpu(), time.thread_time(), _faults(), time.perf_counter()
                 batches = list(f.scan(TOPIC, 0, include_headers=False))
                 total += time.perf_counter() - t0
+                faults += _faults() - p0
                 cpu += _cpu() - c0
                 main_cpu += time.thread_time() - m0  # the decoding thread's share (the rest: GETs)
                 st = f.stats.snapshot()
@@ -153,6 +162,7 @@ def worker(conf_path: str) -> int:
             del batches
             digests.add(table_digest({0: table}))
         print(json.dumps({"seconds": total, "rows": table.num_rows, "cpu_s": cpu, "main_cpu_s": main_cpu,
+                          "faults": faults,
                           "digest": digests.pop() if len(digests) == 1 else f"differs: {sorted(digests)}",
                           "get_requests": st["get_requests"], "index_fetches": st["index_fetches"]}),
               flush=True)
@@ -187,7 +197,7 @@ class ScanWorker:
             raise BenchFailure(f"scan worker {self.name} ended (exit {self.proc.wait()})")
         r = json.loads(line)
         return Result(r["seconds"], r["digest"], seg_bytes * repeat, r["rows"],
-                      {"cpu_s": r["cpu_s"], "main_cpu_s": r["main_cpu_s"],
+                      {"cpu_s": r["cpu_s"], "main_cpu_s": r["main_cpu_s"], "faults": r["faults"],
                        "get_requests": r["get_requests"], "index_fetches": r["index_fetches"]})
 
     def close(self) -> None:
@@ -216,6 +226,9 @@ def main() -> int:
     ap.add_argument("--variant", action="append", default=[], metavar="NAME:CODE_ROOT",
                     help="also scan with the code of another checkout (e.g. a git worktree of an "
                     "older commit)")
+    ap.add_argument("--read-variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE]",
+                    help="also scan with other `read` settings (integers), e.g. "
+                    "wide:parallel_gets=8,chunk_bytes=16777216, in a worker of its own")
     ap.add_argument("--py-spy", type=Path, default=None, metavar="DIR",
                     help="record a py-spy profile of each scan worker into DIR")
     ap.add_argument("--py-spy-cpu", action="store_true",
@@ -334,9 +347,14 @@ def main() -> int:
         for v in args.variant:
             vname, _, code = v.partition(":")
             workers[vname] = ScanWorker(vname, conf_path, str(Path(code).resolve()), tmp)
+        settings: dict[str, dict[str, int]] = {}
+        for v in args.read_variant:
+            vname, _, pairs = v.partition(":")
+            settings[vname] = {k: int(val) for k, _, val in (p.partition("=") for p in pairs.split(","))}
+        tuned = {vname: ScanWorker(vname, conf_path, None, tmp) for vname in settings}
         # every scan case in a process of its own: no case runs on the heap another case left
         plain = ScanWorker("no-read-ahead", conf_path, None, tmp)
-        processes = [*workers.values(), plain]
+        processes = [*workers.values(), *tuned.values(), plain]
         spies = []
         if args.py_spy is not None:
             args.py_spy.mkdir(parents=True, exist_ok=True)
@@ -381,6 +399,8 @@ def main() -> int:
         for vname in workers:
             if vname:
                 cases[f"scan, {vname}"] = lambda w=workers[vname]: w.scan(seg_bytes, args.repeat)
+        for vname, w in tuned.items():
+            cases[f"scan, {vname}"] = lambda w=w, read=settings[vname]: w.scan(seg_bytes, args.repeat, **read)
         try:
             rows = run_rounds(cases, args.rounds, label="scan", expect=want)
         finally:
@@ -394,6 +414,9 @@ def main() -> int:
         print("CPU per case (user + system, all threads of the process; median of the counted rounds): "
               + ", ".join(f"{name} {statistics.median(r['cases'][name]['cpu_s'] for r in counted):.3f}s"
                           for name in cases), flush=True)
+        print("page faults per case (median): "
+              + ", ".join(f"{name} {statistics.median(r['cases'][name]['faults'] for r in counted):.0f}"
+                          for name in cases if "faults" in counted[0]["cases"][name]), flush=True)
         print("of which the scan's own thread (decoding; the rest is the GET threads): "
               + ", ".join(f"{name} {statistics.median(r['cases'][name]['main_cpu_s'] for r in counted):.3f}s"
                           for name in cases if "main_cpu_s" in counted[0]["cases"][name]),
@@ -408,6 +431,9 @@ def main() -> int:
                          1.0 if client is not None else None))
         rec.add(headline(rows, f"read-ahead on vs off ({args.storage})", "scan, read-ahead",
                          "scan, no read-ahead", 1.0, ">= 1x"))
+        for vname in settings:
+            rec.add(headline(rows, f"scan, {vname} vs raw download ({args.storage})", f"scan, {vname}",
+                             floor_name, None))
         for vname in workers:
             if vname:
                 rec.add(headline(rows, f"scan, this code vs {vname} ({args.storage})", "scan, read-ahead",

@@ -11,10 +11,19 @@ resized while any buffer export of it is alive (a ``memoryview`` or a slice of o
 array over it). Before a buffer goes back to the free list it is grown and shrunk by one byte,
 inside its allocation (no copy); a ``BufferError`` means someone still sees it, and the buffer is
 retired: it is never written again, and the pool is allowed a new one in its place.
+
+Buffers outlive their scan: a finished scan's free buffers go to a process-wide cache of idle
+warm buffers (:data:`WARM`, at most ``RLM_READ_BUFFER_CACHE_MB`` MiB, 128 by default; 0 turns it
+off) that the next scan of any fetcher in the process takes first. Why: a backfill, the HTTP API
+and the Kafka endpoint run scan after scan, and on the VM the benchmarks run on, memory the
+process has not touched lately costs a page fault per 4 KiB and the host's allocation behind it
+(milliseconds per MiB: 23,600 faults per two 256 MiB scans, all of them the read-ahead's
+buffers). Only buffers that passed the guard are cached, so no cached buffer is seen by anyone.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 
 import structlog
@@ -39,6 +48,54 @@ def _allocate(size: int) -> bytearray:
     return buf
 
 
+class WarmBuffers:
+    """Idle receive buffers kept between scans, at most ``max_bytes`` of them. Thread-safe."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max(0, max_bytes)
+        self._lock = threading.Lock()
+        self._idle: dict[int, list[bytearray]] = {}
+        self.idle_bytes = 0
+        self.reused = 0  # buffers handed out again (tests, benchmarks)
+
+    def get(self, size: int) -> bytearray | None:
+        """An idle buffer of exactly ``size`` bytes, or ``None``."""
+        with self._lock:
+            free = self._idle.get(size)
+            if not free:
+                return None
+            self.idle_bytes -= size
+            self.reused += 1
+            return free.pop()
+
+    def put(self, buf: bytearray) -> bool:
+        """Keep ``buf`` (no view of it may be alive) if it fits; ``False``: dropped."""
+        with self._lock:
+            if self.idle_bytes + len(buf) > self.max_bytes:
+                return False
+            self._idle.setdefault(len(buf), []).append(buf)
+            self.idle_bytes += len(buf)
+            return True
+
+    def clear(self) -> None:
+        """Drop every idle buffer (tests; a process that wants its memory back now)."""
+        with self._lock:
+            self._idle.clear()
+            self.idle_bytes = 0
+
+
+def _cache_bytes_from_env() -> int:
+    raw = os.environ.get("RLM_READ_BUFFER_CACHE_MB", "").strip()
+    try:
+        return max(0, int(raw)) << 20 if raw else 128 << 20
+    except ValueError:
+        return 128 << 20
+
+
+#: The process's idle receive buffers (see the module docstring).
+WARM = WarmBuffers(_cache_bytes_from_env())
+
+
 class ChunkBufferPool:
     """At most ``max_buffers`` buffers of ``chunk_bytes`` out at a time (the read-ahead budget).
 
@@ -46,9 +103,10 @@ class ChunkBufferPool:
     pool and not dropped, free or out), their peak, and buffers retired by the guard.
     """
 
-    def __init__(self, chunk_bytes: int, max_buffers: int) -> None:
+    def __init__(self, chunk_bytes: int, max_buffers: int, *, warm: WarmBuffers | None = None) -> None:
         self.chunk_bytes = chunk_bytes
         self.max_buffers = max(1, max_buffers)
+        self.warm = WARM if warm is None else warm
         self._lock = threading.Lock()
         self._free: list[bytearray] = []
         self._out = 0
@@ -71,7 +129,7 @@ class ChunkBufferPool:
             self._out += 1
             self.held_bytes += self.chunk_bytes
             self.peak_held_bytes = max(self.peak_held_bytes, self.held_bytes)
-        return _allocate(self.chunk_bytes)
+        return self.warm.get(self.chunk_bytes) or _allocate(self.chunk_bytes)
 
     def give_back(self, buf: bytearray) -> bool:
         """Return ``buf`` for reuse; ``False`` if a view of it is still alive (retired instead)."""
@@ -90,7 +148,10 @@ class ChunkBufferPool:
         return not viewed
 
     def clear(self) -> None:
-        """Drop the free buffers (a finished scan keeps no memory)."""
+        """Give the free buffers to the process's warm cache (a finished scan holds no memory of
+        its own; the cache, bounded, keeps them for the next scan)."""
         with self._lock:
             self.held_bytes -= self.chunk_bytes * len(self._free)
-            self._free.clear()
+            free, self._free = self._free, []
+        for buf in free:
+            self.warm.put(buf)

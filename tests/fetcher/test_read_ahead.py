@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from fetcher.chunk_buffers import ChunkBufferPool
+from fetcher.chunk_buffers import WARM, ChunkBufferPool, WarmBuffers
 from fetcher.get_pool import Priority
 from fetcher.read_ahead import Extent, SequentialRead
 from fetcher.reader import ByteRateLimiter, ReadStats, SegmentReader
@@ -113,6 +113,67 @@ def test_buffers_are_reused_when_nobody_holds_a_view() -> None:
     finally:
         stream.close()
     rd.close()
+
+
+def test_a_finished_scan_s_buffers_serve_the_next_scan() -> None:
+    """The next scan (another fetcher's too) receives into the buffers the last one left warm:
+    no fresh memory per scan, and still every byte right."""
+    WARM.clear()
+    rd = reader(PatternStore())
+    extents = [Extent(segment("s", 8 * CHUNK), 0, 8 * CHUNK)]
+    first = rd.sequential(extents, budget_bytes=4 * CHUNK)
+    try:
+        assert walk(first, extents) == 8 * CHUNK
+    finally:
+        first.close()
+    assert WARM.idle_bytes == 4 * CHUNK
+    reused = WARM.reused
+    other = reader(PatternStore())
+    second = other.sequential(extents, budget_bytes=4 * CHUNK)
+    try:
+        assert walk(second, extents) == 8 * CHUNK
+    finally:
+        second.close()
+    assert WARM.reused - reused == 4
+    rd.close()
+    other.close()
+
+
+def test_a_buffer_still_viewed_never_reaches_the_next_scan() -> None:
+    """A caller holds a view of every chunk of one scan; the next scan, reading other bytes, must
+    not receive into those buffers. Without the guard they would go to the warm cache at the
+    first scan's close and the held views would show the second scan's bytes."""
+    WARM.clear()
+    rd = reader(PatternStore())
+    held = [Extent(segment("held", 6 * CHUNK), 0, 6 * CHUNK)]
+    kept: list[memoryview] = []
+    first = rd.sequential(held, budget_bytes=3 * CHUNK)
+    try:
+        walk(first, held, keep=kept)
+    finally:
+        first.close()
+    assert WARM.idle_bytes == 0  # every buffer was viewed: none is cached
+    later = [Extent(segment("later", 40 * CHUNK), 20 * CHUNK, 40 * CHUNK)]
+    second = rd.sequential(later, budget_bytes=3 * CHUNK)
+    try:
+        walk(second, later)
+    finally:
+        second.close()
+    assert [v[0] for v in kept] == list(range(6))
+    rd.close()
+
+
+def test_the_warm_cache_keeps_at_most_its_bytes() -> None:
+    warm = WarmBuffers(2 * CHUNK)
+    pool = ChunkBufferPool(CHUNK, 3, warm=warm)
+    bufs = [pool.take() for _ in range(3)]
+    for b in bufs:
+        assert b is not None and pool.give_back(b)
+    pool.clear()
+    assert warm.idle_bytes == 2 * CHUNK  # the third is dropped
+    assert pool.held_bytes == 0
+    assert warm.get(CHUNK) is not None and warm.get(CHUNK) is not None and warm.get(CHUNK) is None
+    assert warm.get(2 * CHUNK) is None  # only a buffer of the size asked for
 
 
 def test_the_pool_retires_a_buffer_with_a_live_numpy_view() -> None:
