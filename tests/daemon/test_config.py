@@ -135,6 +135,10 @@ def test_exported_rlm_variable_does_not_change_a_test_run() -> None:
         ("log_dirs: [/d]\ntopics: [{pattern: a, retention_mss: 1}]\n", "topics[0].retention_mss"),
         ("log_dirs: [/d]\ntask_interval_ms: -5\n", "task_interval_ms"),
         ("log_dirs: 5\n", "log_dirs"),  # optional since the read side, but a list
+        # remote compaction's memory cap: below the floor, negative, not a number
+        ("log_dirs: [/d]\nremote_compaction_memory_bytes: 1024\n", "remote_compaction_memory_bytes"),
+        ("log_dirs: [/d]\nremote_compaction_memory_bytes: -1\n", "remote_compaction_memory_bytes"),
+        ("log_dirs: [/d]\nremote_compaction_memory_bytes: lots\n", "remote_compaction_memory_bytes"),
     ],
 )
 def test_errors_name_the_key(tmp_path: Path, doc: str, key: str) -> None:

@@ -176,6 +176,17 @@ def test_the_warm_cache_keeps_at_most_its_bytes() -> None:
     assert warm.get(2 * CHUNK) is None  # only a buffer of the size asked for
 
 
+@pytest.mark.parametrize(("raw", "want"), [("", 128 << 20), ("64", 64 << 20), ("0", 0), ("-5", 0),
+                                          ("lots", 128 << 20), ("1e3", 128 << 20)])
+def test_the_warm_cache_size_from_the_environment(monkeypatch: pytest.MonkeyPatch, raw: str,
+                                                  want: int) -> None:
+    """``RLM_READ_BUFFER_CACHE_MB``: MiB, 0 turns the cache off; garbage is the default, never a crash."""
+    from fetcher import chunk_buffers
+
+    monkeypatch.setenv("RLM_READ_BUFFER_CACHE_MB", raw)
+    assert chunk_buffers._cache_bytes_from_env() == want
+
+
 def test_the_pool_retires_a_buffer_with_a_live_numpy_view() -> None:
     np = pytest.importorskip("numpy")
     pool = ChunkBufferPool(CHUNK, 1)
