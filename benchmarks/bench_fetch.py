@@ -56,10 +56,20 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, os.environ.get("RLM_BENCH_CODE") or str(Path(__file__).resolve().parent.parent))
 
-from benchlib import BenchFailure, Recorder, Result, headline, quiet_logs, run_rounds, table_digest
+from benchlib import (
+    BenchFailure,
+    Recorder,
+    Result,
+    headline,
+    quiet_logs,
+    run_rounds,
+    sized_name,
+    table_digest,
+)
 
 MB = 1 << 20
 TOPIC = "bench-fetch"
+DEFAULT_SIZE_MB = 256  # the documented default (make bench: 64, recorded apart as fetch-<storage>-64mb)
 
 
 def pct(values: list[float], p: float) -> float:
@@ -210,7 +220,7 @@ def main() -> int:
     if len(sys.argv) == 3 and sys.argv[1] == "--worker":
         return worker(sys.argv[2])
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--size-mb", type=int, default=256)
+    ap.add_argument("--size-mb", type=int, default=DEFAULT_SIZE_MB)
     ap.add_argument("--segment-mb", type=int, default=64)
     ap.add_argument("--record-bytes", type=int, default=1024)
     ap.add_argument("--storage", choices=("s3", "local"), default="s3")
@@ -235,7 +245,8 @@ def main() -> int:
                     help="with --py-spy: sample threads only while they run on a CPU (where the CPU "
                     "goes), not also while they wait (where the wall time goes, the default)")
     args = ap.parse_args()
-    rec = Recorder(f"fetch-{args.storage}" + ("-pinned" if args.pin else ""), args)
+    rec = Recorder(sized_name(f"fetch-{args.storage}", args.size_mb, DEFAULT_SIZE_MB, "mb")
+                   + ("-pinned" if args.pin else ""), args)
     quiet_logs()
 
     import pyarrow as pa

@@ -30,7 +30,8 @@ In every round the answers (count, bytes, max offset, digest) of ``builtin`` and
 over both codecs must all be equal (both topics hold the same records), and each ``ceiling`` (other,
 synthetic rows) must give the same answer in every round; else the benchmark fails (exit 2).
 Printed: the median of the per-round ratios (on a shared machine the load moves whole rounds;
-same-round ratios are steadier). Raw results: ``docs/data/bench-spark-<storage>.json``.
+same-round ratios are steadier). Raw results: ``docs/data/bench-spark-<storage>.json``
+(``bench-spark-<storage>-<n>rec.json`` at another size than the default).
 
     .venv/bin/python benchmarks/bench_spark.py --records 5000000
     .venv/bin/python benchmarks/bench_spark.py --records 5000000 --storage local
@@ -55,12 +56,13 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchlib import Recorder, Result, headline, run_rounds  # noqa: E402
+from benchlib import Recorder, Result, headline, run_rounds, sized_name  # noqa: E402
 
 QUERY = ("SELECT count(*) AS n, sum(length(value)) AS b, max(offset) AS m, "
          "bit_xor(xxhash64(partition, offset, key, value)) AS h FROM t")
 CODECS = ("none", "zstd")
 VALUE_BYTES = 100
+DEFAULT_RECORDS = 5_000_000  # per codec, the documented default (make bench runs 500000: recorded apart)
 
 
 def connector_jars() -> list[str]:
@@ -242,7 +244,7 @@ def offsets_json(topic: str, counts: list[int], end: bool) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--records", type=int, default=5_000_000, help="records per codec")
+    ap.add_argument("--records", type=int, default=DEFAULT_RECORDS, help="records per codec")
     ap.add_argument("--partitions", type=int, default=1, help="partitions per topic")
     ap.add_argument("--storage", choices=("s3", "local"), default="s3")
     ap.add_argument("--cores", type=int, default=2)
@@ -253,9 +255,10 @@ def main() -> int:
     ap.add_argument("--driver-memory", default="2g")
     ap.add_argument("--broker-heap", default="1g")
     ap.add_argument("--keep", action="store_true", help="keep the broker's and the daemon's files")
-    ap.add_argument("--no-save", action="store_true", help="write no docs/data/bench-spark-<storage>.json")
+    ap.add_argument("--no-save", action="store_true",
+                    help="write no docs/data/bench-spark-<storage>[-<n>rec].json")
     a = ap.parse_args()
-    rec = Recorder(f"spark-{a.storage}", a)
+    rec = Recorder(sized_name(f"spark-{a.storage}", a.records, DEFAULT_RECORDS, "rec"), a)
 
     from fetcher.spark import register
     from tests.daemon.helpers import s3_storage
