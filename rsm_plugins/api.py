@@ -11,10 +11,10 @@ at the plugin edge so retry loops can look at ``retriable`` alone.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, BinaryIO, ClassVar, Generic
+from typing import TYPE_CHECKING, Any, BinaryIO, ClassVar, Generic
 
 from typing_extensions import TypeVar
 
@@ -47,6 +47,13 @@ from .config import PluginConfig, normalize_keys, parse_config
 from .listing import StoredObject
 from .redirect import stored_partition
 from .streams import check_range
+
+if TYPE_CHECKING:
+    from .integrity import Crc32c
+    from .layout import SourceFile
+
+#: how much of a file source :meth:`RemoteStorageManager.write_source` reads at a time
+_SOURCE_PIECE = 4 << 20
 
 __all__ = [
     "ChunkIntegrityError",
@@ -285,6 +292,26 @@ class RemoteStorageManager(ABC, Generic[C]):
         :class:`rsm_plugins.testing.FaultInjectingRSM` makes a copy fail part way through.
         """
         return open(path, "rb")
+
+    def write_source(self, src: SourceFile, out: Any, crc: Crc32c, *,
+                     copy: Callable[[BinaryIO], bool] | None = None) -> None:
+        """``src``'s bytes written to ``out`` (anything with ``write``), their CRC-32C added to
+        ``crc`` on the way: one pass over the bytes, the checksum computed while they are written,
+        not read back. A file source is opened with :meth:`open_source` and copied in 4 MiB
+        pieces unless ``copy`` (given the open source) copies it itself and returns ``True`` (the
+        ``local`` plugin's kernel copy)."""
+        if src.data is not None:
+            out.write(src.data)
+            crc.update(src.data)
+            return
+        if src.path is None:
+            raise ValueError("a SourceFile has neither data nor a path")
+        with self.open_source(src.path) as inp:
+            if copy is not None and copy(inp):
+                return
+            while chunk := inp.read(_SOURCE_PIECE):
+                out.write(chunk)
+                crc.update(chunk)
 
     def __enter__(self) -> RemoteStorageManager[C]:
         return self

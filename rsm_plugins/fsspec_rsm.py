@@ -42,7 +42,6 @@ from .listing import parse_name
 
 log = structlog.get_logger(__name__)
 
-_CHUNK = 4 << 20
 #: Protocols whose "rename" is a server-side copy (or absent): write in place there.
 NO_ATOMIC_RENAME = frozenset(
     {"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "oci", "oss", "http", "https"}
@@ -213,15 +212,7 @@ class FsspecRemoteStorageManager(RemoteStorageManager[FsspecConfig]):
         crc = integrity.Crc32c()
         try:
             with fs.open(target, "wb") as out:
-                if src.data is not None:
-                    out.write(src.data)
-                    crc.update(src.data)
-                else:
-                    assert src.path is not None
-                    with self.open_source(src.path) as inp:
-                        while chunk := inp.read(_CHUNK):
-                            out.write(chunk)
-                            crc.update(chunk)
+                self.write_source(src, out, crc)
             if target != final:
                 self._rename(fs, target, final)
         except BaseException:

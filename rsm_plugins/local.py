@@ -50,7 +50,6 @@ from .listing import parse_name
 log = structlog.get_logger(__name__)
 
 KAFKA_ROOT_DIR_NAME = "kafka-tiered-storage"
-_CHUNK = 4 << 20
 _COPY_CHUNK = 8 << 20  # per copy_file_range call
 _READBACK_CHUNK = 1 << 20  # stays in cache between the read and the checksum
 _AUX_THREADS = 4  # small files of one segment written at once, beside its .log copy
@@ -182,18 +181,12 @@ class LocalRemoteStorageManager(RemoteStorageManager[LocalConfig]):
         """``src`` written to ``tmp`` (fsynced when configured); the CRC-32C of the bytes written."""
         crc = integrity.Crc32c()
         with open(tmp, "w+b") as out:
-            if src.data is not None:
-                out.write(src.data)
-                crc.update(src.data)
-            else:
-                assert src.path is not None
-                with self.open_source(src.path) as inp:
-                    fd = _regular_file_fd(inp)
-                    copied = fd is not None and _kernel_copy(fd, out.fileno(), crc, self.config.fsync)
-                    if not copied:
-                        while chunk := inp.read(_CHUNK):
-                            out.write(chunk)
-                            crc.update(chunk)
+
+            def kernel_copy(inp: BinaryIO) -> bool:
+                fd = _regular_file_fd(inp)
+                return fd is not None and _kernel_copy(fd, out.fileno(), crc, self.config.fsync)
+
+            self.write_source(src, out, crc, copy=kernel_copy)
             if self.config.fsync:
                 out.flush()
                 os.fsync(out.fileno())

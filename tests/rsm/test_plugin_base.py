@@ -132,3 +132,29 @@ def test_builtin_s3_pickles_without_its_client() -> None:
     assert clone.config.secret_access_key.get_secret_value() == SECRET
     assert SECRET not in repr(clone.config)
     rsm.close()
+
+
+def test_write_source_copies_data_or_a_file_and_checksums_on_the_way(tmp_path: Path) -> None:
+    """``write_source``: in-memory bytes or a file (in pieces, or by the plugin's own ``copy``);
+    the CRC-32C is of exactly the bytes written."""
+    import io
+
+    from rsm_plugins.integrity import Crc32c, crc32c
+    from rsm_plugins.layout import SegmentFileType, SourceFile
+
+    rsm = TinyRSM()
+    body = bytes(range(256)) * (40 << 10)  # 10 MiB: more than one piece
+    path = tmp_path / "seg.log"
+    path.write_bytes(body)
+    seg = SegmentFileType.SEGMENT
+    for src in (SourceFile(seg, data=body), SourceFile(seg, path=path)):
+        out, crc = io.BytesIO(), Crc32c()
+        rsm.write_source(src, out, crc)
+        assert out.getvalue() == body and (crc.size, crc.value) == (len(body), crc32c(body))
+    declined, taken = io.BytesIO(), io.BytesIO()
+    rsm.write_source(SourceFile(seg, path=path), declined, Crc32c(), copy=lambda inp: False)
+    assert declined.getvalue() == body  # the plugin's copy declined: the pieces
+    rsm.write_source(SourceFile(seg, path=path), taken, Crc32c(), copy=lambda inp: True)
+    assert taken.getvalue() == b""  # the plugin's copy did it (here: nothing)
+    with pytest.raises(ValueError, match="neither data nor a path"):
+        rsm.write_source(SourceFile(seg), io.BytesIO(), Crc32c())
