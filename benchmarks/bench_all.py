@@ -25,8 +25,9 @@ ROOT = HERE.parent
 SMALL: dict[str, list[str]] = {
     "decode": ["bench_decode.py", "--size-mb", "16", "--baseline-mb", "8", "--rounds", "3"],
     "tier": ["bench_tier.py", "--size-gb", "0.25", "--layouts", "100", "--rounds", "3"],
+    # 4 scans a round: a 64 MB scan takes ~0.1 s, too short for a round's ratio to mean anything
     "fetch-s3": ["bench_fetch.py", "--storage", "s3", "--size-mb", "64", "--segment-mb", "16",
-                 "--samples", "50", "--cold-samples", "10", "--rounds", "3"],
+                 "--samples", "50", "--cold-samples", "10", "--rounds", "5", "--repeat", "4"],
     "fetch-local": ["bench_fetch.py", "--storage", "local", "--size-mb", "64", "--segment-mb", "16",
                     "--samples", "50", "--cold-samples", "10", "--rounds", "3"],
     "spark-s3": ["bench_spark.py", "--storage", "s3", "--records", "500000", "--rounds", "3"],
