@@ -29,6 +29,16 @@ _ZSTD_TYPE = ctypes.CFUNCTYPE(
 )
 _CRC_TYPE = ctypes.CFUNCTYPE(ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t)
 _LZ4_TYPE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int)
+_GZIP_TYPE = ctypes.CFUNCTYPE(
+    ctypes.c_int,
+    ctypes.c_void_p,
+    ctypes.c_void_p,
+    ctypes.c_size_t,
+    ctypes.c_void_p,
+    ctypes.c_size_t,
+    ctypes.c_void_p,
+    ctypes.c_void_p,
+)
 _PURE_FUNCTIONS: dict[tuple[int, Any], Any] = {}
 
 
@@ -56,6 +66,17 @@ def pure_lz4_call(fn: Any, src: Any, dst: Any, n: Any, capacity: Any) -> Any:
     return np.int64(_function(fn, _LZ4_TYPE)(int(src), int(dst), int(n), int(capacity)))
 
 
+def pure_gzip_call(fn: Any, decompressor: Any, src: Any, n: Any, dst: Any, capacity: Any, sizes: Any) -> Any:
+    """``libdeflate_gzip_decompress_ex(decompressor, src, n, dst, capacity, sizes, sizes + 8)`` at
+    address ``fn``: the ``enum libdeflate_result`` (0 = success); the bytes read and written are
+    stored at ``sizes`` (two ``size_t``)."""
+    import numpy as np
+
+    call = _function(fn, _GZIP_TYPE)
+    at = int(sizes)
+    return np.int64(call(int(decompressor), int(src), int(n), int(dst), int(capacity), at, at + 8))
+
+
 def pure_crc_call(fn: Any, addr: Any, n: Any) -> Any:
     """``uint32 crc32c_value(const uint8_t *, size_t)`` at address ``fn``."""
     import numpy as np
@@ -68,6 +89,7 @@ jit_view: Any = pure_view
 jit_zstd_call: Any = pure_zstd_call
 jit_crc_call: Any = pure_crc_call
 jit_lz4_call: Any = pure_lz4_call
+jit_gzip_call: Any = pure_gzip_call
 
 if os.environ.get("RLM_DISABLE_JIT") != "1":
     from numba import njit, types
@@ -175,7 +197,34 @@ if os.environ.get("RLM_DISABLE_JIT") != "1":
 
         return sig, codegen
 
+    @intrinsic
+    def _jit_gzip_call(
+        typingctx: Any, fn: Any, decompressor: Any, src: Any, n: Any, dst: Any, capacity: Any, sizes: Any
+    ) -> Any:
+        """``libdeflate_gzip_decompress_ex(decompressor, src, n, dst, capacity, sizes, sizes + 8)``
+        called at address ``fn`` (all int64); the ``int`` result sign-extended to int64."""
+        sig = types.int64(*([types.int64] * 7))
+
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            from llvmlite import ir
+
+            i64, ptr = ir.IntType(64), ir.IntType(8).as_pointer()
+            fn_v, d_v, src_v, n_v, dst_v, cap_v, sizes_v = args
+            call_args = [
+                builder.inttoptr(d_v, ptr),
+                builder.inttoptr(src_v, ptr),
+                n_v,
+                builder.inttoptr(dst_v, ptr),
+                cap_v,
+                builder.inttoptr(sizes_v, ptr),
+                builder.inttoptr(builder.add(sizes_v, ir.Constant(i64, 8)), ptr),
+            ]
+            return builder.sext(_indirect_call(builder, fn_v, ir.IntType(32), call_args), i64)
+
+        return sig, codegen
+
     jit_copy = _jit_copy
+    jit_gzip_call = _jit_gzip_call
     jit_lz4_call = _jit_lz4_call
     jit_view = _jit_view
     jit_zstd_call = _jit_zstd_call

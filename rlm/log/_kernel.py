@@ -68,6 +68,7 @@ ZSTD_BLOCK_MAX = 128 * 1024  # a zstd block never regenerates more (RFC 8878 Blo
 ZSTD_WINDOW_MAX = 1 << 27  # the streaming decoder's default window limit (ZSTD_WINDOWLOG_LIMIT_DEFAULT)
 LZ4_MAGIC = 0x184D2204
 LZ4_UNCOMPRESSED = 0x80000000  # block size word: the block is stored as is
+GZIP_MIN = 18  # a gzip member's fixed header (10 bytes) and trailer (CRC-32, ISIZE: 8 bytes)
 ERRORS = {
     E_VARINT: "malformed varint (too long or past the end of the record)",
     E_RECORD_SIZE: "invalid record size",
@@ -82,12 +83,14 @@ ERRORS = {
 if PURE:
     from rlm.log._intrinsics import pure_copy as _copy
     from rlm.log._intrinsics import pure_crc_call as _crc_call
+    from rlm.log._intrinsics import pure_gzip_call as _gzip_call
     from rlm.log._intrinsics import pure_lz4_call as _lz4_call
     from rlm.log._intrinsics import pure_view as _view
     from rlm.log._intrinsics import pure_zstd_call as _zstd_call
 else:
     from rlm.log._intrinsics import jit_copy as _copy
     from rlm.log._intrinsics import jit_crc_call as _crc_call
+    from rlm.log._intrinsics import jit_gzip_call as _gzip_call
     from rlm.log._intrinsics import jit_lz4_call as _lz4_call
     from rlm.log._intrinsics import jit_view as _view
     from rlm.log._intrinsics import jit_zstd_call as _zstd_call
@@ -796,6 +799,27 @@ def _snappy_decode(buf: Any, pos: Any, end: Any, out: Any) -> Any:
     return _snappy_walk(buf, pos, end, out, True)
 
 
+@_jit_inline
+def _gzip_bound(buf: Any, pos: Any, end: Any) -> Any:
+    """What the gzip payload ``buf[pos:end]`` inflates to if it is one member (its ISIZE
+    trailer, RFC 1952), or -1 if it does not start like one: the Python path then decides."""
+    if end - pos < GZIP_MIN or _u8(buf, pos) != 0x1F or _u8(buf, pos + 1) != 0x8B or _u8(buf, pos + 2) != 8:
+        return -1
+    return _le32(buf, end - 4)
+
+
+@_jit_inline
+def _gzip_decode(
+    gzip_fn: Any, decompressor: Any, src: Any, n: Any, scratch_address: Any, bound: Any, sizes: Any
+) -> Any:
+    """Inflate the one-member gzip payload of ``n`` bytes at ``src`` into the scratch buffer; its
+    length, or -1 unless libdeflate read exactly the ``n`` bytes and wrote exactly ``bound``."""
+    result = _gzip_call(gzip_fn, decompressor, src, n, scratch_address, bound, sizes.ctypes.data)
+    if result != 0 or sizes[0] != n or sizes[1] != bound:
+        return -1
+    return bound
+
+
 @_jit
 def check_crcs(meta: Any, base_address: Any, crc_fn: Any) -> Any:
     """Index of the first v2 entry of ``meta`` whose CRC-32C does not match, or -1.
@@ -822,6 +846,9 @@ def decode_batches(
     dctx: Any,
     lz4_fn: Any,
     snappy: Any,
+    gzip_fn: Any,
+    gzip_decompressor: Any,
+    gzip_sizes: Any,
     crc_fn: Any,
     scratch_address: Any,
     scratch_size: Any,
@@ -848,7 +875,10 @@ def decode_batches(
     ``dctx``; 0 = no library) into the scratch buffer and decoded from it while still in cache;
     LZ4 batches likewise, Kafka's frame walked here and each block decompressed by
     ``LZ4_decompress_safe`` at address ``lz4_fn`` (0 = no library; see :mod:`rlm.log._lz4`);
-    with ``snappy`` set, snappy batches (xerial or raw) by the compiled decoder here.
+    with ``snappy`` set, snappy batches (xerial or raw) by the compiled decoder here; gzip
+    batches of one member by ``libdeflate_gzip_decompress_ex`` at address ``gzip_fn`` (0 = no
+    library), decompressor ``gzip_decompressor``, ``gzip_sizes`` two int64 it writes its sizes to
+    (see :mod:`rlm.log._libdeflate`).
     Output buffers are appended to as in :func:`decode_v2`.
 
     Stops at batch ``i`` and returns ``(status, i, detail)`` when Python must act:
@@ -902,6 +932,24 @@ def decode_batches(
             if bound > scratch_size:
                 return F_GROW, i, bound
             length = _snappy_decode(buf, pos + RECORDS_AT, pos + size, _view(scratch_address, scratch_size))
+            if length < 0:
+                return F_PYTHON, i, 0
+            addr = scratch_address
+        elif codec == 1 and gzip_fn != 0:
+            bound = _gzip_bound(buf, pos + RECORDS_AT, pos + size)
+            if bound < 0 or bound > max_decompressed:
+                return F_PYTHON, i, 0
+            if bound > scratch_size:
+                return F_GROW, i, bound
+            length = _gzip_decode(
+                gzip_fn,
+                gzip_decompressor,
+                base_address + pos + RECORDS_AT,
+                size - RECORDS_AT,
+                scratch_address,
+                bound,
+                gzip_sizes,
+            )
             if length < 0:
                 return F_PYTHON, i, 0
             addr = scratch_address

@@ -28,6 +28,8 @@ from collections.abc import Callable
 
 import structlog
 
+from rlm.log._contexts import ContextPool
+
 log = structlog.get_logger(__name__)
 
 #: Oldest libzstd accepted: 1.4.0 (2019), the first with a stable ``ZSTD_decompressDCtx`` ABI
@@ -102,28 +104,12 @@ def find_library() -> LibZstd | None:
     return None
 
 
-class DCtxPool:
-    """Decompression contexts to lend, one per concurrent decode, kept for reuse.
-
-    A context must not be used by two threads at once; a decoder takes one for its lifetime and
-    gives it back, so concurrent decodes (threads, or interleaved generators) never share one.
-    Contexts are never freed: there are at most as many as decodes ever ran at the same time.
-    """
+class DCtxPool(ContextPool):
+    """``ZSTD_DCtx`` contexts of ``lib`` to lend (see :class:`rlm.log._contexts.ContextPool`)."""
 
     def __init__(self, lib: LibZstd) -> None:
+        super().__init__(lib.create_dctx)
         self.lib = lib
-        self._free: list[int] = []
-        self._lock = threading.Lock()
-
-    def acquire(self) -> int:
-        with self._lock:
-            if self._free:
-                return self._free.pop()
-        return self.lib.create_dctx()
-
-    def release(self, dctx: int) -> None:
-        with self._lock:
-            self._free.append(dctx)
 
 
 _POOL: DCtxPool | None = None

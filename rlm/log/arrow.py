@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from rlm.errors import CorruptRecordError, CrcMismatchError
-from rlm.log import _kernel, _lz4, _zstd, codecs
+from rlm.log import _kernel, _libdeflate, _lz4, _zstd, codecs
 from rlm.log._arrow_build import KAFKA_SCHEMA, Outputs, records_batch
 from rlm.log._crc import CRC32C_VALUE, bytes_address, crc32c
 from rlm.log.legacy import legacy_records
@@ -92,6 +92,11 @@ class _Decoder:
         self.zstd_fn = self.pool.lib.decompress_dctx if self.pool is not None else 0
         self.dctx = 0
         self.lz4_fn = _lz4.decompress_address()  # liblz4, stateless: nothing to lend
+        # libdeflate for gzip: a decompressor of our own, and the two sizes it reports
+        self.gzip_pool = _libdeflate.pool()
+        self.gzip_fn = self.gzip_pool.lib.gzip_decompress_ex if self.gzip_pool is not None else 0
+        self.gzip_decompressor = 0
+        self.gzip_sizes: Arr = np.zeros(2, np.int64)
         # codecs the compiled loop decompresses itself (bit ``1 << codec``)
         # snappy needs no library, but un-jitted its byte loop would be far slower than cramjam
         self.snappy = not kern.PURE
@@ -99,15 +104,19 @@ class _Decoder:
             (1 << Compression.ZSTD if self.zstd_fn else 0)
             | (1 << Compression.LZ4 if self.lz4_fn else 0)
             | (1 << Compression.SNAPPY if self.snappy else 0)
+            | (1 << Compression.GZIP if self.gzip_fn else 0)
         )
         self.scratch: Arr = np.zeros(0, np.uint8)
         self.crc_fn = _CRC_ADDRESS if verify_crc else 0  # CRC-32C checked inside the compiled loop
 
     def close(self) -> None:
-        """Give the decompression context back (the decoder is not used afterwards)."""
+        """Give the decompression contexts back (the decoder is not used afterwards)."""
         if self.pool is not None and self.dctx:
             self.pool.release(self.dctx)
             self.dctx = 0
+        if self.gzip_pool is not None and self.gzip_decompressor:
+            self.gzip_pool.release(self.gzip_decompressor)
+            self.gzip_decompressor = 0
 
     def groups(self, max_rows: int, window: FileWindow | None = None) -> Iterator[Arr]:
         """Entry tables (``meta`` rows) of consecutive groups of entries.
@@ -231,7 +240,8 @@ class _Decoder:
         return records_batch(self.topic, self.partition, records)
 
     def _fusable(self, row: Arr) -> bool:
-        """Whether the compiled loop decodes this batch itself (uncompressed; zstd, lz4 with a library)."""
+        """Whether the compiled loop decodes this batch itself (uncompressed; zstd, lz4, gzip with a
+        library; snappy jitted)."""
         codec = int(row[_kernel.ATTR]) & 0x07
         return codec == Compression.NONE or bool((self.fused >> codec) & 1)
 
@@ -243,6 +253,9 @@ class _Decoder:
             if self.zstd_fn and not self.dctx:
                 assert self.pool is not None
                 self.dctx = self.pool.acquire()
+            if self.gzip_fn and not self.gzip_decompressor:
+                assert self.gzip_pool is not None
+                self.gzip_decompressor = self.gzip_pool.acquire()
             status, j, detail = self.kern.decode_batches(
                 self.fbuf,
                 np.int64(self.base_address),
@@ -252,6 +265,9 @@ class _Decoder:
                 np.int64(self.dctx),
                 np.int64(self.lz4_fn),
                 np.int64(self.snappy),
+                np.int64(self.gzip_fn),
+                np.int64(self.gzip_decompressor),
+                self.gzip_sizes,
                 np.int64(self.crc_fn),
                 np.int64(self.scratch.ctypes.data),
                 np.int64(len(self.scratch)),

@@ -17,21 +17,40 @@ import time
 from pathlib import Path
 
 from rlm.log.arrow import read_arrow
-from rlm.log.encode import encode_batch
+from rlm.log.codecs import compress
+from rlm.log.encode import assemble_batch, encode_batch
+from rlm.log.model import RECORD_BATCH_OVERHEAD
 from rlm.log.records import Compression, decode_records, iter_batches, read_batch_bytes
 
 
 def _segment() -> bytes:
-    """A few batches, one per codec, with keys, values, headers and a null value."""
+    """A few batches, one per codec, with keys, values, headers and a null value; and a gzip batch
+    of two members, which the compiled loop leaves to the per-batch path (that kernel too)."""
     out = bytearray()
     offset = 0
+    records = [
+        (b"k%d" % i, None if i == 2 else b"v" * (i + 1), [("h", b"x")], 1_700_000_000_000 + i)
+        for i in range(4)
+    ]
     for codec in Compression:
-        records = [
-            (b"k%d" % i, None if i == 2 else b"v" * (i + 1), [("h", b"x")], 1_700_000_000_000 + i)
-            for i in range(4)
-        ]
         out += encode_batch(records, base_offset=offset, compression=codec)
         offset += len(records)
+    plain = encode_batch(records, base_offset=offset)
+    header = next(iter_batches(plain))
+    payload = plain[RECORD_BATCH_OVERHEAD:]
+    out += assemble_batch(
+        base_offset=offset,
+        partition_leader_epoch=header.partition_leader_epoch,
+        attributes=header.attributes | Compression.GZIP,
+        last_offset_delta=header.last_offset_delta,
+        base_timestamp=header.base_timestamp,
+        max_timestamp=header.max_timestamp,
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence,
+        count=header.records_count,
+        payload=compress(Compression.GZIP, payload[:9]) + compress(Compression.GZIP, payload[9:]),
+    )
     return bytes(out)
 
 

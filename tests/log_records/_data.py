@@ -171,3 +171,16 @@ def mixed_segment(codec: int, framing: Callable[[bytes], bytes], *, batches: int
         parts.append(recompress(plain, codec, framing) if b % 3 else plain)
         offset += len(records)
     return b"".join(parts)
+
+
+def patch_payload(data: bytes, batch: int, at: int, patch: Callable[[bytes], bytes]) -> tuple[bytes, int]:
+    """``data`` with the 4 bytes at ``at`` of batch ``batch``'s compressed payload (from its end if
+    ``at`` < 0) replaced by ``patch(old)``; and that batch's position."""
+    pos = 0
+    for _ in range(batch):
+        pos += 12 + struct.unpack_from(">i", data, pos + 8)[0]
+    end = pos + 12 + struct.unpack_from(">i", data, pos + 8)[0]
+    start = pos + RECORD_BATCH_OVERHEAD + at if at >= 0 else end + at
+    bad = bytearray(data)
+    bad[start : start + 4] = patch(bytes(bad[start : start + 4]))
+    return bytes(bad), pos

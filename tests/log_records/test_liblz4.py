@@ -21,8 +21,7 @@ import xxhash
 
 from rlm.errors import CompressionError, CorruptRecordError, DecompressedSizeError
 from rlm.log import Compression, _kernel, _lz4, codecs, encode_batch, iter_arrow_batches, read_arrow
-from rlm.log.model import RECORD_BATCH_OVERHEAD
-from tests.log_records._data import mixed_log, mixed_segment, recompress, sample_records
+from tests.log_records._data import mixed_log, mixed_segment, patch_payload, recompress, sample_records
 
 LZ4 = int(Compression.LZ4)
 HAVE_LIBLZ4 = _lz4.find_library() != 0
@@ -149,18 +148,6 @@ def test_output_boundaries_and_scratch_growth(liblz4: str, monkeypatch: pytest.M
         assert pa.Table.from_batches(got).equals(expected)
 
 
-def _patched(data: bytes, batch: int, at: int, patch: Callable[[bytes], bytes]) -> tuple[bytes, int]:
-    """``data`` with bytes ``at..`` of batch ``batch``'s LZ4 payload patched; the batch position."""
-    pos = 0
-    for _ in range(batch):
-        pos += 12 + struct.unpack_from(">i", data, pos + 8)[0]
-    bad = bytearray(data)
-    start = pos + RECORD_BATCH_OVERHEAD + (at if at >= 0 else struct.unpack_from(">i", data, pos + 8)[0] + 12
-                                           - RECORD_BATCH_OVERHEAD + at)
-    bad[start : start + 4] = patch(bytes(bad[start : start + 4]))
-    return bytes(bad), pos
-
-
 REJECTED = {  # (offset in the frame, patch, message): both paths must raise the Python path's error
     "header-checksum": (6, lambda old: bytes([old[0] ^ 0x55]) + old[1:], "descriptor checksum"),
     "block-too-big": (7, lambda old: struct.pack("<I", 0x7FFFFF00), "invalid lz4 block size"),
@@ -175,7 +162,7 @@ def test_rejected_frames_raise_the_same_typed_error(
     rejected: str, liblz4: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     at, patch, message = REJECTED[rejected]
-    data, pos = _patched(_segment(FRAMINGS["ours"], value_size=200), 4, at, patch)
+    data, pos = patch_payload(_segment(FRAMINGS["ours"], value_size=200), 4, at, patch)
     errors = []
     for pure in (False, True):
         with pytest.raises(CompressionError) as info:
@@ -197,7 +184,7 @@ def test_corrupt_block_content_raises_a_typed_error_at_its_batch(liblz4: str) ->
     clean = _segment(FRAMINGS["ours"], value_size=200)
     for trial in range(30):
         at = 11 + rnd.randrange(200)
-        data, pos = _patched(clean, 4, at, lambda old: rnd.randbytes(4))
+        data, pos = patch_payload(clean, 4, at, lambda old: rnd.randbytes(4))
         if data == clean:
             continue
         for pure in (False, True):
