@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the sidecar image offline-capable and hermetic (see docs/deploy.md, "Building the image offline"):
 #   1. base: $BASE if given, else a Debian image made from Debian packages with mmdebstrap
-#      (minbase + python3, python3-venv, passwd) and imported as localhost/rlm-debian-base:$SUITE;
+#      (minbase + python3, python3-venv, passwd, libdeflate0 for the gzip decoder) and imported as localhost/rlm-debian-base:$SUITE;
 #   2. wheelhouse: the project's wheel and every dependency's, built on this host with $PYTHON's pip
 #      into deploy/docker/wheelhouse/ (a wheel cache in $WHEEL_CACHE makes later builds offline);
 #   3. $RUNTIME build with --build-arg BASE: the image installs from the wheelhouse with --no-index.
@@ -31,7 +31,7 @@ if [ -z "${BASE:-}" ]; then
       command -v mmdebstrap >/dev/null || { say "mmdebstrap is missing (apt-get install mmdebstrap) or set BASE"; exit 2; }
       mkdir -p "$ROOTFS_CACHE"
       say "making the Debian $SUITE base with mmdebstrap -> $tar"
-      mmdebstrap --quiet --format=tar --variant=minbase --include=python3,python3-venv,passwd \
+      mmdebstrap --quiet --format=tar --variant=minbase --include=python3,python3-venv,passwd,libdeflate0 \
         --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
         --dpkgopt='path-exclude=/usr/share/locale/*' "$SUITE" "$tar.part"
       mv "$tar.part" "$tar"
