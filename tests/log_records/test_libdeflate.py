@@ -20,7 +20,13 @@ import pytest
 
 from rlm.errors import CompressionError, CorruptRecordError, DecompressedSizeError
 from rlm.log import Compression, _libdeflate, codecs, encode_batch, iter_arrow_batches, read_arrow
-from tests.log_records._data import mixed_log, mixed_segment, patch_payload, recompress, sample_records
+from tests.log_records._data import mixed_segment, patch_payload, recompress, sample_records
+from tests.log_records._paths import (
+    assert_decodes_to,
+    assert_mixed_log_same_on_every_path,
+    forbid_python_decompression,
+    python_path,
+)
 
 GZIP = int(Compression.GZIP)
 LIB = _libdeflate.find_library()
@@ -37,16 +43,7 @@ def libdeflate(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
 
 
 def _python_path(data: bytes, monkeypatch: pytest.MonkeyPatch, **kw: object) -> pa.Table:
-    with monkeypatch.context() as m:
-        m.setattr(_libdeflate, "pool", lambda: None)
-        return read_arrow(data, topic="t", partition=0, **kw)  # type: ignore[arg-type]
-
-
-def _forbid_python_gzip(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(codec: int, *args: object, **kwargs: object) -> bytes:
-        raise AssertionError(f"Python decompression of codec {codec} with libdeflate present")
-
-    monkeypatch.setattr(codecs, "decompress", refuse)
+    return python_path(data, monkeypatch, _libdeflate, "pool", lambda: None, **kw)
 
 
 def member(data: bytes, *, level: int = 6, extra: bool = False, name: bool = False, comment: bool = False,
@@ -92,11 +89,8 @@ def test_every_framing_decodes_like_the_python_path(
     expected = _python_path(data, monkeypatch)
     assert expected.num_rows == sum(20 + b for b in range(12))
     if libdeflate != "none" and framing in COMPILED:
-        _forbid_python_gzip(monkeypatch)
-    table = read_arrow(data, topic="t", partition=0)
-    table.validate(full=True)
-    assert table.equals(expected)
-    assert read_arrow(data, topic="t", partition=0, pure_python=True).equals(expected)
+        forbid_python_decompression(monkeypatch, "libdeflate")
+    assert_decodes_to(data, expected)
 
 
 def test_library_discovery(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -217,11 +211,4 @@ def test_decompression_cap(libdeflate: str, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_mixed_log_is_the_same_on_every_path(libdeflate: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    data, _ = mixed_log()
-    expected = _python_path(data, monkeypatch)
-    for lo, hi in [(None, None), (3, 50), (100, 1000)]:
-        kw = {"start_offset": lo, "end_offset": hi}
-        jit = read_arrow(data, topic="t", partition=0, **kw)  # type: ignore[arg-type]
-        assert jit.equals(read_arrow(data, topic="t", partition=0, pure_python=True, **kw))  # type: ignore[arg-type]
-        if lo is None:
-            assert jit.equals(expected)
+    assert_mixed_log_same_on_every_path(lambda data: _python_path(data, monkeypatch))

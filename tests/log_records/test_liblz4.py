@@ -21,7 +21,13 @@ import xxhash
 
 from rlm.errors import CompressionError, CorruptRecordError, DecompressedSizeError
 from rlm.log import Compression, _kernel, _lz4, codecs, encode_batch, iter_arrow_batches, read_arrow
-from tests.log_records._data import mixed_log, mixed_segment, patch_payload, recompress, sample_records
+from tests.log_records._data import mixed_segment, patch_payload, recompress, sample_records
+from tests.log_records._paths import (
+    assert_decodes_to,
+    assert_mixed_log_same_on_every_path,
+    forbid_python_decompression,
+    python_path,
+)
 
 LZ4 = int(Compression.LZ4)
 HAVE_LIBLZ4 = _lz4.find_library() != 0
@@ -37,16 +43,7 @@ def liblz4(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> I
 
 
 def _python_path(data: bytes, monkeypatch: pytest.MonkeyPatch, **kw: object) -> pa.Table:
-    with monkeypatch.context() as m:
-        m.setattr(_lz4, "_ADDRESS", 0)
-        return read_arrow(data, topic="t", partition=0, **kw)  # type: ignore[arg-type]
-
-
-def _forbid_python_lz4(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(codec: int, *args: object, **kwargs: object) -> bytes:
-        raise AssertionError(f"Python decompression of codec {codec} with liblz4 present")
-
-    monkeypatch.setattr(codecs, "decompress", refuse)
+    return python_path(data, monkeypatch, _lz4, "_ADDRESS", 0, **kw)
 
 
 def frame(
@@ -108,11 +105,8 @@ def test_every_framing_decodes_like_the_python_path(
     expected = _python_path(data, monkeypatch)
     assert expected.num_rows == sum(20 + b for b in range(12))
     if liblz4 != "none" and framing in COMPILED:
-        _forbid_python_lz4(monkeypatch)
-    table = read_arrow(data, topic="t", partition=0)
-    table.validate(full=True)
-    assert table.equals(expected)
-    assert read_arrow(data, topic="t", partition=0, pure_python=True).equals(expected)
+        forbid_python_decompression(monkeypatch, "liblz4")
+    assert_decodes_to(data, expected)
 
 
 def test_library_discovery(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -218,11 +212,4 @@ def test_decompression_cap(liblz4: str, monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_mixed_log_is_the_same_on_every_path(liblz4: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    data, _ = mixed_log()
-    expected = _python_path(data, monkeypatch)
-    for lo, hi in [(None, None), (3, 50), (100, 1000)]:
-        kw = {"start_offset": lo, "end_offset": hi}
-        jit = read_arrow(data, topic="t", partition=0, **kw)  # type: ignore[arg-type]
-        assert jit.equals(read_arrow(data, topic="t", partition=0, pure_python=True, **kw))  # type: ignore[arg-type]
-        if lo is None:
-            assert jit.equals(expected)
+    assert_mixed_log_same_on_every_path(lambda data: _python_path(data, monkeypatch))

@@ -20,7 +20,13 @@ import zstandard
 from rlm.errors import CompressionError, CorruptRecordError, CrcMismatchError, DecompressedSizeError
 from rlm.log import Compression, _zstd, arrow, codecs, encode_batch, iter_arrow_batches, read_arrow
 from rlm.log.model import RECORD_BATCH_OVERHEAD
-from tests.log_records._data import mixed_log, mixed_segment, recompress, sample_records
+from tests.log_records._data import mixed_segment, recompress, sample_records
+from tests.log_records._paths import (
+    assert_decodes_to,
+    assert_mixed_log_same_on_every_path,
+    forbid_python_decompression,
+    python_path,
+)
 
 ZSTD = int(Compression.ZSTD)
 
@@ -48,10 +54,7 @@ def libzstd(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def _forbid_python_zstd(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(codec: int, *args: object, **kwargs: object) -> bytes:
-        raise AssertionError(f"Python decompression of codec {codec} with libzstd present")
-
-    monkeypatch.setattr(arrow.codecs, "decompress", refuse)
+    refuse = forbid_python_decompression(monkeypatch, "libzstd")
     monkeypatch.setattr(arrow.codecs, "ZstdFastPath", lambda: refuse)
 
 
@@ -112,9 +115,7 @@ def _segment(framing: Callable[[bytes], bytes], *, batches: int = 12, value_size
 
 
 def _python_path(data: bytes, monkeypatch: pytest.MonkeyPatch, **kw: object) -> pa.Table:
-    with monkeypatch.context() as m:
-        m.setattr(_zstd, "pool", lambda: None)
-        return read_arrow(data, topic="t", partition=0, **kw)  # type: ignore[arg-type]
+    return python_path(data, monkeypatch, _zstd, "pool", lambda: None, **kw)
 
 
 @pytest.mark.parametrize("framing", sorted(FRAMINGS))
@@ -126,10 +127,7 @@ def test_every_framing_decodes_like_the_python_path(
     assert expected.num_rows == sum(20 + b for b in range(12))
     if libzstd != "none":
         _forbid_python_zstd(monkeypatch)
-    table = read_arrow(data, topic="t", partition=0)
-    table.validate(full=True)
-    assert table.equals(expected)
-    assert read_arrow(data, topic="t", partition=0, pure_python=True).equals(expected)
+    assert_decodes_to(data, expected)
 
 
 def test_library_discovery(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -236,14 +234,7 @@ def test_decompression_cap(libzstd: str, monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_mixed_log_is_the_same_on_every_path(libzstd: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    data, _ = mixed_log()
-    expected = _python_path(data, monkeypatch)
-    for lo, hi in [(None, None), (3, 50), (100, 1000)]:
-        kw = {"start_offset": lo, "end_offset": hi}
-        jit = read_arrow(data, topic="t", partition=0, **kw)  # type: ignore[arg-type]
-        assert jit.equals(read_arrow(data, topic="t", partition=0, pure_python=True, **kw))  # type: ignore[arg-type]
-        if lo is None:
-            assert jit.equals(expected)
+    assert_mixed_log_same_on_every_path(lambda data: _python_path(data, monkeypatch))
 
 
 @pytest.mark.parametrize("batch", [0, 1, 4], ids=["uncompressed", "zstd", "zstd-later"])

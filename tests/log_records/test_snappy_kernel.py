@@ -21,7 +21,8 @@ import pytest
 from rlm.errors import CorruptRecordError, DecompressedSizeError
 from rlm.log import Compression, _kernel, codecs, encode_batch, iter_arrow_batches, read_arrow
 from rlm.log.model import RECORD_BATCH_OVERHEAD
-from tests.log_records._data import mixed_log, mixed_segment, recompress, sample_records
+from tests.log_records._data import mixed_segment, recompress, sample_records
+from tests.log_records._paths import assert_mixed_log_same_on_every_path, forbid_python_decompression
 
 SNAPPY = int(Compression.SNAPPY)
 XERIAL = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)
@@ -96,13 +97,6 @@ def _segment(framing: Callable[[bytes], bytes], *, batches: int = 12, value_size
     return mixed_segment(SNAPPY, framing, batches=batches, value_size=value_size)
 
 
-def _forbid_python_snappy(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(codec: int, *args: object, **kwargs: object) -> bytes:
-        raise AssertionError(f"Python decompression of codec {codec}")
-
-    monkeypatch.setattr(codecs, "decompress", refuse)
-
-
 @pytest.mark.parametrize("value_size", [0, 300, 70_000])
 @pytest.mark.parametrize("framing", sorted(FRAMINGS))
 def test_every_framing_decodes_like_the_python_path(
@@ -110,7 +104,7 @@ def test_every_framing_decodes_like_the_python_path(
 ) -> None:
     data = _segment(FRAMINGS[framing], value_size=value_size, batches=12 if value_size < 70_000 else 4)
     expected = read_arrow(data, topic="t", partition=0, pure_python=True)  # cramjam, per batch
-    _forbid_python_snappy(monkeypatch)
+    forbid_python_decompression(monkeypatch, "the snappy kernel")
     table = read_arrow(data, topic="t", partition=0)
     table.validate(full=True)
     assert table.equals(expected)
@@ -203,8 +197,4 @@ def test_decompression_cap(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_mixed_log_is_the_same_both_ways() -> None:
-    data, _ = mixed_log()
-    for lo, hi in [(None, None), (3, 50), (100, 1000)]:
-        kw = {"start_offset": lo, "end_offset": hi}
-        jit = read_arrow(data, topic="t", partition=0, **kw)  # type: ignore[arg-type]
-        assert jit.equals(read_arrow(data, topic="t", partition=0, pure_python=True, **kw))  # type: ignore[arg-type]
+    assert_mixed_log_same_on_every_path()
