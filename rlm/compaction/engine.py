@@ -322,7 +322,9 @@ def _passes(segments: list[_Segment], inp: CompactionInput, settings: Compaction
         for k, seg in enumerate(segments):
             if seg.n_records == 0:
                 continue
-            if seg.data_last[0] > latest >= 0 or latest < 0:
+            # segments from the first that starts after the map's range are untouched by this pass;
+            # one the pass ended inside (even inside its first batch) is pruned up to ``latest``
+            if latest < 0 or seg.headers[int(seg.data_batches[0])].base_offset > latest:
                 break
             recs = records(k)
             found = omap.get_all(recs.digests)

@@ -180,3 +180,19 @@ def test_compaction_never_changes_what_a_reader_ends_with(ops: list[tuple], seed
         k: v for k, v in log.model.items() if v is not None}
     assert offsets == sorted(offsets) and set(offsets) <= log.offsets
     assert not values & log.aborted_values
+
+
+def test_a_pass_that_ends_inside_a_segments_first_batch_prunes_that_batch() -> None:
+    """Found by the property above: with a map of one key, the first pass ends at offset 1 inside
+    the segment's only batch (0..2). That pass must still drop offset 0 (superseded by the
+    tombstone at 1); it used to skip the whole segment, so after the tombstone expired the old
+    value came back."""
+    log = Log()
+    log.write([(b"k0", b"old"), (b"k0", None), (b"k1", None)], Compression.NONE)
+    log.roll()
+    log.compact(map_bytes=40, leave=0)
+    kept = [(o, k, v) for o, k, v, _ in records_of(log.segments[0][0])]
+    assert kept == [(1, b"k0", None), (2, b"k1", None)]
+    log.write([(b"k1", None)], Compression.NONE)
+    log.compact(map_bytes=40, leave=0)  # past the tombstones' delete horizon
+    assert log.read()[0] == {}
