@@ -345,11 +345,7 @@ class S3RemoteStorageManager(RemoteStorageManager[S3Config]):
         return len(data)
 
     def _check_whole(self, data: bytes | memoryview, metadata: RemoteLogSegmentMetadata, what: str) -> None:
-        """The CRC-32C check a whole-file read through :func:`streams.wrap` makes."""
-        expected = self._expected(metadata, SegmentFileType.SEGMENT)
-        if expected is None:
-            return
-        streams.check_checksum(FileChecksum(size=len(data), crc32c=integrity.crc32c(data)), expected, what)
+        streams.check_whole_read(data, self._expected(metadata, SegmentFileType.SEGMENT), what)
 
     def open_object(self, key: str, start: int = 0, end: int | None = None) -> BinaryIO:
         cfg = self.config

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import BinaryIO, Protocol
 
 from rlm.errors import RemoteRangeError, RemoteStorageError, RemoteStorageIntegrityError
-from rsm_plugins.integrity import Crc32c, FileChecksum
+from rsm_plugins.integrity import Crc32c, FileChecksum, crc32c
 
 
 class Readable(Protocol):
@@ -51,6 +51,13 @@ def check_checksum(got: FileChecksum, expected: FileChecksum, what: str) -> None
             f"{what}: checksum mismatch: read {got.size} bytes with CRC-32C {got.crc32c:#010x}, "
             f"copy recorded {expected.size} bytes with CRC-32C {expected.crc32c:#010x}"
         )
+
+
+def check_whole_read(data: bytes | memoryview, expected: FileChecksum | None, what: str) -> None:
+    """A whole file read into memory in one piece (not streamed through :func:`wrap`) checked as
+    :func:`wrap` checks a whole file's stream: nothing to check when the copy recorded no sum."""
+    if expected is not None:
+        check_checksum(FileChecksum(size=len(data), crc32c=crc32c(data)), expected, what)
 
 
 def covers_whole(start: int, stop: int, size: int) -> bool:

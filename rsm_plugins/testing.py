@@ -285,6 +285,40 @@ class RemoteStorageManagerContract:
                 rsm.read_log_segment_range(bad, 0, n - 1)
             assert rsm.read_log_segment_range(bad, 1, n - 1) == data[1:], "a part is not checked"
 
+    def test_read_log_segment_range_into(self, rsm: RemoteStorageManager, segments: SegmentFactory) -> None:
+        """A plugin that receives a scan's chunks into the read core's buffers
+        (``read_log_segment_range_into``, optional) fills exactly what
+        :meth:`read_log_segment_range` returns, says how many bytes, and fails the same way."""
+        into = getattr(rsm, "read_log_segment_range_into", None)
+        if into is None:
+            pytest.skip(f"{type(rsm).__name__} reads chunks through read_log_segment_range only")
+        seg = segments.make(self.segment_bytes)
+        md = self.copy(rsm, seg)
+        data, n = seg.log, len(seg.log)
+        for start, length in ((0, n), (1234, 98_766), (n // 2, n - n // 2), (n - 1, 1), (5, 0)):
+            buf = bytearray(b"\xee" * (length + 16))
+            assert into(md, start, memoryview(buf)[:length]) == length, (start, length)
+            assert buf[:length] == data[start:start + length], (start, length)
+            assert buf[length:] == b"\xee" * 16, "nothing written past the buffer's view"
+        buf = bytearray(64)
+        assert into(md, n - 10, memoryview(buf)) == 10, "fewer bytes at the object's end"
+        assert buf[:10] == data[-10:]
+        for start in (n, -1):
+            with pytest.raises(RemoteRangeError):
+                into(md, start, memoryview(bytearray(8)))
+        with pytest.raises(RemoteResourceNotFoundError):
+            into(segments.make(10).metadata, 0, memoryview(bytearray(10)))
+        manifest = integrity.decode(md.custom_metadata)
+        if self.records_checksums and manifest is not None:
+            files = dict(manifest.files)
+            cs = files[SegmentFileType.SEGMENT]
+            files[SegmentFileType.SEGMENT] = FileChecksum(cs.crc32c ^ 1, cs.size)
+            bad = replace(md, custom_metadata=integrity.encode(replace(manifest, files=files)))
+            with pytest.raises(RemoteStorageIntegrityError):
+                into(bad, 0, memoryview(bytearray(n)))
+            part = bytearray(n - 1)
+            assert into(bad, 1, memoryview(part)) == n - 1 and part == data[1:], "a part is not checked"
+
     def test_partial_reads_of_a_stream(self, rsm: RemoteStorageManager, segments: SegmentFactory) -> None:
         seg = segments.make(self.segment_bytes)
         md = self.copy(rsm, seg)

@@ -241,6 +241,9 @@ class _ShortReads:
     def read_log_segment_range(self, md, start, end):  # type: ignore[no-untyped-def]
         return self.inner.read_log_segment_range(md, start, end)[:-100]  # type: ignore[attr-defined]
 
+    def read_log_segment_range_into(self, md, start, out):  # type: ignore[no-untyped-def]
+        return max(0, self.inner.read_log_segment_range_into(md, start, out) - 100)  # type: ignore[attr-defined]
+
     def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)
 

@@ -51,6 +51,11 @@ class ControlledRSM(LocalRemoteStorageManager):
         self._switch(metadata)
         return super().fetch_log_segment(metadata, start_position, end_position)
 
+    def read_log_segment_range_into(self, metadata: RemoteLogSegmentMetadata, start_position: int,
+                                    out: memoryview) -> int:
+        self._switch(metadata)
+        return super().read_log_segment_range_into(metadata, start_position, out)
+
     def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> BinaryIO:
         self._switch(metadata)
         return super().fetch_index(metadata, index_type)
