@@ -29,7 +29,7 @@ SMALL: dict[str, list[str]] = {
     "fetch-s3": ["bench_fetch.py", "--storage", "s3", "--size-mb", "64", "--segment-mb", "16",
                  "--samples", "50", "--cold-samples", "10", "--rounds", "5", "--repeat", "4"],
     "fetch-local": ["bench_fetch.py", "--storage", "local", "--size-mb", "64", "--segment-mb", "16",
-                    "--samples", "50", "--cold-samples", "10", "--rounds", "3"],
+                    "--samples", "50", "--cold-samples", "10", "--rounds", "5", "--repeat", "4"],
     "spark-s3": ["bench_spark.py", "--storage", "s3", "--records", "500000", "--rounds", "3"],
     "kafka-endpoint": ["bench_kafka_endpoint.py", "--size-mb", "32", "--rounds", "3"],
     "rsm": ["bench_rsm.py", "--size-mb", "64", "--ranged-reads", "20", "--rounds", "3"],  # ~26 s
