@@ -25,7 +25,8 @@ included for the scan. ``--pin`` runs the serving side (SeaweedFS, the broker: e
 their process trees) on CPU 0 and the readers (this process, the workers) on CPU 1, as the
 Kafka endpoint benchmark's pinned variant does, so a round's ratio does not follow which side the
 scheduler favoured; pinned results go to ``bench-fetch-<storage>-pinned.json``. ``--py-spy DIR``
-records a py-spy profile (raw collapsed stacks) of each scan worker over all rounds. ``--repeat
+records a py-spy profile (raw collapsed stacks) of each scan worker over all rounds, ``--perf DIR`` a
+perf one (native frames and the kernel: copies, page faults). ``--repeat
 N`` makes each case of a round N scans (downloads) back to back, each with a new fetcher, timed
 together: rounds long enough that a burst of the machine's other load does not decide one.
 
@@ -149,6 +150,7 @@ def worker(conf_path: str) -> int:
     quiet_logs()
     conf = json.loads(Path(conf_path).read_text())
     tmp, base = Path(conf["tmp"]), conf["base"]
+    marks = os.environ.get("RLM_BENCH_MARKS")
     for line in sys.stdin:
         req = json.loads(line)
         work = tmp / f"scan-{req['name']}"
@@ -162,8 +164,12 @@ def worker(conf_path: str) -> int:
                 getattr(f.rsm, "client", None)
                 getattr(f.rsm, "_direct_getter", lambda: None)()
                 c0, m0, p0, t0 = _cpu(), time.thread_time(), _faults(), time.perf_counter()
+                mark = time.monotonic()
                 batches = list(f.scan(TOPIC, 0, include_headers=False))
                 total += time.perf_counter() - t0
+                if marks:  # the timed window, for --perf (whose clock is CLOCK_MONOTONIC)
+                    with open(marks, "a") as out:
+                        out.write(f"{mark:.6f},{time.monotonic():.6f}\n")
                 faults += _faults() - p0
                 cpu += _cpu() - c0
                 main_cpu += time.thread_time() - m0  # the decoding thread's share (the rest: GETs)
@@ -182,8 +188,11 @@ def worker(conf_path: str) -> int:
 class ScanWorker:
     """A ``--worker`` process importing the fetcher from ``code`` (None: this checkout)."""
 
-    def __init__(self, name: str, conf_path: Path, code: str | None, cwd: Path) -> None:
+    def __init__(self, name: str, conf_path: Path, code: str | None, cwd: Path,
+                 marks_dir: Path | None = None) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        if marks_dir is not None:  # --perf: each timed scan's window, to profile only those
+            env["RLM_BENCH_MARKS"] = str(marks_dir / f"marks-{name}.txt")
         if code:
             env["RLM_BENCH_CODE"] = code
         self.name = name
@@ -244,6 +253,9 @@ def main() -> int:
     ap.add_argument("--py-spy-cpu", action="store_true",
                     help="with --py-spy: sample threads only while they run on a CPU (where the CPU "
                     "goes), not also while they wait (where the wall time goes, the default)")
+    ap.add_argument("--perf", type=Path, default=None, metavar="DIR",
+                    help="record a perf profile (call graphs, native code and the kernel: page "
+                    "faults, copies) of each scan worker into DIR/perf-<case>.data")
     args = ap.parse_args()
     rec = Recorder(sized_name(f"fetch-{args.storage}", args.size_mb, DEFAULT_SIZE_MB, "mb")
                    + ("-pinned" if args.pin else ""), args)
@@ -354,17 +366,17 @@ def main() -> int:
             served = sum(pin_tree(pid, {0}) for pid in servers)
             own = pin_tree(os.getpid(), {1}, descendants=False)  # the workers inherit it
             print(f"pinned: {served} serving threads to CPU 0, {own} of this process to CPU 1", flush=True)
-        workers = {"": ScanWorker("new", conf_path, None, tmp)}
+        workers = {"": ScanWorker("new", conf_path, None, tmp, args.perf)}
         for v in args.variant:
             vname, _, code = v.partition(":")
-            workers[vname] = ScanWorker(vname, conf_path, str(Path(code).resolve()), tmp)
+            workers[vname] = ScanWorker(vname, conf_path, str(Path(code).resolve()), tmp, args.perf)
         settings: dict[str, dict[str, int]] = {}
         for v in args.read_variant:
             vname, _, pairs = v.partition(":")
             settings[vname] = {k: int(val) for k, _, val in (p.partition("=") for p in pairs.split(","))}
-        tuned = {vname: ScanWorker(vname, conf_path, None, tmp) for vname in settings}
+        tuned = {vname: ScanWorker(vname, conf_path, None, tmp, args.perf) for vname in settings}
         # every scan case in a process of its own: no case runs on the heap another case left
-        plain = ScanWorker("no-read-ahead", conf_path, None, tmp)
+        plain = ScanWorker("no-read-ahead", conf_path, None, tmp, args.perf)
         processes = [*workers.values(), *tuned.values(), plain]
         spies = []
         if args.py_spy is not None:
@@ -374,6 +386,13 @@ def main() -> int:
                     [str(Path(sys.executable).parent / "py-spy"), "record", "--nonblocking", "-r", "50",
                      "--threads", *([] if args.py_spy_cpu else ["--idle"]), "-f", "raw", "-o",
                      str(args.py_spy / f"scan-{w.name}.txt"),
+                     "-p", str(w.proc.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        if args.perf is not None:
+            args.perf.mkdir(parents=True, exist_ok=True)
+            for w in processes:
+                spies.append(subprocess.Popen(
+                    ["perf", "record", "-q", "-g", "-F", "997", "-k", "CLOCK_MONOTONIC",
+                     "-o", str(args.perf / f"perf-{w.name}.data"),
                      "-p", str(w.proc.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
 
         client = weed.boto3_client() if weed is not None else None

@@ -394,7 +394,10 @@ class ReadConfig(_Strict):
     read_ahead_chunks: int = Field(
         2, ge=0, description="Chunks prefetched after a sequential read, continuing into the next segment.",
     )
-    parallel_gets: int = Field(4, ge=1, description="Ranged GETs in flight for one large read.")
+    parallel_gets: int = Field(
+        10, ge=1, description="Ranged GETs in flight at once for this reader, all reads together (boto3's "
+        "TransferManager keeps 10: an object store hides its per-request latency behind parallel requests).",
+    )
     read_ahead_bytes: int = Field(
         64 * 1024 * 1024, ge=0,
         description="Receive buffers one scan (Arrow, the HTTP API's stream, a Spark task) holds ahead of "
