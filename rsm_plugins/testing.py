@@ -260,6 +260,17 @@ class RemoteStorageManagerContract:
             with pytest.raises(RemoteRangeError):
                 rng(start, end)
 
+    def _wrong_log_checksum(self, md: RemoteLogSegmentMetadata) -> RemoteLogSegmentMetadata | None:
+        """``md`` with the ``.log``'s recorded CRC-32C off by one bit, or None when the plugin
+        records no checksums (nothing to check a whole-file read against)."""
+        manifest = integrity.decode(md.custom_metadata)
+        if not self.records_checksums or manifest is None:
+            return None
+        files = dict(manifest.files)
+        cs = files[SegmentFileType.SEGMENT]
+        files[SegmentFileType.SEGMENT] = FileChecksum(cs.crc32c ^ 1, cs.size)
+        return replace(md, custom_metadata=integrity.encode(replace(manifest, files=files)))
+
     def test_read_log_segment_range(self, rsm: RemoteStorageManager, segments: SegmentFactory) -> None:
         """The read core's chunk reads: the same bytes as :meth:`fetch_log_segment`'s stream, the
         same errors, and a whole-file read checked against the recorded checksum."""
@@ -275,12 +286,8 @@ class RemoteStorageManagerContract:
                 rsm.read_log_segment_range(md, start, end)
         with pytest.raises(RemoteResourceNotFoundError):
             rsm.read_log_segment_range(segments.make(10).metadata, 0, 9)
-        manifest = integrity.decode(md.custom_metadata)
-        if self.records_checksums and manifest is not None:
-            files = dict(manifest.files)
-            cs = files[SegmentFileType.SEGMENT]
-            files[SegmentFileType.SEGMENT] = FileChecksum(cs.crc32c ^ 1, cs.size)
-            bad = replace(md, custom_metadata=integrity.encode(replace(manifest, files=files)))
+        bad = self._wrong_log_checksum(md)
+        if bad is not None:
             with pytest.raises(RemoteStorageIntegrityError):
                 rsm.read_log_segment_range(bad, 0, n - 1)
             assert rsm.read_log_segment_range(bad, 1, n - 1) == data[1:], "a part is not checked"
@@ -308,12 +315,8 @@ class RemoteStorageManagerContract:
                 into(md, start, memoryview(bytearray(8)))
         with pytest.raises(RemoteResourceNotFoundError):
             into(segments.make(10).metadata, 0, memoryview(bytearray(10)))
-        manifest = integrity.decode(md.custom_metadata)
-        if self.records_checksums and manifest is not None:
-            files = dict(manifest.files)
-            cs = files[SegmentFileType.SEGMENT]
-            files[SegmentFileType.SEGMENT] = FileChecksum(cs.crc32c ^ 1, cs.size)
-            bad = replace(md, custom_metadata=integrity.encode(replace(manifest, files=files)))
+        bad = self._wrong_log_checksum(md)
+        if bad is not None:
             with pytest.raises(RemoteStorageIntegrityError):
                 into(bad, 0, memoryview(bytearray(n)))
             part = bytearray(n - 1)
