@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import pickle
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -295,10 +295,10 @@ class RemoteStorageManagerContract:
     def test_read_log_segment_range_into(self, rsm: RemoteStorageManager, segments: SegmentFactory) -> None:
         """A plugin that receives a scan's chunks into the read core's buffers
         (``read_log_segment_range_into``, optional) fills exactly what
-        :meth:`read_log_segment_range` returns, says how many bytes, and fails the same way."""
-        into = getattr(rsm, "read_log_segment_range_into", None)
-        if into is None:
-            pytest.skip(f"{type(rsm).__name__} reads chunks through read_log_segment_range only")
+        :meth:`read_log_segment_range` returns, says how many bytes, and fails the same way. A
+        plugin without it is checked through the copy the read core then makes (its
+        :meth:`read_log_segment_range` copied into the buffer), so every plugin runs this test."""
+        into = getattr(rsm, "read_log_segment_range_into", None) or _copying_into(rsm)
         seg = segments.make(self.segment_bytes)
         md = self.copy(rsm, seg)
         data, n = seg.log, len(seg.log)
@@ -532,3 +532,19 @@ class RemoteStorageManagerContract:
         rsm.delete_log_segment_data(md)
         assert rsm.read_segment_descriptor(md) is None
         self.assert_gone(rsm, md)
+
+
+def _copying_into(rsm: RemoteStorageManager) -> Callable[[RemoteLogSegmentMetadata, int, memoryview], int]:
+    """What the read core does for a plugin without ``read_log_segment_range_into``
+    (``fetcher.reader.SegmentReader.get_range_into``): the range read, copied into ``out``; the
+    bytes the plugin returned."""
+
+    def into(md: RemoteLogSegmentMetadata, start: int, out: memoryview) -> int:
+        if not len(out):
+            return 0
+        data = rsm.read_log_segment_range(md, start, start + len(out) - 1)
+        n = min(len(data), len(out))
+        out[:n] = data[:n]
+        return len(data)
+
+    return into
