@@ -132,7 +132,10 @@ def test_every_index_entry_matches_the_batches(produced: Produced) -> None:
     for d in (produced.dir, produced.lat_dir):
         p = PartitionDir(d)
         s = checks.scan(p)
-        assert checks.check_indexes(p, s, INTERVAL) > 100
+        # Not vacuous: the count follows the producer's batching (one entry per batch over the
+        # 1 KiB interval, ~16 KiB batches), so it is bounded by the batches, not a fixed number.
+        batches = sum(len(s.headers[seg.base_offset]) for seg in p.segments)
+        assert checks.check_indexes(p, s, INTERVAL) >= batches // 2 > 20
         checks.check_offset_lookups(p, s, random.Random(1))
     p = PartitionDir(produced.dir)
     s = checks.scan(p)
