@@ -152,8 +152,11 @@ def _raise_errors(bootstrap: str, batch: list[Any]) -> None:
 
 
 def bytes_read(pid: int) -> int:
-    """Bytes ``pid`` has read through read syscalls (``rchar``: files and sockets): for an endpoint,
-    what it took from remote storage, so a round that reads a segment twice shows."""
+    """Bytes ``pid`` has read through read syscalls (``rchar``): for the ``local`` plugin's endpoint,
+    what it read from storage, so a round that reads a segment twice shows. Socket receives
+    (``recv_into``, how the ``s3`` plugin reads its GETs) are not counted by ``rchar``: for
+    ``endpoint-s3`` this is 0 even when every byte came from SeaweedFS (whose CPU, in the split,
+    shows it served them)."""
     try:
         for line in Path(f"/proc/{pid}/io").read_text().splitlines():
             if line.startswith("rchar:"):
@@ -339,10 +342,11 @@ def reader_conf(cluster: Any) -> dict[str, str]:
 
 def _case_line(name: str, v: dict[str, Any]) -> str:
     """One target's rate and CPU in a round; the serving side split per process (endpoint +
-    SeaweedFS) when it has several; the bytes an endpoint read from its storage."""
+    SeaweedFS) when it has several; the bytes an endpoint read by read syscalls (files only:
+    see :func:`bytes_read`)."""
     parts = v["server_cpu_parts_s"]
     split = f" = {' + '.join(f'{x:.2f}' for x in parts)}" if len(parts) > 1 else ""
-    read = f", read {v['server_read_mb']:.0f} MB" if name != "broker" else ""
+    read = f", file reads {v['server_read_mb']:.0f} MB" if name != "broker" else ""
     return (f"{name} {v['mb_per_s']:.1f} MB/s (first record {1000 * v['first_record_s']:.0f} ms; "
             f"CPU s: server {v['server_cpu_s']:.2f}{split}, "
             f"consumers {v['client_cpu_s']:.2f}{read})")
