@@ -107,7 +107,7 @@ class SegmentReader:
 
     def __init__(self, rsm: RemoteStorageManager, *, chunk_bytes: int, cache_bytes: int,
                  read_ahead_chunks: int, parallel_gets: int, limiter: ByteRateLimiter,
-                 stats: ReadStats, read_ahead_bytes: int = 64 << 20) -> None:
+                 stats: ReadStats, read_ahead_bytes: int = 128 << 20) -> None:
         self.rsm = rsm
         self.chunk_bytes = chunk_bytes
         self.cache_bytes = cache_bytes
