@@ -403,7 +403,7 @@ class ReadConfig(_Strict):
         description="Receive buffers one scan (Arrow, the HTTP API's stream, a Spark task) holds ahead of "
         "its decoder: up to this many bytes of chunks are fetched in parallel (at most `parallel_gets` at "
         "once), as many as the store's answer time needs to keep the decoder busy; 0: no read-ahead. "
-        "Keep it above `parallel_gets × chunk_bytes` (80 MiB) plus the chunks being decoded, or a lone "
+        "Keep it above `parallel_gets * chunk_bytes` (80 MiB) plus the chunks being decoded, or a lone "
         "scan cannot use every GET.",
     )
     log_start_refresh_ms: int = Field(
