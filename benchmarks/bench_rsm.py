@@ -7,7 +7,8 @@ interleaved rounds (one warm-up, then ``--rounds``), section by section:
   ``upload_file`` (default ``TransferConfig``: 8 MiB parts, 10 threads), same SeaweedFS server
   (``weed mini``, started by the script on 127.0.0.1 unless ``--endpoint-url``); goal: at least
   boto3's rate;
-* ``s3 download``: ``fetch_log_segment(md, 0)`` streamed to a file, CRC-32C checked, vs
+* ``s3 download``: ``fetch_log_segment(md, 0)`` streamed to a file as ``rlm restore`` does
+  (``rsm_plugins.streams.copy_to``: one reused buffer), CRC-32C checked, vs
   ``download_file``; goal: at least boto3's rate;
 * ``local upload``: the ``local`` plugin with ``fsync: true`` vs ``shutil.copyfile`` + fsync (the
   same durability; goal: within 1.2x), and without fsync vs a bare ``shutil.copyfile`` (context);
@@ -109,8 +110,11 @@ def copy_fsync(src: Path, dst: Path) -> None:
 
 
 def stream_to_file(stream: Any, path: Path) -> None:
+    """A plugin's stream to a file as ``rlm restore`` writes a segment (``streams.copy_to``)."""
+    from rsm_plugins.streams import copy_to
+
     with stream as src, open(path, "wb") as dst:
-        shutil.copyfileobj(src, dst, 8 * MiB)
+        copy_to(src, dst)
 
 
 def timed(size: int, fn: Callable[[], object], check: Callable[[], str],

@@ -15,7 +15,6 @@ beside the local segment, so memory stays flat whatever the segment sizes.
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -26,8 +25,8 @@ from rlm.log.model import ControlRecord, Record
 from rlm.log.records import iter_records
 from rlm.types import RemoteLogSegmentMetadata, TopicIdPartition, TopicPartition
 from rsm_plugins.api import RemoteStorageManager
+from rsm_plugins.streams import copy_to
 
-_CHUNK = 4 << 20
 Comparable = tuple[int, bool, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
 
 
@@ -71,7 +70,7 @@ def _remote_records(rsm: RemoteStorageManager, segments: Sequence[RemoteLogSegme
             continue
         path = scratch / f"{md.start_offset:020d}.log"
         with rsm.fetch_log_segment(md, 0) as src, open(path, "wb") as dst:
-            shutil.copyfileobj(src, dst, _CHUNK)
+            copy_to(src, dst)
         yield from _records(path, lo, hi)
         path.unlink()
 

@@ -33,6 +33,7 @@ from rlm.log.records import iter_batches
 from rlm.log.txn_index import AbortedTxn, parse_txn_index
 from rlm.types import IndexType, RemoteLogSegmentMetadata, TopicIdPartition
 from rsm_plugins.api import RemoteStorageManager
+from rsm_plugins.streams import copy_to
 
 log = structlog.get_logger(__name__)
 
@@ -87,7 +88,7 @@ def stage_inputs(rsm: RemoteStorageManager, segments: Sequence[RemoteLogSegmentM
             stream = rsm.fetch_log_segment(md, 0)
             try:
                 with open(path, "wb") as f:
-                    shutil.copyfileobj(stream, f, 1024 * 1024)
+                    copy_to(stream, f)
             finally:
                 stream.close()
             staged.logs.append(path)

@@ -52,8 +52,8 @@ from rlm.types import (
 from rsm_plugins import descriptor, redirect
 from rsm_plugins.api import RemoteStorageManager, StoredObject
 from rsm_plugins.layout import SegmentFileType
+from rsm_plugins.streams import copy_to
 
-_CHUNK = 1 << 20
 _NO_LOG = "no .log object (a copy that never finished, or a delete under way): not a segment"
 
 
@@ -206,8 +206,7 @@ def _from_files(rsm: RemoteStorageManager, place: RemoteLogSegmentMetadata,
     with tempfile.TemporaryDirectory(prefix="rlm-rebuild-") as tmp:
         path = Path(tmp) / "segment.log"
         with rsm.fetch_log_segment(place, 0) as src, open(path, "wb") as dst:
-            while chunk := src.read(_CHUNK):
-                dst.write(chunk)
+            copy_to(src, dst)
         for h in scan_batches(path):
             last_offset = max(last_offset, h.last_offset)
             max_ts = max(max_ts, h.max_timestamp)

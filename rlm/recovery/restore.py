@@ -30,8 +30,7 @@ from rlm.recovery.open_txns import plan_aborts, write_aborts
 from rlm.types import IndexType, KafkaUuid, RemoteLogSegmentMetadata, TopicIdPartition, TopicPartition
 from rlmm.api import RemoteLogMetadataManager
 from rsm_plugins.api import RemoteStorageManager
-
-_CHUNK = 1 << 20
+from rsm_plugins.streams import copy_to
 
 
 class RestoreRefusedError(RlmError):
@@ -165,8 +164,7 @@ def _write(path: Path, data: bytes | None = None, stream: Any = None) -> None:
             out.write(data)
         else:
             with stream as src:
-                while chunk := src.read(_CHUNK):
-                    out.write(chunk)
+                copy_to(src, out)
         out.flush()
         os.fsync(out.fileno())
     os.replace(tmp, path)

@@ -115,3 +115,59 @@ def test_crc32c_combine(a: bytes, b: bytes) -> None:
     assert integrity.crc32c_combine(integrity.crc32c(a), integrity.crc32c(b), len(b)) == integrity.crc32c(
         a + b
     )
+
+
+class _ShortReads(io.RawIOBase):
+    """A raw stream of ``data`` answering at most 3 MiB per ``readinto``, as a socket would."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.pos = data, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
+        view = memoryview(b).cast("B")
+        n = min(len(view), len(self.data) - self.pos, 3 << 20)
+        view[:n] = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return n
+
+
+class _Sink(io.BytesIO):
+    """Keeps the object behind every write (alive, so that no two can share an address)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sources: list[object] = []
+
+    def write(self, b: object) -> int:  # type: ignore[override]
+        self.sources.append(memoryview(b).obj)  # type: ignore[arg-type]
+        return super().write(b)  # type: ignore[arg-type]
+
+
+def test_copy_to_writes_every_byte_from_one_reused_buffer() -> None:
+    data = bytes(range(256)) * (80 * 1024 + 3)  # 20 MiB and a bit: several buffers' worth
+    out = _Sink()
+    assert streams.copy_to(streams.wrap(_ShortReads(data), len(data), what="x"), out) == len(data)
+    assert out.getvalue() == data
+    # every write comes from the same buffer, filled again each time (not a new bytes per read)
+    assert len(out.sources) > 2 and all(s is out.sources[0] for s in out.sources)
+
+
+def test_copy_to_checks_the_checksum_and_reads_plain_streams() -> None:
+    data = b"0123456789" * 100_000
+    with pytest.raises(RemoteStorageIntegrityError, match="obj: checksum mismatch"):
+        streams.copy_to(streams.wrap(io.BytesIO(data), len(data), what="obj",
+                                     expected=FileChecksum(1, len(data))), io.BytesIO())
+
+    class ReadOnly:  # a plugin's BinaryIO without readinto
+        def __init__(self) -> None:
+            self.inner = io.BytesIO(data)
+
+        def read(self, n: int = -1) -> bytes:
+            return self.inner.read(min(n, 300_000))
+
+    out = io.BytesIO()
+    assert streams.copy_to(ReadOnly(), out, buffer_bytes=1 << 20) == len(data)
+    assert out.getvalue() == data
