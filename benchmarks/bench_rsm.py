@@ -3,10 +3,13 @@
 One segment of ``--size-mb`` MiB of random (incompressible) bytes plus small index files; in
 interleaved rounds (one warm-up, then ``--rounds``), section by section:
 
-* ``s3 upload``: the ``s3`` plugin's ``copy_log_segment_data`` vs boto3's TransferManager
-  ``upload_file`` (default ``TransferConfig``: 8 MiB parts, 10 threads), same SeaweedFS server
-  (``weed mini``, started by the script on 127.0.0.1 unless ``--endpoint-url``); goal: at least
-  boto3's rate;
+* ``s3 upload``: the ``s3`` plugin's ``copy_log_segment_data`` (every part's CRC-32C sent, the
+  store verifies it) vs boto3's TransferManager ``upload_file`` (default ``TransferConfig``: 8 MiB
+  parts, 10 threads) twice: with no checksum (``request_checksum_calculation=when_required``, the
+  least work for client and store) and with botocore's default (``when_supported``: a CRC-32 per
+  part, streamed as a trailer and verified by the store: the same check as the plugin's); same
+  SeaweedFS server (``weed mini``, started by the script on 127.0.0.1 unless ``--endpoint-url``);
+  goal: at least boto3's rate, each;
 * ``s3 download``: ``fetch_log_segment(md, 0)`` streamed to a file as ``rlm restore`` does
   (``rsm_plugins.streams.copy_to``: one reused buffer), CRC-32C checked, vs
   ``download_file``; goal: at least boto3's rate;
@@ -268,6 +271,13 @@ def main() -> int:
                 config=Config(s3={"addressing_style": "path"}, max_pool_connections=32,
                               request_checksum_calculation="when_required",
                               response_checksum_validation="when_required"))
+            # the same client with botocore's own default (``when_supported``): every part's CRC-32
+            # computed while streaming and sent as a trailer, which the store verifies, as the
+            # plugin's CRC-32C is (like for like: the client above sends no checksum at all)
+            checked = boto3.client(
+                "s3", endpoint_url=endpoint, aws_access_key_id="bench", aws_secret_access_key="bench",
+                region_name="us-east-1",
+                config=Config(s3={"addressing_style": "path"}, max_pool_connections=32))
             tc = TransferConfig()  # boto3 defaults: 8 MiB parts, 10 threads
             rsm = rsm_plugins.load("s3", {"bucket": bucket, "endpoint_url": endpoint, "region": "us-east-1",
                                           "path_style": True, "access_key_id": "bench",
@@ -293,6 +303,9 @@ def main() -> int:
                 "boto3 upload_file": lambda: timed(
                     size, lambda: client.upload_file(str(src), bucket, "up.log", Config=tc), landed("up.log"),
                     lambda: client.delete_object(Bucket=bucket, Key="up.log")),
+                "boto3 upload_file, checksums": lambda: timed(
+                    size, lambda: checked.upload_file(str(src), bucket, "up-checked.log", Config=tc),
+                    landed("up-checked.log"), lambda: client.delete_object(Bucket=bucket, Key="up-checked.log")),
             }, args.rounds, label="s3 upload", expect=want)
             rec.section("s3 upload", rows)
             down = tmp / "down-s3.log"
@@ -308,6 +321,8 @@ def main() -> int:
             print("s3 plugin (SeaweedFS), median of per-round ratios:")
             rec.add(headline(rows, "s3 upload vs boto3 TransferManager (SeaweedFS)", "s3 plugin",
                              "boto3 upload_file", 1.0))
+            rec.add(headline(rows, "s3 upload vs boto3 TransferManager, both checked by the store (SeaweedFS)",
+                             "s3 plugin", "boto3 upload_file, checksums", 1.0))
             rec.add(headline(rows_down, "s3 download, CRC-32C checked, vs boto3 TransferManager (SeaweedFS)",
                              "s3 plugin (CRC-32C checked)", "boto3 download_file", 1.0))
             range_cases["s3 plugin"] = lambda: range_reads(
