@@ -210,9 +210,10 @@ def scan_entries(
 
 @_jit_inline
 def _varint(buf: Any, pos: Any, end: Any) -> Any:
-    """Zig-zag varint (Java ``readVarint``: at most 5 bytes); returns (value, next pos, ok)."""
+    """Zig-zag varint (Java ``readVarint``: at most 5 bytes); returns (value, next pos, ok).
+    ``pos >= 0`` (a record's position in its batch): byte loads by :func:`_u8_at`."""
     if pos < end:
-        first = _u8(buf, pos)
+        first = _u8_at(buf, pos)
         if first < 0x80:  # one-byte fast path: most lengths and deltas
             return (first >> 1) ^ -(first & 1), pos + 1, True
     raw = np.int64(0)
@@ -220,7 +221,7 @@ def _varint(buf: Any, pos: Any, end: Any) -> Any:
     while True:
         if pos >= end:
             return raw, pos, False
-        b = _u8(buf, pos)
+        b = _u8_at(buf, pos)
         pos += 1
         raw |= (b & 0x7F) << shift
         if b < 0x80:
@@ -236,7 +237,7 @@ def _varint(buf: Any, pos: Any, end: Any) -> Any:
 def _varlong(buf: Any, pos: Any, end: Any) -> Any:
     """Zig-zag varlong (Java ``readVarlong``: at most 10 bytes), wrapping like Java's ``long``."""
     if pos < end:
-        first = _u8(buf, pos)
+        first = _u8_at(buf, pos)
         if first < 0x80:
             return (first >> 1) ^ -(first & 1), pos + 1, True
     lo = np.int64(0)
@@ -245,7 +246,7 @@ def _varlong(buf: Any, pos: Any, end: Any) -> Any:
     while True:
         if pos >= end:
             return lo, pos, False
-        b = _u8(buf, pos)
+        b = _u8_at(buf, pos)
         pos += 1
         if shift < 63:
             lo |= (b & 0x7F) << shift
@@ -364,46 +365,49 @@ def _records(
                 pos += hvlen
             if keep:
                 for j in range(hklen):
-                    c = buf[hkpos + j]
-                    hk_data[hkd + j] = c
+                    c = _u8_at(buf, hkpos + j)
+                    hk_data[np.uint64(hkd + j)] = c
                     if c >= 0x80:
                         non_ascii = 1
                 hkd += hklen
-                hk_offsets[nh_total + 1] = hkd
+                h = np.uint64(nh_total)  # stores by unsigned index too (see _u8_at)
+                hk_offsets[h + np.uint64(1)] = hkd
                 if hvlen >= 0:
                     _copy(hv_data, hvd, buf, hvpos, hvlen)
                     hvd += hvlen
-                    hv_valid[nh_total] = 1
+                    hv_valid[h] = 1
                 else:
-                    hv_valid[nh_total] = 0
+                    hv_valid[h] = 0
                     hv_nulls += 1
-                hv_offsets[nh_total + 1] = hvd
+                hv_offsets[h + np.uint64(1)] = hvd
                 nh_total += 1
         if pos != rend:
             return E_SIZE_MISMATCH, pos
         if not keep:
             continue
-        out_i64[0, rows] = offset
-        out_i64[1, rows] = max_ts if log_append else base_ts + ts_delta
+        r = np.uint64(rows)
+        out_i64[0, r] = offset
+        out_i64[1, r] = max_ts if log_append else base_ts + ts_delta
         if klen >= 0:
             _copy(key_data, kd, buf, kpos, klen)
             kd += klen
-            out_i32[3, rows] = 1
+            out_i32[3, r] = 1
         else:
-            out_i32[3, rows] = 0
+            out_i32[3, r] = 0
             key_nulls += 1
         if vlen >= 0:
             _copy(val_data, vd, buf, vpos, vlen)
             vd += vlen
-            out_i32[4, rows] = 1
+            out_i32[4, r] = 1
         else:
-            out_i32[4, rows] = 0
+            out_i32[4, r] = 0
             val_nulls += 1
-        out_i32[5, rows] = ts_type
+        out_i32[5, r] = ts_type
         rows += 1
-        out_i32[0, rows] = kd
-        out_i32[1, rows] = vd
-        out_i32[2, rows] = nh_total
+        r += np.uint64(1)
+        out_i32[0, r] = kd
+        out_i32[1, r] = vd
+        out_i32[2, r] = nh_total
     if pos != end:
         return E_REMAINING, pos
     counters[0] = rows
