@@ -305,7 +305,8 @@ def main() -> int:
                     lambda: client.delete_object(Bucket=bucket, Key="up.log")),
                 "boto3 upload_file, checksums": lambda: timed(
                     size, lambda: checked.upload_file(str(src), bucket, "up-checked.log", Config=tc),
-                    landed("up-checked.log"), lambda: client.delete_object(Bucket=bucket, Key="up-checked.log")),
+                    landed("up-checked.log"),
+                    lambda: client.delete_object(Bucket=bucket, Key="up-checked.log")),
             }, args.rounds, label="s3 upload", expect=want)
             rec.section("s3 upload", rows)
             down = tmp / "down-s3.log"
@@ -321,7 +322,8 @@ def main() -> int:
             print("s3 plugin (SeaweedFS), median of per-round ratios:")
             rec.add(headline(rows, "s3 upload vs boto3 TransferManager (SeaweedFS)", "s3 plugin",
                              "boto3 upload_file", 1.0))
-            rec.add(headline(rows, "s3 upload vs boto3 TransferManager, both checked by the store (SeaweedFS)",
+            rec.add(headline(rows,
+                             "s3 upload vs boto3 TransferManager, both checked by the store (SeaweedFS)",
                              "s3 plugin", "boto3 upload_file, checksums", 1.0))
             rec.add(headline(rows_down, "s3 download, CRC-32C checked, vs boto3 TransferManager (SeaweedFS)",
                              "s3 plugin (CRC-32C checked)", "boto3 download_file", 1.0))
