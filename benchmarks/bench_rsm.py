@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -265,19 +265,19 @@ def main() -> int:
         with s3_server(args) as (endpoint, bucket):
             import boto3
 
-            client = boto3.client(
-                "s3", endpoint_url=endpoint, aws_access_key_id="bench", aws_secret_access_key="bench",
-                region_name="us-east-1",
-                config=Config(s3={"addressing_style": "path"}, max_pool_connections=32,
-                              request_checksum_calculation="when_required",
-                              response_checksum_validation="when_required"))
-            # the same client with botocore's own default (``when_supported``): every part's CRC-32
-            # computed while streaming and sent as a trailer, which the store verifies, as the
-            # plugin's CRC-32C is (like for like: the client above sends no checksum at all)
-            checked = boto3.client(
-                "s3", endpoint_url=endpoint, aws_access_key_id="bench", aws_secret_access_key="bench",
-                region_name="us-east-1",
-                config=Config(s3={"addressing_style": "path"}, max_pool_connections=32))
+            def boto3_client(checksums: Literal["when_supported", "when_required"]) -> Any:
+                return boto3.client(
+                    "s3", endpoint_url=endpoint, aws_access_key_id="bench", aws_secret_access_key="bench",
+                    region_name="us-east-1",
+                    config=Config(s3={"addressing_style": "path"}, max_pool_connections=32,
+                                  request_checksum_calculation=checksums,
+                                  response_checksum_validation=checksums))
+
+            client = boto3_client("when_required")
+            # botocore's own default (``when_supported``): every part's CRC-32 computed while
+            # streaming and sent as a trailer, which the store verifies, as the plugin's CRC-32C is
+            # (like for like: the client above sends no checksum at all)
+            checked = boto3_client("when_supported")
             tc = TransferConfig()  # boto3 defaults: 8 MiB parts, 10 threads
             rsm = rsm_plugins.load("s3", {"bucket": bucket, "endpoint_url": endpoint, "region": "us-east-1",
                                           "path_style": True, "access_key_id": "bench",
