@@ -132,6 +132,64 @@ def test_copy4_and_every_literal_length_encoding() -> None:
         assert bytes(out[:n]) == bytes(cramjam.snappy.decompress_raw(block))
 
 
+def _copy_element(n: int, offset: int, kind: int) -> bytes:
+    """A copy of ``n`` bytes from ``offset`` back, as a copy-1 (``kind`` 1), copy-2 or copy-4."""
+    if kind == 1:
+        return bytes([0x01 | ((n - 4) << 2) | ((offset >> 8) << 5), offset & 0xFF])
+    return bytes([kind | ((n - 1) << 2)]) + offset.to_bytes(2 if kind == 2 else 4, "little")
+
+
+def _every_copy_block() -> tuple[bytes, bytes]:
+    """One raw block with a copy of every length (4-64) from every offset 1-24 and a few far
+    ones, in each encoding that can express it: the overlapping runs (offset < length), the
+    8-byte-piece copies and the ones past 16 bytes."""
+    seed = bytes(range(65, 65 + 40))
+    body = bytearray(_literal_varint(len(seed)) + seed)
+    out = bytearray(seed)
+    for offset in [*range(1, 25), 40, 300, 2047]:
+        for n in range(4, 65):
+            for kind in (1, 2, 3):
+                if kind == 1 and (n > 11 or offset > 2047):
+                    continue
+                if offset > len(out):
+                    continue
+                body += _copy_element(n, offset, kind)
+                for _ in range(n):
+                    out.append(out[-offset])
+    return _varint(len(out)) + bytes(body), bytes(out)
+
+
+@pytest.mark.parametrize("pure", [False, True], ids=["jit", "pure"])
+def test_every_copy_length_and_offset(pure: bool) -> None:
+    """Copies of every length from every short offset, decoded into a buffer with room past the
+    output (the fixed-size paths) and into one with none (every element near its end takes the
+    exact-length path), equal cramjam's output; and the block's last element a copy that ends at
+    the very end of the input (no 4-byte load past it)."""
+    kern = _kernel.load_pure() if pure else _kernel
+    block, want = _every_copy_block()
+    assert bytes(cramjam.snappy.decompress_raw(block)) == want
+    arr = np.frombuffer(block, np.uint8)
+    for slack in (0, 64):
+        out = np.zeros(len(want) + slack, np.uint8)
+        assert kern._snappy_block(arr, np.int64(0), np.int64(len(block)), out, np.int64(0)) == len(want)
+        assert bytes(out[: len(want)]) == want
+    for offset in range(1, 17):  # a run that ends the output, into a buffer with no room past it
+        for n in (4, 11, 16, 17):
+            seed = bytes(range(97, 97 + offset))
+            short = np.frombuffer(
+                _varint(offset + n) + _literal_varint(offset) + seed + _copy_element(n, offset, 2), np.uint8
+            )
+            out = np.zeros(offset + n, np.uint8)
+            assert (
+                kern._snappy_block(short, np.int64(0), np.int64(len(short)), out, np.int64(0)) == offset + n
+            )
+            assert bytes(out) == (seed * 40)[: offset + n]
+    for cut in range(1, 6):  # input that ends inside the last copy's offset bytes
+        short = np.frombuffer(block[:-cut], np.uint8)
+        out = np.zeros(len(want) + 64, np.uint8)
+        assert kern._snappy_block(short, np.int64(0), np.int64(len(short)), out, np.int64(0)) == -1
+
+
 @pytest.mark.parametrize("pure", [False, True], ids=["jit", "pure"])
 def test_malformed_blocks_are_refused(pure: bool) -> None:
     kern = _kernel.load_pure() if pure else _kernel
