@@ -12,6 +12,7 @@ A failed copy aborts its multipart upload and deletes what it wrote.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -100,6 +101,7 @@ class S3RemoteStorageManager(RemoteStorageManager[S3Config]):
         self._client: Any = None
         self._pools: dict[str, ThreadPoolExecutor] = {}
         self._direct: DirectRangeGetter | None = None
+        self._listing_refused = False  # said once: see _abort_open_uploads
 
     # ---- configuration and clients ----------------------------------------------------------
     def on_configure(self, cfg: S3Config) -> None:
@@ -163,10 +165,15 @@ class S3RemoteStorageManager(RemoteStorageManager[S3Config]):
                     session = getattr(getattr(signer, "_endpoint", None), "http_session", None)
                     verify = getattr(session, "_verify", None)
                     self._direct = DirectRangeGetter(
-                        lambda bucket, key: str(signer.generate_presigned_url(
-                            "get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=PRESIGN_SECONDS)),
-                        connect_timeout=cfg.connect_timeout, read_timeout=cfg.read_timeout,
-                        ca_bundle=verify)
+                        lambda bucket, key: str(
+                            signer.generate_presigned_url(
+                                "get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=PRESIGN_SECONDS
+                            )
+                        ),
+                        connect_timeout=cfg.connect_timeout,
+                        read_timeout=cfg.read_timeout,
+                        ca_bundle=verify,
+                    )
         return self._direct
 
     def _pool(self, which: Literal["file", "part", "fetch"]) -> ThreadPoolExecutor:
@@ -299,7 +306,10 @@ class S3RemoteStorageManager(RemoteStorageManager[S3Config]):
         bucket, prefix = self._location(metadata)
         key = self.key(metadata, SegmentFileType.SEGMENT, prefix)
         return self._get_range(
-            bucket, key, start_position, end_position,
+            bucket,
+            key,
+            start_position,
+            end_position,
             lambda: self._expected(metadata, SegmentFileType.SEGMENT),
         )
 
@@ -514,30 +524,32 @@ class S3RemoteStorageManager(RemoteStorageManager[S3Config]):
             pages = self.client.get_paginator("list_objects_v2")
             for page in pages.paginate(Bucket=cfg.bucket, Prefix=cfg.prefix, Delimiter="/"):
                 for cp in page.get("CommonPrefixes", []):
-                    head = layout.parse_s3_topic_dir(str(cp["Prefix"])[len(cfg.prefix):].rstrip("/"))
+                    head = layout.parse_s3_topic_dir(str(cp["Prefix"])[len(cfg.prefix) :].rstrip("/"))
                     if head is None:
                         continue
                     topic, topic_id = head
                     sub = str(cp["Prefix"])
                     for page2 in pages.paginate(Bucket=cfg.bucket, Prefix=sub, Delimiter="/"):
                         for cp2 in page2.get("CommonPrefixes", []):
-                            part = str(cp2["Prefix"])[len(sub):].rstrip("/")
+                            part = str(cp2["Prefix"])[len(sub) :].rstrip("/")
                             if part.isdigit():
                                 out.append(TopicIdPartition(topic_id, topic, int(part)))
         except Exception as e:
             raise map_error(e, cfg.bucket, cfg.prefix, "ListObjectsV2") from e
         return sorted(out, key=lambda tp: (tp.topic, tp.partition))
+
     def list_objects(self, prefix: str) -> list[StoredObject]:
         cfg = self.config
         full = cfg.prefix + layout.checked_key(prefix.rstrip("/")) + "/"
         out = []
         try:
             pages = self.client.get_paginator("list_objects_v2").paginate(
-                Bucket=cfg.bucket, Prefix=full, Delimiter="/")
+                Bucket=cfg.bucket, Prefix=full, Delimiter="/"
+            )
             for page in pages:
                 for o in page.get("Contents", []):
                     ms = int(o["LastModified"].timestamp() * 1000)
-                    out.append(StoredObject(str(o["Key"])[len(cfg.prefix):], int(o["Size"]), ms))
+                    out.append(StoredObject(str(o["Key"])[len(cfg.prefix) :], int(o["Size"]), ms))
         except Exception as e:
             raise map_error(e, cfg.bucket, full, "ListObjectsV2") from e
         return sorted(out, key=lambda o: o.key)
@@ -548,9 +560,10 @@ class S3RemoteStorageManager(RemoteStorageManager[S3Config]):
         out: list[str] = []
         try:
             pages = self.client.get_paginator("list_objects_v2").paginate(
-                Bucket=cfg.bucket, Prefix=full, Delimiter="/")
+                Bucket=cfg.bucket, Prefix=full, Delimiter="/"
+            )
             for page in pages:
-                out += [str(cp["Prefix"])[len(full):].rstrip("/") for cp in page.get("CommonPrefixes", [])]
+                out += [str(cp["Prefix"])[len(full) :].rstrip("/") for cp in page.get("CommonPrefixes", [])]
         except Exception as e:
             raise map_error(e, cfg.bucket, full, "ListObjectsV2") from e
         return sorted(out)
@@ -579,10 +592,58 @@ class S3RemoteStorageManager(RemoteStorageManager[S3Config]):
     def _delete_segment(self, bucket: str, prefix: str, metadata: RemoteLogSegmentMetadata) -> None:
         # the .log (commit marker) in its own request first, so a half-done delete leaves no visible segment
         self._delete_keys(bucket, [self.key(metadata, SegmentFileType.SEGMENT, prefix)])
-        self._delete_keys(
-            bucket,
-            [self.key(metadata, ft, prefix) for ft in SegmentFileType if ft is not SegmentFileType.SEGMENT],
-        )
+        others = [
+            self.key(metadata, ft, prefix) for ft in SegmentFileType if ft is not SegmentFileType.SEGMENT
+        ]
+        self._delete_keys(bucket, others)
+        self._abort_open_uploads(bucket, [self.key(metadata, SegmentFileType.SEGMENT, prefix), *others])
+
+    def _abort_open_uploads(self, bucket: str, keys: list[str]) -> None:
+        """Abort any multipart upload still open for one of ``keys`` (one segment's objects).
+
+        Why: a failed copy aborts its upload, but when the store refuses the abort too (503s to
+        every request, a network cut) the upload stays open and its parts are billed until a
+        lifecycle rule sweeps them. The segment's delete, which the daemon repeats until it
+        succeeds (a failed copy's cleanup, then the abandoned copy's undo), finds it here. A
+        retriable error fails the delete so that it is repeated; a store or policy without the
+        listing (``s3:ListBucketMultipartUploads`` denied, not implemented) is said once and the
+        delete goes on, as it did before this existed.
+        """
+        wanted = set(keys)
+        common = os.path.commonprefix(keys)  # noqa: RUF071 (by character: the keys share "<offset>-<id>.")
+        markers: dict[str, str] = {}
+        try:
+            while True:
+                page = self.client.list_multipart_uploads(Bucket=bucket, Prefix=common, **markers)
+                for upload in page.get("Uploads", []):
+                    if upload.get("Key") in wanted:
+                        self._abort_upload(bucket, upload["Key"], upload["UploadId"])
+                if not page.get("IsTruncated"):
+                    return
+                markers = {"KeyMarker": page["NextKeyMarker"], "UploadIdMarker": page["NextUploadIdMarker"]}
+        except RemoteStorageError:
+            raise
+        except Exception as e:
+            err = map_error(e, bucket, common, "ListMultipartUploads")
+            if err.retriable:
+                raise err from e
+            if not self._listing_refused:
+                self._listing_refused = True
+                log.warning(
+                    "s3_multipart_listing_refused",
+                    plugin=self.plugin_name,
+                    error=str(err),
+                    consequence="uploads whose abort failed are left to the bucket's lifecycle rule",
+                )
+
+    def _abort_upload(self, bucket: str, key: str, upload_id: str) -> None:
+        try:
+            self.client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
+        except Exception as e:
+            err = map_error(e, bucket, key, "AbortMultipartUpload")
+            if not isinstance(err, RemoteResourceNotFoundError):  # already gone: what was wanted
+                raise err from e
+        log.info("s3_open_upload_aborted", plugin=self.plugin_name, key=key, upload_id=upload_id)
 
     def _delete_keys(self, bucket: str, keys: list[str]) -> None:
         try:

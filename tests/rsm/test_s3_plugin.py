@@ -14,6 +14,7 @@ from typing import Any
 
 import google_crc32c
 import pytest
+import structlog.testing
 from botocore.exceptions import ClientError, EndpointConnectionError
 
 import rsm_plugins
@@ -83,6 +84,99 @@ def test_failed_multipart_upload_is_aborted(
     assert client.list_multipart_uploads(Bucket=s3_bucket).get("Uploads", []) == []
     assert keys(s3_server, s3_bucket) == []
     rsm.close()
+
+
+def _open_uploads(server: S3Endpoint, bucket: str) -> list[str]:
+    return sorted(
+        u["Key"] for u in server.boto3_client().list_multipart_uploads(Bucket=bucket).get("Uploads", [])
+    )
+
+
+def _slow_down(operation: str) -> ClientError:
+    return ClientError({"Error": {"Code": "SlowDown", "Message": "Please reduce"}}, operation)
+
+
+@pytest.mark.s3
+def test_an_upload_whose_abort_was_refused_is_aborted_by_the_cleanup(
+    moto_server: S3Endpoint, moto_bucket: str, segments: SegmentFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A copy fails mid multipart upload and the store refuses its abort (503 SlowDown): the
+    copy's cleanup (the segment's delete) finds the upload still open and aborts it."""
+    rsm = rsm_plugins.load("s3", s3_config(moto_server, moto_bucket))
+    assert isinstance(rsm, S3RemoteStorageManager)
+    seg = segments.make(16 * MiB)
+    real_abort = rsm.client.abort_multipart_upload
+    refused: list[str] = []
+
+    def abort_refused_once(**kw: Any) -> Any:
+        if not refused:
+            refused.append(kw["Key"])
+            raise _slow_down("AbortMultipartUpload")
+        return real_abort(**kw)
+
+    monkeypatch.setattr(rsm.client, "abort_multipart_upload", abort_refused_once)
+    faulty = FaultInjectingRSM(rsm)
+    faulty.fail_source_read(SegmentFileType.SEGMENT, after_bytes=12 * MiB)
+    with pytest.raises(RemoteStorageError):
+        faulty.copy_log_segment_data(seg.metadata, seg.data)
+    assert refused == [rsm.key(seg.metadata, SegmentFileType.SEGMENT)]
+    assert _open_uploads(moto_server, moto_bucket) == []
+    assert keys(moto_server, moto_bucket) == []
+    rsm.close()
+
+
+@pytest.mark.s3
+def test_delete_aborts_only_the_segments_own_open_uploads(
+    moto_rsm: S3RemoteStorageManager, moto_server: S3Endpoint, moto_bucket: str, segments: SegmentFactory
+) -> None:
+    """Uploads left open for a segment's objects (an abort refused until the cleanup gave up
+    too) are aborted by its delete; another segment's, even one whose key starts the same, is not."""
+    seg = segments.make(1000, start_offset=42)
+    other = segments.make(1000, start_offset=42)  # same partition and offset: the keys differ by id only
+    moto_rsm.copy_log_segment_data(seg.metadata, seg.data)
+    client = moto_server.boto3_client()
+    left = [moto_rsm.key(seg.metadata, ft) for ft in (SegmentFileType.SEGMENT, SegmentFileType.OFFSET_INDEX)]
+    kept = moto_rsm.key(other.metadata, SegmentFileType.SEGMENT)
+    for key in [*left, kept]:
+        upload = client.create_multipart_upload(Bucket=moto_bucket, Key=key)
+        client.upload_part(
+            Bucket=moto_bucket, Key=key, UploadId=upload["UploadId"], PartNumber=1, Body=b"x" * 1024
+        )
+    assert _open_uploads(moto_server, moto_bucket) == sorted([*left, kept])
+    moto_rsm.delete_log_segment_data(seg.metadata)
+    assert _open_uploads(moto_server, moto_bucket) == [kept]
+    assert keys(moto_server, moto_bucket) == []
+    moto_rsm.delete_log_segment_data(seg.metadata)  # again: nothing left, nothing fails
+
+
+@pytest.mark.s3
+def test_delete_when_open_uploads_cannot_be_listed(
+    moto_rsm: S3RemoteStorageManager,
+    moto_server: S3Endpoint,
+    moto_bucket: str,
+    segments: SegmentFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The listing refused by policy (AccessDenied): the delete still succeeds and says so once;
+    refused with a retriable error (SlowDown): the delete fails retriably, to be repeated."""
+    seg = segments.make(1000)
+    moto_rsm.copy_log_segment_data(seg.metadata, seg.data)
+    denied = ClientError({"Error": {"Code": "AccessDenied", "Message": "no"}}, "ListMultipartUploads")
+    answer: list[ClientError] = [_slow_down("ListMultipartUploads")]
+
+    def listing(**kw: Any) -> Any:
+        raise answer[0]
+
+    monkeypatch.setattr(moto_rsm.client, "list_multipart_uploads", listing)
+    with pytest.raises(RemoteStorageError) as ei:
+        moto_rsm.delete_log_segment_data(seg.metadata)
+    assert ei.value.retriable and "SlowDown" in str(ei.value)
+    answer[0] = denied
+    with structlog.testing.capture_logs() as logs:
+        moto_rsm.delete_log_segment_data(seg.metadata)
+        moto_rsm.delete_log_segment_data(seg.metadata)
+    assert [e["event"] for e in logs if e["log_level"] == "warning"] == ["s3_multipart_listing_refused"]
+    assert keys(moto_server, moto_bucket) == []
 
 
 @pytest.mark.s3
@@ -340,8 +434,9 @@ def test_uploads_carry_the_crc32c_computed_while_reading(
     def record(request: Any, event_name: str, **_: Any) -> None:
         body = request.body
         raw = bytes(body) if isinstance(body, (bytes, bytearray)) else body.getvalue() if body else b""
-        headers = {k.lower(): v.decode() if isinstance(v, bytes) else str(v)
-                   for k, v in request.headers.items()}
+        headers = {
+            k.lower(): v.decode() if isinstance(v, bytes) else str(v) for k, v in request.headers.items()
+        }
         sent.append((event_name.rsplit(".", 1)[-1], request.url, headers, raw))
 
     rsm.client.meta.events.register("before-send.s3.*", record)
